@@ -1,0 +1,65 @@
+"""dtfkit: local multi-process TensorFlow clusters for teaching and experiments.
+
+``import dtfkit`` does not import TensorFlow: TensorFlow runs in the tasks.
+
+Example::
+
+    import dtfkit
+
+    with dtfkit.LocalCluster(ps=2, workers=2) as cluster:
+        cluster.run(lambda: dtfkit.this_task().name)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dtfkit.errors import (
+    ClusterStartError,
+    DtfkitError,
+    TaskExited,
+    TaskFailed,
+    TaskNotRunning,
+    TaskTimeout,
+)
+from dtfkit.taskapi import TaskContext, report, this_task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ClusterStartError",
+    "DtfkitError",
+    "LocalCluster",
+    "TaskContext",
+    "TaskExited",
+    "TaskFailed",
+    "TaskNotRunning",
+    "TaskTimeout",
+    "cleanup",
+    "launch",
+    "report",
+    "this_task",
+]
+
+if TYPE_CHECKING:
+    from dtfkit.cluster import LocalCluster
+    from dtfkit.launch import launch
+    from dtfkit.state import cleanup
+
+_LAZY = {
+    "LocalCluster": ("dtfkit.cluster", "LocalCluster"),
+    "launch": ("dtfkit.launch", "launch"),
+    "cleanup": ("dtfkit.state", "cleanup"),
+}
+
+
+def __getattr__(name: str):
+    # Lazy, so that `import dtfkit` inside a task (for report()) stays cheap.
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dtfkit' has no attribute {name!r}")

@@ -1,0 +1,5 @@
+import sys
+
+from dtfkit.cli import main
+
+sys.exit(main())

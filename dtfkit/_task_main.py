@@ -1,0 +1,241 @@
+"""The program every task process runs (``python -m dtfkit._task_main``).
+
+Order matters: join the cluster's network namespace while still single-threaded,
+connect to the owner, reserve a port, import TensorFlow while the owner gathers
+everyone's ports, then start the server from the ClusterSpec the owner sends back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import traceback
+
+from dtfkit import lifeline
+
+CONFIG_ENV = "DTFKIT_TASK"
+CLUSTER_ENV = "DTFKIT_CLUSTER"
+
+
+class Channel:
+    """The task's end of the control connection to its owner."""
+
+    def __init__(self, cfg: dict):
+        from multiprocessing.connection import Client
+
+        self.conn = Client(cfg["socket"], family="AF_UNIX", authkey=bytes.fromhex(cfg["authkey"]))
+        self.inbox: queue.Queue = queue.Queue()
+        self.send_lock = threading.Lock()
+        self.current_call: int | None = None
+        self.cancelled: set[int] = set()
+        self.send(("hello", cfg["task"], cfg["gen"], os.getpid()))
+        threading.Thread(target=self._watch, name="dtfkit-control", daemon=True).start()
+
+    def send(self, message) -> None:
+        with self.send_lock:
+            self.conn.send(message)
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                # The owner closed the cluster or died (even by SIGKILL): end this
+                # task and anything it started, at once.
+                lifeline.end_own_process_group()
+            kind = message[0]
+            if kind == "interrupt":
+                self.cancelled.add(message[1])
+                if self.current_call == message[1]:
+                    # A real signal aimed at the main thread also breaks a blocking
+                    # sleep or wait, where _thread.interrupt_main() would not.
+                    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            elif kind == "dump_stacks":
+                self.send(("stacks", message[1], _format_stacks()))
+            else:
+                self.inbox.put(message)
+
+    def wait_for(self, kind: str):
+        message = self.inbox.get()
+        if message[0] != kind:
+            raise RuntimeError(f"expected {kind!r} from the owner, got {message[0]!r}")
+        return message
+
+
+def _format_stacks() -> str:
+    frames = sys._current_frames()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    parts = []
+    for ident, frame in frames.items():
+        if names.get(ident) == "dtfkit-control":
+            continue
+        stack = "".join(traceback.format_stack(frame))
+        parts.append(f"Thread {names.get(ident, ident)}:\n{stack}")
+    return "\n".join(parts)
+
+
+def _plain(value):
+    """Turn tensors into NumPy so the notebook can unpickle results without TensorFlow."""
+    if hasattr(value, "numpy") and callable(value.numpy):
+        return value.numpy()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(_plain(v) for v in value)
+    return value
+
+
+def _encode_result(value) -> bytes:
+    import cloudpickle
+
+    data = cloudpickle.dumps(_plain(value))
+    if b"tensorflow" in data or b"keras" in data:
+        raise TypeError(
+            f"the function returned a TensorFlow object ({type(value).__name__}); "
+            "return plain Python or NumPy values instead (for example tensor.numpy())"
+        )
+    return data
+
+
+def _run_call(channel: Channel, call_id: int, payload: bytes) -> None:
+    import cloudpickle
+
+    try:
+        try:
+            channel.current_call = call_id
+            if call_id in channel.cancelled:
+                raise KeyboardInterrupt("interrupted before it started")
+            fn, args, kwargs = cloudpickle.loads(payload)
+            value = fn(*args, **kwargs)
+        finally:
+            channel.current_call = None
+        channel.send(("result", call_id, _encode_result(value)))
+    except BaseException as exc:  # noqa: BLE001 - everything goes back to the owner
+        channel.send(("error", call_id, type(exc).__name__, str(exc), traceback.format_exc()))
+
+
+def _reserve_port(port: int) -> socket.socket:
+    """Bind ``port`` (0: any free one) and hold it until the server takes it over.
+
+    A restarted task asks for its old port, which may still be in TIME_WAIT.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("", port))
+    return sock
+
+
+def _import_tensorflow():
+    import tensorflow as tf
+
+    return tf
+
+
+def _serve(tf, cfg: dict, cluster: dict, task_job: str, task_index: int):
+    spec = tf.train.ClusterSpec(cluster)
+    return tf.distribute.Server(spec, job_name=task_job, task_index=task_index, start=True)
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _run_script(cfg: dict, cluster: dict, job: str, index: int) -> int:
+    import runpy
+
+    from dtfkit.spec import TaskId, seed_flags
+
+    script = cfg["script"]
+    sys.argv = [script, *seed_flags(cluster, TaskId(job, index)), *cfg.get("script_args", [])]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+    except BaseException:  # noqa: BLE001 - report any crash as a failed task
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def main() -> None:
+    cfg = json.loads(os.environ[CONFIG_ENV])
+    lifeline.die_with_parent()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if cfg.get("netns_pid"):
+        from dtfkit import netns
+
+        netns.enter(cfg["netns_pid"])
+    job, _, idx = cfg["task"].partition(":")
+    index = int(idx)
+    mode = cfg["mode"]  # "serve", "noserve", "script" or "client"
+    channel = Channel(cfg)
+
+    from dtfkit import taskapi
+
+    taskapi.STATE.send = channel.send
+    reserved = None
+    if mode != "client":
+        try:
+            reserved = _reserve_port(cfg.get("port") or 0)
+        except OSError:
+            channel.send(("start_failed", "bind", traceback.format_exc()))
+            os._exit(3)
+        channel.send(("port", reserved.getsockname()[1]))
+
+    tf = None
+    if mode != "script":
+        try:
+            tf = _import_tensorflow()
+        except BaseException:  # noqa: BLE001
+            channel.send(("start_failed", "import", traceback.format_exc()))
+            os._exit(3)
+
+    _, cluster, tf_config = channel.wait_for("spec")
+    if tf_config:
+        os.environ["TF_CONFIG"] = tf_config
+    server = None
+    if reserved is not None:
+        reserved.close()
+    if mode == "serve":
+        try:
+            server = _serve(tf, cfg, cluster, job, index)
+        except BaseException:  # noqa: BLE001
+            channel.send(("start_failed", "bind", traceback.format_exc()))
+            os._exit(3)
+    target = _text(server.target) if server is not None else None
+    taskapi.STATE.context = taskapi.TaskContext(job, index, cluster, target, server)
+    channel.send(("ready", {"target": target, "pid": os.getpid()}))
+
+    if mode == "script":
+        code = _run_script(cfg, cluster, job, index)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # TensorFlow leaves non-daemon threads behind; a normal interpreter exit can
+        # wait on them for minutes. The script is done: leave now.
+        os._exit(code)
+
+    while True:
+        message = channel.inbox.get()
+        if message[0] == "call":
+            _run_call(channel, message[1], message[2])
+        elif message[0] == "exit":
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Command line: ``python -m dtfkit launch|demo|cleanup``.
+
+Examples::
+
+    python -m dtfkit launch --ps 2 --workers 2 distributed_mnist.py -- --is_sync=True
+    python -m dtfkit demo
+    python -m dtfkit cleanup
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from dtfkit.errors import DtfkitError
+
+
+def _launch(ns: argparse.Namespace) -> int:
+    from dtfkit.launch import launch
+
+    extra = list(ns.script_args)
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    result = launch(
+        ns.script,
+        ps=ns.ps,
+        workers=ns.workers,
+        chief=ns.chief,
+        evaluator=ns.evaluator,
+        args=extra,
+        network=ns.network,
+        timeout=ns.timeout,
+        show_tf_logs=ns.show_tf_logs,
+    )
+    print(f"[dtfkit] {result.summary()}", flush=True)
+    return 0 if result.ok else 1
+
+
+def _demo(ns: argparse.Namespace) -> int:
+    from dtfkit.demo import main
+
+    return main(steps=ns.steps, sync=ns.sync)
+
+
+def _cleanup(ns: argparse.Namespace) -> int:
+    from dtfkit.state import cleanup
+
+    print(cleanup(everything=ns.all, dry_run=ns.dry_run, keep_logs=ns.keep_logs))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m dtfkit", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("launch", help="run a seed-style script as every task of a local cluster")
+    p.add_argument("--ps", type=int, default=1, help="number of ps tasks (default 1)")
+    p.add_argument("--workers", type=int, default=2, help="number of worker tasks (default 2)")
+    p.add_argument("--chief", type=int, default=0, help="1 to add a chief task")
+    p.add_argument("--evaluator", type=int, default=0, help="1 to add an evaluator task")
+    p.add_argument("--network", choices=["auto", "isolated", "host"], default="auto")
+    p.add_argument("--timeout", type=float, default=None, help="seconds before every task is stopped")
+    p.add_argument("--show-tf-logs", action="store_true", help="show TensorFlow's C++ start-up messages")
+    p.add_argument("script", help="the script each task runs")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments after -- go to the script")
+    p.set_defaults(func=_launch)
+
+    d = sub.add_parser("demo", help="start 2 ps + 2 workers and train a digit classifier")
+    d.add_argument("--steps", type=int, default=300)
+    d.add_argument("--sync", action="store_true", help="synchronous training (SyncReplicasOptimizer)")
+    d.set_defaults(func=_demo)
+
+    c = sub.add_parser("cleanup", help="end processes left behind by a crashed notebook kernel")
+    c.add_argument("--all", action="store_true", help="also end clusters whose owner is still running")
+    c.add_argument("--dry-run", action="store_true", help="only say what would be done")
+    c.add_argument("--keep-logs", action="store_true", help="keep the log folders")
+    c.set_defaults(func=_cleanup)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    try:
+        return ns.func(ns)
+    except DtfkitError as exc:
+        print(f"dtfkit: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dtfkit: interrupted; every task was stopped", file=sys.stderr)
+        return 130

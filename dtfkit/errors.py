@@ -1,0 +1,53 @@
+"""Exceptions raised by dtfkit. Each names the task, the cause and the next step."""
+
+from __future__ import annotations
+
+
+class DtfkitError(Exception):
+    """Base class of every error dtfkit raises on purpose."""
+
+
+class ClusterStartError(DtfkitError):
+    """A task did not come up: it crashed, timed out, or could not bind its port."""
+
+
+class TaskNotRunning(DtfkitError):
+    """Work was sent to a task that is not running (killed, crashed or closed)."""
+
+
+class TaskFailed(DtfkitError):
+    """A function raised inside a task.
+
+    Attributes:
+        task: the task's name, e.g. ``"worker:1"``.
+        exc_type: the remote exception's class name, e.g. ``"ValueError"``.
+        remote_traceback: the traceback as the task printed it.
+        others: what happened to the other tasks of the same call.
+    """
+
+    def __init__(
+        self,
+        task: str,
+        exc_type: str,
+        message: str,
+        remote_traceback: str,
+        others: str = "",
+    ):
+        self.task = task
+        self.exc_type = exc_type
+        self.remote_message = message
+        self.remote_traceback = remote_traceback
+        self.others = others
+        text = f"{task} raised {exc_type}: {message}\n\n--- remote traceback ({task}) ---\n"
+        text += remote_traceback.rstrip()
+        if others:
+            text += "\n\n" + others
+        super().__init__(text)
+
+
+class TaskExited(DtfkitError):
+    """A task process exited while it was running a function or starting."""
+
+
+class TaskTimeout(DtfkitError):
+    """A function did not return in time; the message holds the stuck tasks' stacks."""

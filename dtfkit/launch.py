@@ -1,0 +1,162 @@
+"""Run an unmodified seed-style script as every task of a local cluster.
+
+Each task runs ``script.py --ps_hosts=... --worker_hosts=... --job_name=... --task_index=...``
+(plus ``TF_CONFIG`` and any extra arguments). ps tasks, which ``join()`` forever,
+are ended when every worker is done.
+
+Example::
+
+    >>> result = launch("distributed_mnist.py", ps=2, workers=2, args=["--is_sync=True"])  # doctest: +SKIP
+    >>> result.ok, result.exit_codes                                                        # doctest: +SKIP
+    (True, {'ps:0': None, 'ps:1': None, 'worker:0': 0, 'worker:1': 0})
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from dtfkit.errors import DtfkitError
+from dtfkit.runtime import ClusterRuntime
+from dtfkit.spec import ClusterLayout, TaskId
+
+HANG_HINT_AFTER = 30.0
+
+
+@dataclass
+class LaunchResult:
+    """How each task of a launched script ended.
+
+    ``exit_codes`` maps task names to exit codes; ``None`` for tasks the launcher
+    ended itself (ps tasks, or everything after a failure or a timeout).
+    """
+
+    exit_codes: dict[str, int | None]
+    failed: list[str]
+    timed_out: bool
+    seconds: float
+    log_dir: str
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.timed_out
+
+    def summary(self) -> str:
+        parts = []
+        for name, code in self.exit_codes.items():
+            parts.append(f"{name}: {'ended by the launcher' if code is None else f'exit {code}'}")
+        head = "all workers finished" if self.ok else "FAILED: " + ", ".join(self.failed or ["timeout"])
+        return f"{head} in {self.seconds:.1f} s ({'; '.join(parts)}); logs in {self.log_dir}"
+
+
+def launch(
+    script: str,
+    *,
+    ps: int = 1,
+    workers: int = 2,
+    chief: int = 0,
+    evaluator: int = 0,
+    args: list[str] | tuple[str, ...] = (),
+    network: str = "auto",
+    gpus: str = "auto",
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    show_tf_logs: bool = False,
+    start_timeout: float = 60.0,
+    progress: bool = False,
+    echo=None,
+) -> LaunchResult:
+    """Start a cluster whose every task runs ``script``; wait for the workers; end the rest.
+
+    A worker that exits non-zero stops the others at once (they would usually wait
+    for it forever). ``timeout`` bounds the whole run.
+    """
+    path = os.path.abspath(script)
+    if not os.path.isfile(path):
+        raise DtfkitError(f"script not found: {script} (looked for {path})")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise DtfkitError(f"timeout must be a positive number of seconds or None, not {timeout!r}")
+    layout = ClusterLayout.from_counts(ps=ps, workers=workers, chief=chief, evaluator=evaluator)
+    runtime = ClusterRuntime(
+        layout,
+        mode="script",
+        network=network,
+        gpus=gpus,
+        env=env,
+        show_tf_logs=show_tf_logs,
+        start_timeout=start_timeout,
+        progress=progress,
+        script=path,
+        script_args=[str(a) for a in args],
+        echo=echo,
+    )
+    started = time.monotonic()
+    try:
+        runtime.start()
+        return _supervise(runtime, layout, timeout, started)
+    finally:
+        runtime.close()
+
+
+def _supervise(runtime: ClusterRuntime, layout: ClusterLayout, timeout: float | None, started: float) -> LaunchResult:
+    finishing = [t for t in layout.tasks if t.job in ("chief", "worker", "evaluator")]
+    codes: dict[TaskId, int | None] = {t: None for t in layout.tasks}
+    failed: list[str] = []
+    messages: list[str] = []
+    timed_out = False
+    deadline = started + timeout if timeout else None
+    chief = next((t for t in finishing if t.job == "chief"), TaskId("worker", 0))
+    chief_done_at: float | None = None
+    last_output = {t.name: time.monotonic() for t in finishing}
+    hinted = False
+
+    def note(text: str) -> None:
+        messages.append(text)
+        runtime.echo("dtfkit", text)
+
+    with runtime._live_output():
+        remaining = set(finishing)
+        while remaining:
+            wake = [d for d in (deadline,) if d is not None]
+            if chief_done_at is not None and not hinted:
+                wake.append(chief_done_at + HANG_HINT_AFTER)
+            event = runtime._next_event(min(wake) if wake else None)
+            now = time.monotonic()
+            if event is None:
+                if deadline is not None and now >= deadline:
+                    timed_out = True
+                    note(f"timeout after {timeout:g} s: stopping {', '.join(t.name for t in sorted(remaining))}")
+                    break
+                if chief_done_at is not None and not hinted:
+                    hinted = True
+                    quiet = [t.name for t in sorted(remaining) if now - last_output.get(t.name, now) >= HANG_HINT_AFTER]
+                    if quiet:
+                        note(
+                            f"{', '.join(quiet)} still running {HANG_HINT_AFTER:.0f} s after {chief} finished, "
+                            "printing nothing: a between-graph worker waits until every task of the cluster "
+                            "answers (set device_filters in its session config). Ctrl-C or --timeout ends it."
+                        )
+                continue
+            proc = runtime._handle(event)
+            if event.kind == "log":
+                last_output[event.task] = now
+            if proc is None or event.kind != "exit" or proc.task not in remaining:
+                continue
+            remaining.discard(proc.task)
+            codes[proc.task] = event.payload
+            if proc.task == chief:
+                chief_done_at = now
+            if event.payload != 0:
+                failed.append(proc.task.name)
+                if remaining:
+                    note(
+                        f"{proc.task} exited with code {event.payload}; stopping "
+                        f"{', '.join(t.name for t in sorted(remaining))}"
+                    )
+                break
+    runtime.close()
+    seconds = time.monotonic() - started
+    ordered = {t.name: codes[t] for t in layout.tasks}
+    return LaunchResult(ordered, failed, timed_out, seconds, runtime.logbook.directory or "", messages)

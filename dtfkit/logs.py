@@ -1,0 +1,91 @@
+"""Per-task log capture: every line a task prints, kept in memory and on disk.
+
+TensorFlow's C++ start-up chatter (oneDNN notices, CPU feature hints, CUDA probes)
+is kept in the files but hidden from the notebook unless asked for.
+
+Example::
+
+    >>> book = LogBook(directory=None)
+    >>> book.add("worker:0", "hello")
+    >>> book.lines("worker:0")
+    ['hello']
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import threading
+from typing import Callable
+
+# Lines TensorFlow prints at start-up that teach nothing. Matched against the
+# whole line; kept in the log files and in logs(..., everything=True).
+NOISE_PATTERNS = [
+    r".*oneDNN custom operations are on.*",
+    r".*rebuild TensorFlow with the appropriate compiler flags.*",
+    r".*This TensorFlow binary is optimized to use available CPU instructions.*",
+    r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR",
+    r".*Could not find cuda drivers on your machine.*",
+    r".*Unable to register cu(DNN|FFT|BLAS) factory.*",
+    r".*failed call to cuInit.*",
+    r".*TF-TRT Warning.*",
+    r".*computation placer already registered.*",
+    r"[IW]0000 00:00:\d+\.\d+\s+\d+ (cpu_feature_guard|port|cuda_executor|grpc_server_lib|cpu_utils|gpu_device|device_compiler)\.cc:\d+\].*",
+    r".*Started server with target: grpc://.*",
+    r".*GRPC_FAIL_FAST.*",
+]
+_NOISE = re.compile("|".join(f"(?:{p})" for p in NOISE_PATTERNS))
+
+
+def is_noise(line: str) -> bool:
+    """True for TensorFlow start-up lines that are hidden by default."""
+    return bool(_NOISE.fullmatch(line))
+
+
+class LogBook:
+    """Lines printed by each task, in memory (bounded) and in one file per task."""
+
+    def __init__(self, directory: str | None, keep: int = 5000):
+        self.directory = directory
+        self._keep = keep
+        self._lines: dict[str, collections.deque[tuple[bool, str]]] = {}
+        self._files: dict[str, object] = {}
+        self._lock = threading.Lock()
+        self.listener: Callable[[str, str], None] | None = None
+        self.show_noise = False
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+
+    def path(self, task: str) -> str | None:
+        """The log file of a task (``None`` when logs are not written to disk)."""
+        if not self.directory:
+            return None
+        return os.path.join(self.directory, task.replace(":", "-") + ".log")
+
+    def add(self, task: str, line: str) -> None:
+        noise = is_noise(line)
+        with self._lock:
+            self._lines.setdefault(task, collections.deque(maxlen=self._keep)).append((noise, line))
+            if self.directory:
+                f = self._files.get(task)
+                if f is None:
+                    f = self._files[task] = open(self.path(task), "a", encoding="utf-8")  # noqa: SIM115
+                f.write(line + "\n")
+                f.flush()
+        listener = self.listener
+        if listener is not None and (self.show_noise or not noise):
+            listener(task, line)
+
+    def lines(self, task: str, *, everything: bool = False, tail: int | None = None) -> list[str]:
+        """The lines a task printed; TF start-up noise left out unless ``everything``."""
+        with self._lock:
+            items = list(self._lines.get(task, ()))
+        out = [line for noise, line in items if everything or self.show_noise or not noise]
+        return out[-tail:] if tail else out
+
+    def close(self) -> None:
+        with self._lock:
+            for f in self._files.values():
+                f.close()
+            self._files.clear()

@@ -1,0 +1,85 @@
+"""Metric events sent by tasks with ``dtfkit.report(...)``, kept for tables and plots.
+
+Example::
+
+    >>> log = MetricLog()
+    >>> log.add("worker:0", {"time": 1.0, "step": 1, "loss": 2.5})
+    >>> log.add("worker:1", {"time": 1.1, "step": 2, "loss": 2.0})
+    >>> [r["loss"] for r in log.rows(task="worker:1")]
+    [2.0]
+    >>> log.series("loss")["worker:0"]
+    ([1], [2.5])
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+
+class MetricLog:
+    """Thread-safe list of ``{"task", "time", "step", ...}`` events, oldest first."""
+
+    def __init__(self) -> None:
+        self._rows: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
+
+    def add(self, task: str, event: dict[str, Any]) -> None:
+        row = {"task": task, **event}
+        with self._lock:
+            self._rows.append(row)
+        for listener in list(self.listeners):
+            listener(row)
+
+    def rows(self, task: str | None = None, since: float | None = None) -> list[dict[str, Any]]:
+        """Events, optionally of one task and/or at or after a time (``time.time()``)."""
+        with self._lock:
+            rows = list(self._rows)
+        if task is not None:
+            rows = [r for r in rows if r["task"] == task]
+        if since is not None:
+            rows = [r for r in rows if r["time"] >= since]
+        return rows
+
+    def series(self, y: str, x: str = "step", since: float | None = None) -> dict[str, tuple[list, list]]:
+        """Per task, the (x values, y values) of events that have both fields."""
+        out: dict[str, tuple[list, list]] = {}
+        for r in self.rows(since=since):
+            if y in r and x in r:
+                xs, ys = out.setdefault(r["task"], ([], []))
+                xs.append(r[x])
+                ys.append(r[y])
+        return out
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rows.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._rows)
+
+    def to_pandas(self):
+        """The events as a pandas DataFrame (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows())
+
+    def plot(self, y: str = "loss", x: str = "step", ax=None, since: float | None = None):
+        """Plot ``y`` against ``x`` (``"step"``, or ``"time"`` for wall time), one line per task."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 3.5))
+        data = self.series(y, x, since=since)
+        if x == "time" and data:
+            t0 = min(xs[0] for xs, _ in data.values())
+            data = {k: ([v - t0 for v in xs], ys) for k, (xs, ys) in data.items()}
+        for task, (xs, ys) in sorted(data.items()):
+            ax.plot(xs, ys, label=task, marker="." if len(xs) < 50 else None)
+        ax.set_xlabel("wall time (s)" if x == "time" else x)
+        ax.set_ylabel(y)
+        if data:
+            ax.legend()
+        return ax

@@ -1,0 +1,595 @@
+"""The processes of one local cluster: start, watch, message, kill, restart, close.
+
+``LocalCluster`` (function mode) and ``launch`` (script mode) are built on
+``ClusterRuntime``. Everything the tasks say arrives as events on one queue that
+the caller's thread waits on, so output is printed by the thread of the cell that
+asked for the work and never lands in another cell.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import json
+import os
+import queue
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from multiprocessing.connection import Client, Listener
+from typing import Any, Callable
+
+from dtfkit import gpu, lifeline, netns, state
+from dtfkit.errors import ClusterStartError, DtfkitError, TaskNotRunning
+from dtfkit.logs import LogBook
+from dtfkit.metrics import MetricLog
+from dtfkit.spec import ClusterLayout, TaskId, cluster_dict, tf_config
+
+NETWORK_MODES = ("auto", "isolated", "host")
+TASK_MODES = ("serve", "noserve", "script", "client")
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+START_ATTEMPTS = 3
+LAST_LINES = 15
+
+_OPEN: set["ClusterRuntime"] = set()
+_OPEN_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    for runtime in list(_OPEN):
+        runtime.close()
+
+
+@dataclass
+class Event:
+    kind: str  # hello | msg | exit | log
+    task: str
+    gen: int = 0
+    payload: Any = None
+
+
+class TaskProcess:
+    """One task's OS process, as its owner sees it."""
+
+    def __init__(self, task: TaskId, gen: int, popen: subprocess.Popen, port: int | None):
+        self.task = task
+        self.gen = gen
+        self.popen = popen
+        self.port = port
+        self.conn = None
+        self.send_lock = threading.Lock()
+        self.ready = False
+        self.busy_with: int | None = None
+        self.killed = False
+        self.start_error: str | None = None
+        self.identity = state.process_identity(popen.pid)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    @property
+    def status(self) -> str:
+        code = self.popen.poll()
+        if code is None:
+            if not self.ready:
+                return "starting"
+            return "busy" if self.busy_with is not None else "running"
+        if self.killed:
+            return "killed"
+        return f"exited ({code})"
+
+    def send(self, message) -> None:
+        if self.conn is None:
+            raise TaskNotRunning(f"{self.task} is not connected yet")
+        with self.send_lock:
+            try:
+                self.conn.send(message)
+            except OSError as exc:
+                raise TaskNotRunning(f"{self.task} cannot be reached ({exc}); it has {self.status}") from None
+
+    def kill(self) -> None:
+        """SIGKILL the task and everything it started (it leads its own process group)."""
+        if self.popen.returncode is None:
+            self.killed = True
+            try:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+class ClusterRuntime:
+    """Starts and owns the processes of one cluster. See ``LocalCluster`` for the public API."""
+
+    def __init__(
+        self,
+        layout: ClusterLayout,
+        *,
+        mode: str = "serve",
+        network: str = "auto",
+        gpus: str = "auto",
+        env: dict[str, str] | None = None,
+        show_tf_logs: bool = False,
+        start_timeout: float = 120.0,
+        progress: bool = True,
+        script: str | None = None,
+        script_args: list[str] | None = None,
+        echo: Callable[[str, str], None] | None = None,
+        cwd: str | None = None,
+    ):
+        if mode not in TASK_MODES:
+            raise DtfkitError(f"unknown task mode {mode!r}")
+        if network not in NETWORK_MODES:
+            raise DtfkitError(f"network must be one of {', '.join(NETWORK_MODES)}, not {network!r}")
+        if not (isinstance(start_timeout, (int, float)) and start_timeout > 0):
+            raise DtfkitError(f"start_timeout must be a positive number of seconds, not {start_timeout!r}")
+        self.layout = layout
+        self.mode = mode
+        self.network_requested = network
+        self.gpu_policy = gpus
+        self.extra_env = {str(k): str(v) for k, v in (env or {}).items()}
+        self.show_tf_logs = show_tf_logs
+        self.start_timeout = float(start_timeout)
+        self.progress = progress
+        self.script = script
+        self.script_args = list(script_args or [])
+        self.cwd = cwd or os.getcwd()
+        self.echo = echo or _print_line
+        self.closed = False
+        self.isolated = False
+        self.isolation_note = ""
+        self.namespace = ""
+        self.procs: dict[TaskId, TaskProcess] = {}
+        self.addresses: dict[TaskId, str] = {}
+        self.cluster: dict[str, list[str]] = {}
+        self.events: queue.Queue[Event] = queue.Queue()
+        self.metrics = MetricLog()
+        self.started_at = time.time()
+        self._gens = itertools.count(1)
+        self._client_ids = itertools.count(0)
+        self._anchor: subprocess.Popen | None = None
+        self._threads: list[threading.Thread] = []
+        self.id, self.dir = state.new_cluster_dir()
+        self.logbook = LogBook(os.path.join(self.dir, "logs"))
+        self.logbook.show_noise = show_tf_logs
+        self._authkey = secrets.token_bytes(16)
+        self._socket_path = os.path.join(self.dir, "control.sock")
+        self._listener = Listener(self._socket_path, family="AF_UNIX", authkey=self._authkey)
+        self._gpu_plan = gpu.plan_visible_devices(
+            [t.name for t in layout.tasks], gpu.count_gpus(), gpus
+        )
+        with _OPEN_LOCK:
+            _OPEN.add(self)
+        self._spawn_thread(self._accept_loop, "dtfkit-accept")
+
+    # ------------------------------------------------------------------ start
+    def start(self) -> None:
+        """Start every task and return once each one is serving (or raise)."""
+        try:
+            self._start_network()
+            for attempt in range(1, START_ATTEMPTS + 1):
+                try:
+                    self._start_tasks(self.layout.tasks)
+                    break
+                except _PortTaken as exc:
+                    if attempt == START_ATTEMPTS:
+                        raise ClusterStartError(
+                            f"{exc.task} could not bind its port {START_ATTEMPTS} times in a row "
+                            "(another program took it between reservation and start); "
+                            "try again, or use the default isolated network"
+                        ) from None
+                    for proc in self.procs.values():
+                        proc.kill()
+                    self._reap(list(self.procs.values()))
+                    self.procs.clear()
+            self._write_state()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_network(self) -> None:
+        if self.network_requested == "host":
+            self.isolation_note = "host network (opted out): servers reachable from other machines"
+            return
+        ok, why = netns.isolation_available()
+        if not ok:
+            if self.network_requested == "isolated":
+                raise ClusterStartError(f"network='isolated' was asked for, but {why}")
+            self.isolation_note = f"NOT isolated: {why}; servers reachable from other machines"
+            warnings.warn(
+                f"dtfkit: {why}. The cluster uses the host network: its TensorFlow servers "
+                "listen on every interface without authentication. Use it only on a trusted network.",
+                stacklevel=3,
+            )
+            return
+        env = self._base_env()
+        self._anchor = subprocess.Popen(
+            [sys.executable, "-m", "dtfkit.netns"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        line = _read_line(self._anchor.stdout, timeout=30)
+        if not line.startswith("ready "):
+            self._anchor.kill()
+            raise ClusterStartError(
+                f"the network namespace could not be created: {line or 'no answer in 30 s'}; "
+                "pass network='host' to run without isolation"
+            )
+        self.namespace = line.split()[1]
+        self.isolated = True
+        self.isolation_note = f"isolated network namespace {self.namespace}"
+
+    def _base_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop(lifeline.PDEATHSIG_ENV, None)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, self.cwd, env.get("PYTHONPATH")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        env[state.CLUSTER_ENV] = self.id
+        env[lifeline.OWNER_ENV] = str(os.getpid())
+        if threading.current_thread() is threading.main_thread():
+            env[lifeline.PDEATHSIG_ENV] = "1"
+        if not self.show_tf_logs:
+            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+        env.update(self.extra_env)
+        return env
+
+    def _spawn(self, task: TaskId, port: int | None = None, mode: str | None = None) -> TaskProcess:
+        gen = next(self._gens)
+        mode = mode or self.mode
+        cfg = {
+            "task": task.name,
+            "gen": gen,
+            "mode": "client" if task.job == "client" else mode if task.serves else "noserve",
+            "socket": self._socket_path,
+            "authkey": self._authkey.hex(),
+            "netns_pid": self._anchor.pid if self._anchor else None,
+            "port": port,
+        }
+        if mode == "script":
+            cfg.update(mode="script", script=self.script, script_args=self.script_args)
+        env = self._base_env()
+        env["DTFKIT_TASK"] = json.dumps(cfg)
+        visible, growth = self._gpu_plan.get(task.name, ("", False))
+        if gpu.count_gpus():
+            env["CUDA_VISIBLE_DEVICES"] = visible
+            if growth:
+                env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "dtfkit._task_main"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=self.cwd,
+            start_new_session=True,
+        )
+        proc = TaskProcess(task, gen, popen, port)
+        self.procs[task] = proc
+        self._spawn_thread(lambda: self._read_output(proc), f"dtfkit-log-{task.name}")
+        return proc
+
+    def _start_tasks(self, tasks: tuple[TaskId, ...] | list[TaskId], restart: bool = False) -> None:
+        """Spawn ``tasks``, gather their ports, send the ClusterSpec, wait until all serve."""
+        deadline = time.monotonic() + self.start_timeout
+        pending = {t: self._spawn(t, port=self.addresses.get(t) and _port_of(self.addresses[t])) for t in tasks}
+        bar = _progress_bar(len(pending), f"starting {_describe(list(pending))}", self.progress)
+        try:
+            with self._live_output():
+                if not restart:
+                    self._wait(lambda: all(p.port is not None for p in pending.values()), deadline, pending, "report its port")
+                    self.addresses = {t: f"localhost:{p.port}" for t, p in pending.items() if p.port is not None}
+                    self.cluster = cluster_dict(self.addresses)
+                else:
+                    self._wait(lambda: all(p.conn is not None and p.port is not None for p in pending.values()), deadline, pending, "connect")
+                for t, p in pending.items():
+                    p.send(("spec", self.cluster, tf_config(self.cluster, t) if t.job != "client" else ""))
+
+                def all_ready() -> bool:
+                    if bar is not None:
+                        bar.n = sum(p.ready for p in pending.values())
+                        bar.refresh()
+                    return all(p.ready for p in pending.values())
+
+                self._wait(all_ready, deadline, pending, "start serving")
+        finally:
+            if bar is not None:
+                bar.close()
+
+    # ----------------------------------------------------------------- events
+    def _spawn_thread(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+
+    def _accept_loop(self) -> None:
+        while not self.closed:
+            try:
+                conn = self._listener.accept()
+            except Exception:  # noqa: BLE001 - a failed handshake must not stop accepting
+                if self.closed:
+                    return
+                continue
+            if self.closed:
+                conn.close()
+                return
+            self._spawn_thread(lambda c=conn: self._read_messages(c), "dtfkit-conn")
+
+    def _read_messages(self, conn) -> None:
+        try:
+            hello = conn.recv()
+        except (EOFError, OSError):
+            return
+        if not (isinstance(hello, tuple) and hello[0] == "hello"):
+            conn.close()
+            return
+        _, name, gen, _pid = hello
+        self.events.put(Event("hello", name, gen, conn))
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                return
+            if message[0] == "metric":
+                self.metrics.add(name, message[1])
+            else:
+                self.events.put(Event("msg", name, gen, message))
+
+    def _read_output(self, proc: TaskProcess) -> None:
+        name = proc.task.name
+        for raw in iter(proc.popen.stdout.readline, b""):
+            text = raw.decode("utf-8", errors="replace").rstrip("\n")
+            # Progress bars redraw with carriage returns: keep the last state.
+            self.logbook.add(name, text.split("\r")[-1] if "\r" in text else text)
+        proc.popen.stdout.close()
+        code = proc.popen.wait()
+        self.events.put(Event("exit", name, proc.gen, code))
+
+    def _handle(self, event: Event) -> TaskProcess | None:
+        """Apply an event to the task it concerns; returns that task (current generation only)."""
+        if event.kind == "log":
+            self.echo(event.task, event.payload)
+            return None
+        proc = next((p for p in self.procs.values() if p.task.name == event.task), None)
+        if proc is None or proc.gen != event.gen:
+            return None
+        if event.kind == "hello":
+            proc.conn = event.payload
+        elif event.kind == "msg":
+            message = event.payload
+            if message[0] == "port":
+                proc.port = message[1]
+            elif message[0] == "ready":
+                proc.ready = True
+            elif message[0] == "start_failed":
+                proc.start_error = message[2]
+                if message[1] == "bind" and not self.isolated:
+                    raise _PortTaken(proc.task.name)
+        return proc
+
+    def _next_event(self, deadline: float | None) -> Event | None:
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def _wait(
+        self,
+        done: Callable[[], bool],
+        deadline: float,
+        watched: dict[TaskId, TaskProcess],
+        what: str,
+    ) -> None:
+        """Handle events until ``done()``; a watched task dying or the deadline raises."""
+        while not done():
+            event = self._next_event(deadline)
+            if event is None:
+                late = [t.name for t, p in watched.items() if not p.ready]
+                raise ClusterStartError(
+                    f"{', '.join(late)} did not {what} within {self.start_timeout:.0f} s; "
+                    f"last log lines:\n{self._tails(late)}\n"
+                    "Next step: look at the log above; on a busy machine pass a larger start_timeout."
+                )
+            proc = self._handle(event)
+            if proc is None or proc.task not in watched:
+                continue
+            if proc.start_error:
+                raise ClusterStartError(
+                    f"{proc.task} failed while starting:\n{proc.start_error.rstrip()}\n"
+                    f"last log lines:\n{self._tails([proc.task.name])}"
+                )
+            if event.kind == "exit":
+                self._drain_logs(proc)
+                raise ClusterStartError(
+                    f"{proc.task} exited with code {event.payload} while starting; last log lines:\n"
+                    f"{self._tails([proc.task.name])}\n"
+                    "Next step: fix the error shown above, then start the cluster again."
+                )
+
+    def _drain_logs(self, proc: TaskProcess) -> None:
+        # The exit event comes after the reader reached EOF, so every line is in.
+        while True:
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                return
+            self._handle(event)
+
+    def _tails(self, names: list[str]) -> str:
+        parts = []
+        for name in names:
+            lines = self.logbook.lines(name, everything=True, tail=LAST_LINES)
+            body = "\n".join(f"  [{name}] {line}" for line in lines) or f"  [{name}] (no output)"
+            parts.append(body)
+        return "\n".join(parts)
+
+    class _LiveOutput:
+        def __init__(self, runtime: "ClusterRuntime"):
+            self.runtime = runtime
+
+        def __enter__(self):
+            events = self.runtime.events
+            self.runtime.logbook.listener = lambda task, line: events.put(Event("log", task, 0, line))
+
+        def __exit__(self, *exc):
+            self.runtime.logbook.listener = None
+            # Print what arrived before we stopped listening, in this (the caller's) cell.
+            pending = []
+            while True:
+                try:
+                    pending.append(self.runtime.events.get_nowait())
+                except queue.Empty:
+                    break
+            for event in pending:
+                if event.kind == "log":
+                    self.runtime.echo(event.task, event.payload)
+                else:
+                    self.runtime.events.put(event)
+
+    def _live_output(self) -> "_LiveOutput":
+        return ClusterRuntime._LiveOutput(self)
+
+    # -------------------------------------------------------------- lifecycle
+    def task_process(self, task: str | TaskId, index: int | None = None) -> TaskProcess:
+        task_id = TaskId.parse(task, index)
+        if task_id not in self.procs:
+            have = ", ".join(t.name for t in self.layout.tasks)
+            raise DtfkitError(f"no task {task_id} in this cluster (it has {have})")
+        return self.procs[task_id]
+
+    def kill(self, task: str | TaskId, index: int | None = None) -> None:
+        """Kill one task with SIGKILL, as a crash would (for fault-injection lessons)."""
+        proc = self.task_process(task, index)
+        proc.kill()
+        self._reap([proc])
+        self._write_state()
+
+    def restart(self, task: str | TaskId | None = None, index: int | None = None) -> None:
+        """Start a task again on its old address (all dead tasks when ``task`` is None)."""
+        self._check_open()
+        if task is None:
+            targets = [t for t, p in self.procs.items() if not p.alive]
+        else:
+            targets = [self.task_process(task, index).task]
+        for t in targets:
+            old = self.procs[t]
+            old.kill()
+            self._reap([old])
+        if targets:
+            self._start_tasks(targets, restart=True)
+            self._write_state()
+
+    def _reap(self, procs: list[TaskProcess], timeout: float = 10.0) -> None:
+        for proc in procs:
+            try:
+                proc.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _write_state(self) -> None:
+        if self.closed:
+            return
+        processes = [p.identity for p in self.procs.values() if p.alive]
+        if self._anchor is not None:
+            processes.append(state.process_identity(self._anchor.pid))
+        state.write_state(self.dir, self.id, processes, _describe(list(self.layout.tasks)))
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise DtfkitError("this cluster is closed; start a new one")
+
+    def close(self) -> None:
+        """End every process of the cluster. Safe to call more than once."""
+        if self.closed:
+            return
+        self.closed = True
+        procs = list(self.procs.values())
+        for proc in procs:
+            proc.kill()
+        if self._anchor is not None:
+            try:
+                self._anchor.stdin.close()
+            except OSError:
+                pass
+            self._anchor.kill()
+        self._reap(procs)
+        if self._anchor is not None:
+            self._anchor.wait(timeout=10)
+            self._anchor.stdout.close()
+        # Wake the accept loop so its thread ends.
+        try:
+            Client(self._socket_path, family="AF_UNIX", authkey=self._authkey).close()
+        except OSError:
+            pass
+        self._listener.close()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=5)
+        self.logbook.close()
+        state.remove_state(self.dir)
+        with _OPEN_LOCK:
+            _OPEN.discard(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def pids(self) -> dict[str, int]:
+        """Pid of every task process (and of the namespace anchor, as ``"netns"``)."""
+        out = {p.task.name: p.pid for p in self.procs.values()}
+        if self._anchor is not None:
+            out["netns"] = self._anchor.pid
+        return out
+
+
+class _PortTaken(Exception):
+    def __init__(self, task: str):
+        super().__init__(task)
+        self.task = task
+
+
+def _port_of(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
+
+
+def _describe(tasks: list[TaskId]) -> str:
+    counts: dict[str, int] = {}
+    for t in tasks:
+        counts[t.job] = counts.get(t.job, 0) + 1
+    return " + ".join(f"{n} {job}" for job, n in counts.items())
+
+
+def _print_line(task: str, line: str) -> None:
+    print(f"[{task}] {line}", flush=True)
+
+
+def _read_line(stream, timeout: float) -> str:
+    """One line from a pipe, waiting at most ``timeout`` seconds."""
+    ready, _, _ = select.select([stream], [], [], timeout)
+    if not ready:
+        return ""
+    return stream.readline().decode("utf-8", errors="replace").strip()
+
+
+def _progress_bar(total: int, desc: str, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="task", leave=False)

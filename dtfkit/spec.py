@@ -1,0 +1,154 @@
+"""Cluster layouts: which tasks exist, what they are called, and what each one is told.
+
+A task is named ``"job:index"`` (``"worker:1"``), the way TensorFlow's device
+strings name it (``/job:worker/task:1``).
+
+Example::
+
+    >>> layout = ClusterLayout.from_counts(ps=2, workers=2)
+    >>> [t.name for t in layout.tasks]
+    ['ps:0', 'ps:1', 'worker:0', 'worker:1']
+    >>> tf_config({"ps": ["localhost:1"], "worker": ["localhost:2"]}, TaskId("worker", 0))
+    '{"cluster": {"ps": ["localhost:1"], "worker": ["localhost:2"]}, "task": {"type": "worker", "index": 0}}'
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Iterable
+
+from dtfkit.errors import DtfkitError
+
+ROLES = ("chief", "worker", "ps", "evaluator")
+# The evaluator watches checkpoints on its own: TensorFlow keeps it out of the
+# ClusterSpec and it runs no server.
+SERVING_ROLES = ("chief", "worker", "ps")
+_ROLE_ORDER = {"chief": 0, "ps": 1, "worker": 2, "evaluator": 3}
+
+
+@dataclass(frozen=True, order=True)
+class TaskId:
+    """One task of a cluster: its job (role) and its index within the job."""
+
+    job: str
+    index: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.job}:{self.index}"
+
+    @property
+    def device(self) -> str:
+        return f"/job:{self.job}/task:{self.index}"
+
+    @property
+    def serves(self) -> bool:
+        return self.job in SERVING_ROLES
+
+    @classmethod
+    def parse(cls, text: str | "TaskId", index: int | None = None) -> "TaskId":
+        """Accept ``"worker:1"``, ``("worker", 1)`` style arguments, or a TaskId."""
+        if isinstance(text, TaskId):
+            return text
+        if index is None:
+            if not isinstance(text, str) or ":" not in text:
+                raise DtfkitError(
+                    f"cannot name a task by {text!r}: use 'job:index' such as 'worker:1', "
+                    "or pass the job and the index separately"
+                )
+            job, _, idx = text.partition(":")
+            try:
+                index = int(idx)
+            except ValueError:
+                raise DtfkitError(f"task index in {text!r} is not a whole number") from None
+        else:
+            job = text
+        if job not in ROLES:
+            raise DtfkitError(f"unknown role {job!r}: the roles are {', '.join(ROLES)}")
+        return cls(job, int(index))
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    """The tasks of a cluster, validated."""
+
+    tasks: tuple[TaskId, ...]
+
+    @classmethod
+    def from_counts(
+        cls, *, ps: int = 0, workers: int = 0, chief: int = 0, evaluator: int = 0
+    ) -> "ClusterLayout":
+        counts = {"ps": ps, "worker": workers, "chief": chief, "evaluator": evaluator}
+        for role, n in counts.items():
+            if isinstance(n, bool) or not isinstance(n, int):
+                raise DtfkitError(f"the number of {role} tasks must be a whole number, not {n!r}")
+            if n < 0:
+                raise DtfkitError(f"the number of {role} tasks cannot be negative (got {n})")
+        if chief > 1:
+            raise DtfkitError(f"a cluster has at most one chief (got chief={chief})")
+        if evaluator > 1:
+            raise DtfkitError(f"a cluster has at most one evaluator (got evaluator={evaluator})")
+        if workers + chief == 0:
+            raise DtfkitError(
+                f"a cluster needs at least one worker or a chief (got workers={workers}, "
+                f"chief={chief}); for example LocalCluster(ps=1, workers=2)"
+            )
+        tasks = [TaskId(role, i) for role, n in counts.items() for i in range(n)]
+        tasks.sort(key=lambda t: (_ROLE_ORDER[t.job], t.index))
+        return cls(tuple(tasks))
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self.tasks:
+            out[t.job] = out.get(t.job, 0) + 1
+        return out
+
+    def select(self, which: str | TaskId | Iterable[str | TaskId]) -> list[TaskId]:
+        """Resolve a selector: ``"workers"`` (chief + workers), ``"all"``, ``"ps"``,
+        a role name, a task name, or a list of task names."""
+        groups = {
+            "workers": [t for t in self.tasks if t.job in ("chief", "worker")],
+            "all": list(self.tasks),
+        }
+        if isinstance(which, str) and which in groups:
+            chosen = groups[which]
+        elif isinstance(which, str) and which in ROLES:
+            chosen = [t for t in self.tasks if t.job == which]
+        elif isinstance(which, (str, TaskId)):
+            chosen = [TaskId.parse(which)]
+        else:
+            chosen = [TaskId.parse(w) for w in which]
+        missing = [t.name for t in chosen if t not in self.tasks]
+        if missing:
+            have = ", ".join(t.name for t in self.tasks)
+            raise DtfkitError(f"no task {', '.join(missing)} in this cluster (it has {have})")
+        if not chosen:
+            raise DtfkitError(f"{which!r} selects no task in this cluster")
+        return chosen
+
+
+def cluster_dict(addresses: dict[TaskId, str]) -> dict[str, list[str]]:
+    """The ClusterSpec dictionary (``{"ps": [...], "worker": [...]}``) of serving tasks."""
+    jobs: dict[str, list[tuple[int, str]]] = {}
+    for task, addr in addresses.items():
+        if task.serves:
+            jobs.setdefault(task.job, []).append((task.index, addr))
+    return {
+        job: [a for _, a in sorted(items)]
+        for job, items in sorted(jobs.items(), key=lambda kv: _ROLE_ORDER[kv[0]])
+    }
+
+
+def tf_config(cluster: dict[str, list[str]], task: TaskId) -> str:
+    """``TF_CONFIG`` as TensorFlow's docs and Kubernetes' TFJob write it."""
+    return json.dumps({"cluster": cluster, "task": {"type": task.job, "index": task.index}})
+
+
+def seed_flags(cluster: dict[str, list[str]], task: TaskId) -> list[str]:
+    """The command-line flags of the seed tutorial's scripts (``--ps_hosts`` ...)."""
+    flags = [f"--{job}_hosts={','.join(hosts)}" for job, hosts in cluster.items()]
+    return flags + [f"--job_name={task.job}", f"--task_index={task.index}"]
