@@ -105,9 +105,13 @@ def _encode_result(value) -> bytes:
 def _run_call(channel: Channel, call_id: int, payload: bytes) -> None:
     import cloudpickle
 
+    from dtfkit import taskapi
+
     try:
         try:
             channel.current_call = call_id
+            if taskapi.STATE.context is not None:
+                taskapi.STATE.context.call_id = call_id
             if call_id in channel.cancelled:
                 raise KeyboardInterrupt("interrupted before it started")
             fn, args, kwargs = cloudpickle.loads(payload)

@@ -243,7 +243,7 @@ class ClusterRuntime:
         if threading.current_thread() is threading.main_thread():
             env[lifeline.PDEATHSIG_ENV] = "1"
         if not self.show_tf_logs:
-            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         env.update(self.extra_env)
         return env
 

@@ -31,6 +31,7 @@ class TaskContext:
     cluster: dict[str, list[str]]
     target: str | None = None
     server: Any = field(default=None, repr=False)
+    call_id: int = 0  # the same in every task for one cluster.run(...) call
 
     @property
     def name(self) -> str:

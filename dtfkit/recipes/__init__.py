@@ -1,0 +1,1 @@
+"""Training functions that run inside tasks, with safe defaults (see ``tf1``)."""
