@@ -23,7 +23,8 @@ from __future__ import annotations
 import html
 import itertools
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from dtfkit.errors import DtfkitError, TaskExited, TaskFailed, TaskNotRunning, TaskTimeout
 from dtfkit.metrics import MetricLog
@@ -33,7 +34,7 @@ from dtfkit.spec import ClusterLayout, TaskId
 ERROR_POLICIES = ("interrupt", "wait")
 STACK_DUMP_WAIT = 5.0
 
-_BY_NAME: dict[str, "LocalCluster"] = {}
+_BY_NAME: dict[str, LocalCluster] = {}
 
 
 class LogText(str):
@@ -285,9 +286,14 @@ class LocalCluster:
                             try:
                                 results[proc.task] = cloudpickle.loads(event.payload[2])
                             except Exception as exc:  # noqa: BLE001
-                                failures.append((proc.task, DtfkitError(
-                                    f"{proc.task} returned a value the notebook cannot load: {exc}"
-                                )))
+                                failures.append(
+                                    (
+                                        proc.task,
+                                        DtfkitError(
+                                            f"{proc.task} returned a value the notebook cannot load: {exc}"
+                                        ),
+                                    )
+                                )
                                 failed = True
                             finish(proc)
                         elif kind == "error":
@@ -298,11 +304,16 @@ class LocalCluster:
                     elif event.kind == "exit":
                         finish(proc)
                         rt._drain_logs(proc)
-                        failures.append((proc.task, TaskExited(
-                            f"{proc.task} exited with code {event.payload} while running "
-                            f"{self._fn_name}; last log lines:\n{rt._tails([proc.task.name])}\n"
-                            f"Next step: fix the cause above, then cluster.restart('{proc.task}')."
-                        )))
+                        failures.append(
+                            (
+                                proc.task,
+                                TaskExited(
+                                    f"{proc.task} exited with code {event.payload} while running "
+                                    f"{self._fn_name}; last log lines:\n{rt._tails([proc.task.name])}\n"
+                                    f"Next step: fix the cause above, then cluster.restart('{proc.task}')."
+                                ),
+                            )
+                        )
                         failed = True
                     if failed and pending and on_error == "interrupt" and grace_deadline is None:
                         grace_deadline = interrupt_pending(f"{failures[0][0]} failed")
@@ -324,8 +335,10 @@ class LocalCluster:
             if event is None:
                 break
             proc = rt._handle(event)
-            if proc is not None and proc.task in pending and (
-                event.kind == "exit" or event.payload[1:2] == (call_id,)
+            if (
+                proc is not None
+                and proc.task in pending
+                and (event.kind == "exit" or event.payload[1:2] == (call_id,))
             ):
                 pending.pop(proc.task).busy_with = None
         self._stop_stragglers(pending, notes, grace)
@@ -378,7 +391,9 @@ class LocalCluster:
                 continue
             failure = later.pop(t, None)
             stopped = isinstance(failure, tuple) and failure[0] == "KeyboardInterrupt"
-            others.append(note + (" and stopped" if stopped else "" if failure is None else ", then failed too"))
+            others.append(
+                note + (" and stopped" if stopped else "" if failure is None else ", then failed too")
+            )
         others += [f"{t} failed too" for t in later]
         other_text = "What happened to the other tasks: " + "; ".join(others) + "." if others else ""
         if isinstance(first, tuple):
@@ -403,7 +418,7 @@ class LocalCluster:
         if self.name and _BY_NAME.get(self.name) is self:
             del _BY_NAME[self.name]
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -435,13 +450,18 @@ class LocalCluster:
         for task in self._rt.layout.tasks:
             proc = self._rt.procs.get(task)
             address = self._rt.addresses.get(task, "-") if task.serves else "(no server)"
-            rows.append((task.name, task.job, address, str(proc.pid) if proc else "-", proc.status if proc else "-"))
+            rows.append(
+                (task.name, task.job, address, str(proc.pid) if proc else "-", proc.status if proc else "-")
+            )
         return rows
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else self._rt.isolation_note
         lines = [f"LocalCluster {self.id}: {_counts(self._rt.layout)}; {state}"]
-        lines += [f"  {name:<12} {address:<18} pid {pid:<8} {status}" for name, _, address, pid, status in self._rows()]
+        lines += [
+            f"  {name:<12} {address:<18} pid {pid:<8} {status}"
+            for name, _, address, pid, status in self._rows()
+        ]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -449,7 +469,9 @@ class LocalCluster:
         warn = not rt.isolated and not self.closed
         note = html.escape("closed" if self.closed else rt.isolation_note)
         style = "color:#b00;font-weight:bold" if warn else "color:#060"
-        head = "".join(f"<th style='text-align:left'>{h}</th>" for h in ("task", "role", "address", "pid", "state"))
+        head = "".join(
+            f"<th style='text-align:left'>{h}</th>" for h in ("task", "role", "address", "pid", "state")
+        )
         body = "".join(
             "<tr>" + "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in row) + "</tr>"
             for row in self._rows()
@@ -498,4 +520,3 @@ def _cell_key() -> str | None:
         parent = getattr(shell, "parent_header", {})
     cell = (parent or {}).get("metadata", {}).get("cellId")
     return f"cell:{cell}" if cell else None
-

@@ -41,9 +41,7 @@ def count_gpus() -> int:
     return 0
 
 
-def plan_visible_devices(
-    tasks: list[str], n_gpus: int, policy: str = "auto"
-) -> dict[str, tuple[str, bool]]:
+def plan_visible_devices(tasks: list[str], n_gpus: int, policy: str = "auto") -> dict[str, tuple[str, bool]]:
     """For each task name: (CUDA_VISIBLE_DEVICES value, memory growth on?).
 
     Memory growth is applied with ``TF_FORCE_GPU_ALLOW_GROWTH=true`` in the task's
@@ -52,11 +50,7 @@ def plan_visible_devices(
     if policy not in POLICIES:
         raise DtfkitError(f"unknown gpus policy {policy!r}: use one of {', '.join(POLICIES)}")
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids = (
-        [d.strip() for d in visible.split(",") if d.strip()]
-        if visible
-        else [str(i) for i in range(n_gpus)]
-    )
+    ids = [d.strip() for d in visible.split(",") if d.strip()] if visible else [str(i) for i in range(n_gpus)]
     workers = [t for t in tasks if t.split(":")[0] in ("chief", "worker")]
     plan: dict[str, tuple[str, bool]] = {}
     own_gpu = policy == "auto" and 0 < len(workers) <= len(ids)

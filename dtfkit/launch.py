@@ -100,7 +100,9 @@ def launch(
         runtime.close()
 
 
-def _supervise(runtime: ClusterRuntime, layout: ClusterLayout, timeout: float | None, started: float) -> LaunchResult:
+def _supervise(
+    runtime: ClusterRuntime, layout: ClusterLayout, timeout: float | None, started: float
+) -> LaunchResult:
     finishing = [t for t in layout.tasks if t.job in ("chief", "worker", "evaluator")]
     codes: dict[TaskId, int | None] = {t: None for t in layout.tasks}
     failed: list[str] = []
@@ -127,11 +129,17 @@ def _supervise(runtime: ClusterRuntime, layout: ClusterLayout, timeout: float | 
             if event is None:
                 if deadline is not None and now >= deadline:
                     timed_out = True
-                    note(f"timeout after {timeout:g} s: stopping {', '.join(t.name for t in sorted(remaining))}")
+                    note(
+                        f"timeout after {timeout:g} s: stopping {', '.join(t.name for t in sorted(remaining))}"
+                    )
                     break
                 if chief_done_at is not None and not hinted:
                     hinted = True
-                    quiet = [t.name for t in sorted(remaining) if now - last_output.get(t.name, now) >= HANG_HINT_AFTER]
+                    quiet = [
+                        t.name
+                        for t in sorted(remaining)
+                        if now - last_output.get(t.name, now) >= HANG_HINT_AFTER
+                    ]
                     if quiet:
                         note(
                             f"{', '.join(quiet)} still running {HANG_HINT_AFTER:.0f} s after {chief} finished, "

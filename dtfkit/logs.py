@@ -17,7 +17,7 @@ import collections
 import os
 import re
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 # Lines TensorFlow prints at start-up that teach nothing. Matched against the
 # whole line; kept in the log files and in logs(..., everything=True).

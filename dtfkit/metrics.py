@@ -14,7 +14,8 @@ Example::
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class MetricLog:

@@ -96,9 +96,7 @@ def isolation_available() -> tuple[bool, str]:
     """
     if not sys.platform.startswith("linux"):
         return False, f"network namespaces are Linux-only (this is {sys.platform})"
-    probe = (
-        "from dtfkit import netns; netns.unshare_user_and_net(); netns.loopback_up(); print('ok')"
-    )
+    probe = "from dtfkit import netns; netns.unshare_user_and_net(); netns.loopback_up(); print('ok')"
     try:
         out = subprocess.run(
             [sys.executable, "-c", probe],

@@ -21,9 +21,10 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Listener
-from typing import Any, Callable
+from typing import Any
 
 from dtfkit import gpu, lifeline, netns, state
 from dtfkit.errors import ClusterStartError, DtfkitError, TaskNotRunning
@@ -37,7 +38,7 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START_ATTEMPTS = 3
 LAST_LINES = 15
 
-_OPEN: set["ClusterRuntime"] = set()
+_OPEN: set[ClusterRuntime] = set()
 _OPEN_LOCK = threading.Lock()
 
 
@@ -166,9 +167,7 @@ class ClusterRuntime:
         self._authkey = secrets.token_bytes(16)
         self._socket_path = os.path.join(self.dir, "control.sock")
         self._listener = Listener(self._socket_path, family="AF_UNIX", authkey=self._authkey)
-        self._gpu_plan = gpu.plan_visible_devices(
-            [t.name for t in layout.tasks], gpu.count_gpus(), gpus
-        )
+        self._gpu_plan = gpu.plan_visible_devices([t.name for t in layout.tasks], gpu.count_gpus(), gpus)
         with _OPEN_LOCK:
             _OPEN.add(self)
         self._spawn_thread(self._accept_loop, "dtfkit-accept")
@@ -285,16 +284,30 @@ class ClusterRuntime:
     def _start_tasks(self, tasks: tuple[TaskId, ...] | list[TaskId], restart: bool = False) -> None:
         """Spawn ``tasks``, gather their ports, send the ClusterSpec, wait until all serve."""
         deadline = time.monotonic() + self.start_timeout
-        pending = {t: self._spawn(t, port=self.addresses.get(t) and _port_of(self.addresses[t])) for t in tasks}
+        pending = {
+            t: self._spawn(t, port=self.addresses.get(t) and _port_of(self.addresses[t])) for t in tasks
+        }
         bar = _progress_bar(len(pending), f"starting {_describe(list(pending))}", self.progress)
         try:
             with self._live_output():
                 if not restart:
-                    self._wait(lambda: all(p.port is not None for p in pending.values()), deadline, pending, "report its port")
-                    self.addresses = {t: f"localhost:{p.port}" for t, p in pending.items() if p.port is not None}
+                    self._wait(
+                        lambda: all(p.port is not None for p in pending.values()),
+                        deadline,
+                        pending,
+                        "report its port",
+                    )
+                    self.addresses = {
+                        t: f"localhost:{p.port}" for t, p in pending.items() if p.port is not None
+                    }
                     self.cluster = cluster_dict(self.addresses)
                 else:
-                    self._wait(lambda: all(p.conn is not None and p.port is not None for p in pending.values()), deadline, pending, "connect")
+                    self._wait(
+                        lambda: all(p.conn is not None and p.port is not None for p in pending.values()),
+                        deadline,
+                        pending,
+                        "connect",
+                    )
                 for t, p in pending.items():
                     p.send(("spec", self.cluster, tf_config(self.cluster, t) if t.job != "client" else ""))
 
@@ -438,7 +451,7 @@ class ClusterRuntime:
         return "\n".join(parts)
 
     class _LiveOutput:
-        def __init__(self, runtime: "ClusterRuntime"):
+        def __init__(self, runtime: ClusterRuntime):
             self.runtime = runtime
 
         def __enter__(self):
@@ -460,7 +473,7 @@ class ClusterRuntime:
                 else:
                     self.runtime.events.put(event)
 
-    def _live_output(self) -> "_LiveOutput":
+    def _live_output(self) -> _LiveOutput:
         return ClusterRuntime._LiveOutput(self)
 
     # -------------------------------------------------------------- lifecycle
@@ -572,7 +585,7 @@ def _describe(tasks: list[TaskId]) -> str:
     counts: dict[str, int] = {}
     for t in tasks:
         counts[t.job] = counts.get(t.job, 0) + 1
-    return " + ".join(f"{n} {job}" for job, n in counts.items())
+    return " + ".join(f"{n} {job}" + ("s" if n > 1 and job == "worker" else "") for job, n in counts.items())
 
 
 def _print_line(task: str, line: str) -> None:

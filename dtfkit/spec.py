@@ -15,8 +15,8 @@ Example::
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from dtfkit.errors import DtfkitError
 
@@ -47,7 +47,7 @@ class TaskId:
         return self.job in SERVING_ROLES
 
     @classmethod
-    def parse(cls, text: str | "TaskId", index: int | None = None) -> "TaskId":
+    def parse(cls, text: str | TaskId, index: int | None = None) -> TaskId:
         """Accept ``"worker:1"``, ``("worker", 1)`` style arguments, or a TaskId."""
         if isinstance(text, TaskId):
             return text
@@ -81,7 +81,7 @@ class ClusterLayout:
     @classmethod
     def from_counts(
         cls, *, ps: int = 0, workers: int = 0, chief: int = 0, evaluator: int = 0
-    ) -> "ClusterLayout":
+    ) -> ClusterLayout:
         counts = {"ps": ps, "worker": workers, "chief": chief, "evaluator": evaluator}
         for role, n in counts.items():
             if isinstance(n, bool) or not isinstance(n, int):

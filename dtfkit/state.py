@@ -129,7 +129,11 @@ def cleanup(*, everything: bool = False, dry_run: bool = False, keep_logs: bool 
         if not os.path.exists(state_path):
             # Closed cleanly (or never got going): only logs are left.
             owner_pid = cluster_id.split("-")[0]
-            if not keep_logs and not dry_run and not (owner_pid.isdigit() and psutil.pid_exists(int(owner_pid))):
+            if (
+                not keep_logs
+                and not dry_run
+                and not (owner_pid.isdigit() and psutil.pid_exists(int(owner_pid)))
+            ):
                 shutil.rmtree(path, ignore_errors=True)
                 report.removed_dirs.append(cluster_id)
             elif owner_pid.isdigit() and not psutil.pid_exists(int(owner_pid)):

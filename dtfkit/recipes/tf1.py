@@ -99,7 +99,9 @@ def train_between_graph(
             images = tf.compat.v1.placeholder(tf.float32, [None, NUM_FEATURES])
             labels = tf.compat.v1.placeholder(tf.int64, [None])
             logits = mlp(tf, images, hidden)
-            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+            loss = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            )
             accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), labels), tf.float32))
             global_step = tf.compat.v1.train.get_or_create_global_step()
             opt = (
@@ -122,17 +124,20 @@ def train_between_graph(
             wait_for_chief_init(tf, ctx.target, config)
         local_steps, step, value = 0, 0, float("nan")
         first_step = last_step = None
-        with _quiet_queue_runner_cancel(tf), tf.compat.v1.train.MonitoredTrainingSession(
-            master=ctx.target,
-            is_chief=ctx.is_chief,
-            checkpoint_dir=checkpoint_dir,
-            hooks=hooks,
-            config=config,
-            stop_grace_period_secs=stop_grace_secs,
-            log_step_count_steps=0,
-            save_summaries_steps=None,
-            save_summaries_secs=None,
-        ) as sess:
+        with (
+            _quiet_queue_runner_cancel(tf),
+            tf.compat.v1.train.MonitoredTrainingSession(
+                master=ctx.target,
+                is_chief=ctx.is_chief,
+                checkpoint_dir=checkpoint_dir,
+                hooks=hooks,
+                config=config,
+                stop_grace_period_secs=stop_grace_secs,
+                log_step_count_steps=0,
+                save_summaries_steps=None,
+                save_summaries_secs=None,
+            ) as sess,
+        ):
             while not sess.should_stop():
                 idx = rng.integers(0, len(x), batch_size)
                 if delay:
