@@ -207,9 +207,18 @@ def main() -> None:
             channel.send(("start_failed", "import", traceback.format_exc()))
             os._exit(3)
 
-    _, cluster, tf_config = channel.wait_for("spec")
+    _, cluster, tf_config, setup = channel.wait_for("spec")
     if tf_config:
         os.environ["TF_CONFIG"] = tf_config
+    if setup is not None:
+        try:
+            import cloudpickle
+
+            fn, args, kwargs = cloudpickle.loads(setup)
+            fn(*args, **kwargs)
+        except BaseException:  # noqa: BLE001
+            channel.send(("start_failed", "setup", traceback.format_exc()))
+            os._exit(3)
     server = None
     if reserved is not None:
         reserved.close()

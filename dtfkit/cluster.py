@@ -64,6 +64,10 @@ class LocalCluster:
         start_servers: False starts the processes (TensorFlow imported, ``TF_CONFIG``
             set) without a server, for strategies that start their own
             (``MultiWorkerMirroredStrategy``).
+        setup: a function each task runs after importing TensorFlow and before its
+            server starts: the place to configure devices (logical CPUs/GPUs), which
+            TensorFlow allows only before it initializes them. If it raises, start
+            fails with ``ClusterStartError`` naming the task.
         show_tf_logs: show TensorFlow's C++ start-up messages too.
         start_timeout: seconds every task gets to come up.
         progress: show a progress bar while starting.
@@ -88,6 +92,7 @@ class LocalCluster:
         gpus: str = "auto",
         env: dict[str, str] | None = None,
         start_servers: bool = True,
+        setup: Callable[[], Any] | None = None,
         show_tf_logs: bool = False,
         start_timeout: float = 120.0,
         progress: bool = True,
@@ -110,6 +115,7 @@ class LocalCluster:
             show_tf_logs=show_tf_logs,
             start_timeout=start_timeout,
             progress=progress,
+            setup_payload=None if setup is None else _pickle_call(setup, (), {}),
         )
         self._rt.start()
         if self.name:

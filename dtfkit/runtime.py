@@ -128,6 +128,7 @@ class ClusterRuntime:
         script_args: list[str] | None = None,
         echo: Callable[[str, str], None] | None = None,
         cwd: str | None = None,
+        setup_payload: bytes | None = None,
     ):
         if mode not in TASK_MODES:
             raise DtfkitError(f"unknown task mode {mode!r}")
@@ -140,6 +141,7 @@ class ClusterRuntime:
         self.network_requested = network
         self.gpu_policy = gpus
         self.extra_env = {str(k): str(v) for k, v in (env or {}).items()}
+        self.setup_payload = setup_payload
         self.show_tf_logs = show_tf_logs
         self.start_timeout = float(start_timeout)
         self.progress = progress
@@ -235,15 +237,17 @@ class ClusterRuntime:
     def _base_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.pop(lifeline.PDEATHSIG_ENV, None)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, self.cwd, env.get("PYTHONPATH")) if p)
+        user_path = self.extra_env.get("PYTHONPATH") or env.get("PYTHONPATH")
+        env.update(self.extra_env)
+        # Tasks must import dtfkit and the caller's own modules, whatever env= says.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, self.cwd, user_path) if p)
         env["PYTHONUNBUFFERED"] = "1"
         env[state.CLUSTER_ENV] = self.id
         env[lifeline.OWNER_ENV] = str(os.getpid())
         if threading.current_thread() is threading.main_thread():
             env[lifeline.PDEATHSIG_ENV] = "1"
-        if not self.show_tf_logs:
-            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        env.update(self.extra_env)
+        if not self.show_tf_logs and "TF_CPP_MIN_LOG_LEVEL" not in self.extra_env:
+            env["TF_CPP_MIN_LOG_LEVEL"] = "2"
         return env
 
     def _spawn(self, task: TaskId, port: int | None = None, mode: str | None = None) -> TaskProcess:
@@ -309,7 +313,8 @@ class ClusterRuntime:
                         "connect",
                     )
                 for t, p in pending.items():
-                    p.send(("spec", self.cluster, tf_config(self.cluster, t) if t.job != "client" else ""))
+                    config = tf_config(self.cluster, t) if t.job != "client" else ""
+                    p.send(("spec", self.cluster, config, self.setup_payload))
 
                 def all_ready() -> bool:
                     if bar is not None:
@@ -445,9 +450,13 @@ class ClusterRuntime:
     def _tails(self, names: list[str]) -> str:
         parts = []
         for name in names:
-            lines = self.logbook.lines(name, everything=True, tail=LAST_LINES)
-            body = "\n".join(f"  [{name}] {line}" for line in lines) or f"  [{name}] (no output)"
-            parts.append(body)
+            lines = self.logbook.lines(name, tail=LAST_LINES)
+            if lines:
+                parts.append("\n".join(f"  [{name}] {line}" for line in lines))
+            else:
+                parts.append(
+                    f"  [{name}] (nothing besides TensorFlow's start-up messages; see {self.logbook.path(name)})"
+                )
         return "\n".join(parts)
 
     class _LiveOutput:
