@@ -22,17 +22,14 @@ from __future__ import annotations
 
 import html
 import itertools
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from dtfkit.errors import DtfkitError, TaskExited, TaskFailed, TaskNotRunning, TaskTimeout
+from dtfkit.calls import ERROR_POLICIES, RunHandle
+from dtfkit.errors import DtfkitError, TaskNotRunning
 from dtfkit.metrics import MetricLog
-from dtfkit.runtime import ClusterRuntime, TaskProcess
+from dtfkit.runtime import ClusterRuntime
 from dtfkit.spec import ClusterLayout, TaskId
-
-ERROR_POLICIES = ("interrupt", "wait")
-STACK_DUMP_WAIT = 5.0
 
 _BY_NAME: dict[str, LocalCluster] = {}
 
@@ -105,7 +102,6 @@ class LocalCluster:
             previous.close()
             print(f"dtfkit: closed the cluster this cell started before ({previous._rt.id})")
         self._calls = itertools.count(1)
-        self._fn_name = ""
         self._rt = ClusterRuntime(
             layout,
             mode="serve" if start_servers else "noserve",
@@ -203,211 +199,70 @@ class LocalCluster:
 
             results = cluster.run(train, args=(0.01,), on="workers", timeout=60)
         """
-        self._rt._check_open()
+        return self.submit(fn, args, kwargs, on=on, timeout=timeout, on_error=on_error, grace=grace).result()
+
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        args: Iterable[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        on: str | Iterable[str] = "workers",
+        timeout: float | None = None,
+        on_error: str = "interrupt",
+        grace: float = 5.0,
+    ) -> RunHandle:
+        """Like ``run()``, but return a ``RunHandle`` at once instead of waiting.
+
+        Example::
+
+            handle = cluster.submit(train)
+            cluster.metrics.wait_for(lambda row: row.get("step", 0) >= 50, timeout=60)
+            cluster.kill("worker", 1)
+            handle.result()
+        """
+        rt = self._rt
+        rt._check_open()
         if not callable(fn):
             raise DtfkitError(f"run() needs a function, not {type(fn).__name__}")
         if on_error not in ERROR_POLICIES:
             raise DtfkitError(f"on_error must be one of {', '.join(ERROR_POLICIES)}, not {on_error!r}")
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
             raise DtfkitError(f"timeout must be a positive number of seconds or None, not {timeout!r}")
+        if not (isinstance(grace, (int, float)) and grace >= 0):
+            raise DtfkitError(f"grace must be a number of seconds >= 0, not {grace!r}")
         payload = _pickle_call(fn, tuple(args), dict(kwargs or {}))
-        self._fn_name = getattr(fn, "__qualname__", "the function")
-        call_id = next(self._calls)
+        name = getattr(fn, "__qualname__", "the function")
+        options = {"timeout": timeout, "on_error": on_error, "grace": grace}
         if on == "client":
-            return self._run_client(call_id, payload, timeout, grace)
-        tasks = self._rt.layout.select(on)
-        procs = [self._rt.procs[t] for t in tasks]
+            return self._submit_client(payload, name, options)
+        procs = [rt.procs[t] for t in rt.layout.select(on)]
         for proc in procs:
             if not proc.alive or not proc.ready:
                 raise TaskNotRunning(
                     f"{proc.task} is {proc.status}: nothing was run. Start it again with "
                     f"cluster.restart('{proc.task}') or start a new cluster."
                 )
-        return self._execute(procs, call_id, payload, timeout, on_error, grace)
+        return RunHandle(rt, procs, next(self._calls), payload, name, **options)
 
-    def _run_client(self, call_id: int, payload: bytes, timeout: float | None, grace: float):
+    def _submit_client(self, payload: bytes, name: str, options: dict) -> RunHandle:
         rt = self._rt
         task = TaskId("client", next(rt._client_ids))
-        try:
-            rt._start_tasks([task], restart=True)
-            return self._execute([rt.procs[task]], call_id, payload, timeout, "interrupt", grace)
-        finally:
+
+        def end_client() -> None:
             proc = rt.procs.pop(task, None)
             if proc is not None:
                 proc.kill()
                 rt._reap([proc])
 
-    def _execute(
-        self,
-        procs: list[TaskProcess],
-        call_id: int,
-        payload: bytes,
-        timeout: float | None,
-        on_error: str,
-        grace: float,
-    ) -> dict[str, Any]:
-        import cloudpickle
-
-        rt = self._rt
-        pending = {p.task: p for p in procs}
-        results: dict[TaskId, Any] = {}
-        failures: list[tuple[TaskId, Exception]] = []
-        notes: dict[TaskId, str] = {}
-        for proc in procs:
-            proc.send(("call", call_id, payload))
-            proc.busy_with = call_id
-        deadline = time.monotonic() + timeout if timeout else None
-        grace_deadline: float | None = None
-
-        def interrupt_pending(reason: str) -> float:
-            for p in pending.values():
-                try:
-                    p.send(("interrupt", call_id))
-                    notes[p.task] = f"{p.task} was interrupted ({reason})"
-                except TaskNotRunning:
-                    pass
-            return time.monotonic() + grace
-
-        def finish(proc: TaskProcess) -> None:
-            pending.pop(proc.task, None)
-            proc.busy_with = None
-
         try:
-            with rt._live_output():
-                while pending:
-                    limits = [d for d in (deadline, grace_deadline) if d is not None]
-                    event = rt._next_event(min(limits) if limits else None)
-                    if event is None:
-                        if grace_deadline is not None and time.monotonic() >= grace_deadline:
-                            self._stop_stragglers(pending, notes, grace)
-                            break
-                        self._time_out(pending, call_id, timeout)
-                    proc = rt._handle(event)
-                    if proc is None or proc.task not in pending:
-                        continue
-                    failed = False
-                    if event.kind == "msg" and event.payload[1:2] == (call_id,):
-                        kind = event.payload[0]
-                        if kind == "result":
-                            try:
-                                results[proc.task] = cloudpickle.loads(event.payload[2])
-                            except Exception as exc:  # noqa: BLE001
-                                failures.append(
-                                    (
-                                        proc.task,
-                                        DtfkitError(
-                                            f"{proc.task} returned a value the notebook cannot load: {exc}"
-                                        ),
-                                    )
-                                )
-                                failed = True
-                            finish(proc)
-                        elif kind == "error":
-                            _, _, exc_type, message, tb = event.payload
-                            failures.append((proc.task, (exc_type, message, tb)))
-                            finish(proc)
-                            failed = True
-                    elif event.kind == "exit":
-                        finish(proc)
-                        rt._drain_logs(proc)
-                        failures.append(
-                            (
-                                proc.task,
-                                TaskExited(
-                                    f"{proc.task} exited with code {event.payload} while running "
-                                    f"{self._fn_name}; last log lines:\n{rt._tails([proc.task.name])}\n"
-                                    f"Next step: fix the cause above, then cluster.restart('{proc.task}')."
-                                ),
-                            )
-                        )
-                        failed = True
-                    if failed and pending and on_error == "interrupt" and grace_deadline is None:
-                        grace_deadline = interrupt_pending(f"{failures[0][0]} failed")
-        except KeyboardInterrupt:
-            if pending:
-                interrupt_pending("the cell was interrupted")
-                self._await_stop(pending, call_id, grace, notes)
+            rt._start_tasks([task], restart=True)
+            return RunHandle(
+                rt, [rt.procs[task]], next(self._calls), payload, name, on_finish=end_client, **options
+            )
+        except BaseException:
+            end_client()
             raise
-        if failures:
-            raise self._failure(failures, notes)
-        return {t.name: results[t] for t in (p.task for p in procs)}
-
-    def _await_stop(self, pending: dict, call_id: int, grace: float, notes: dict) -> None:
-        """After an interrupt: let tasks return within ``grace`` s, then kill the rest."""
-        rt = self._rt
-        end = time.monotonic() + grace
-        while pending:
-            event = rt._next_event(end)
-            if event is None:
-                break
-            proc = rt._handle(event)
-            if (
-                proc is not None
-                and proc.task in pending
-                and (event.kind == "exit" or event.payload[1:2] == (call_id,))
-            ):
-                pending.pop(proc.task).busy_with = None
-        self._stop_stragglers(pending, notes, grace)
-
-    def _stop_stragglers(self, pending: dict, notes: dict, grace: float) -> None:
-        for task, proc in list(pending.items()):
-            proc.kill()
-            notes[task] = (
-                f"{task} was still running {grace:g} s after the interrupt and was killed; "
-                f"cluster.restart('{task}') starts it again"
-            )
-        self._rt._reap(list(pending.values()))
-        for proc in pending.values():
-            proc.busy_with = None
-        pending.clear()
-        self._rt._write_state()
-
-    def _time_out(self, pending: dict, call_id: int, timeout: float | None) -> None:
-        rt = self._rt
-        for proc in pending.values():
-            try:
-                proc.send(("dump_stacks", call_id))
-            except TaskNotRunning:
-                pass
-        stacks: dict[TaskId, str] = {}
-        end = time.monotonic() + STACK_DUMP_WAIT
-        while len(stacks) < len(pending):
-            event = rt._next_event(end)
-            if event is None:
-                break
-            proc = rt._handle(event)
-            if proc is not None and event.kind == "msg" and event.payload[0] == "stacks":
-                stacks[proc.task] = event.payload[2]
-        names = ", ".join(t.name for t in pending)
-        text = [
-            f"{names} did not return within {timeout:g} s. The stuck task(s) were killed; "
-            "cluster.restart() starts them again. Where each one was:"
-        ]
-        for task in pending:
-            text.append(f"--- {task} ---\n{stacks.get(task, '(no stack received)').rstrip()}")
-        self._stop_stragglers(pending, {}, 0)
-        raise TaskTimeout("\n".join(text))
-
-    def _failure(self, failures: list, notes: dict) -> Exception:
-        task, first = failures[0]
-        later = {t: f for t, f in failures[1:]}
-        others = []
-        for t, note in notes.items():
-            if t == task:
-                continue
-            failure = later.pop(t, None)
-            stopped = isinstance(failure, tuple) and failure[0] == "KeyboardInterrupt"
-            others.append(
-                note + (" and stopped" if stopped else "" if failure is None else ", then failed too")
-            )
-        others += [f"{t} failed too" for t in later]
-        other_text = "What happened to the other tasks: " + "; ".join(others) + "." if others else ""
-        if isinstance(first, tuple):
-            exc_type, message, tb = first
-            return TaskFailed(task.name, exc_type, message, tb, other_text)
-        if other_text:
-            first.args = (f"{first.args[0]}\n{other_text}",)
-        return first
 
     # ------------------------------------------------------------- lifecycle
     def kill(self, task: str, index: int | None = None) -> None:

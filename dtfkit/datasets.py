@@ -47,9 +47,7 @@ def digits_path():
     >>> digits_path().name
     'digits.npz'
     """
-    return (
-        resources.files(__package__ or "dtfkit").joinpath("data").joinpath("digits.npz")
-    )
+    return resources.files(__package__ or "dtfkit").joinpath("data").joinpath("digits.npz")
 
 
 @functools.lru_cache(maxsize=1)
@@ -72,9 +70,7 @@ def _check_int(name: str, value: object) -> int:
 
 def _check_xy(x: np.ndarray, y: np.ndarray) -> None:
     if len(x) != len(y):
-        raise ValueError(
-            f"x and y must have the same length, got len(x)={len(x)} and len(y)={len(y)}"
-        )
+        raise ValueError(f"x and y must have the same length, got len(x)={len(x)} and len(y)={len(y)}")
 
 
 def load_digits(
@@ -108,17 +104,11 @@ def load_digits(
     (1797, 8, 8)
     """
     if split not in _SPLITS:
-        raise ValueError(
-            f"unknown split {split!r}; expected one of {', '.join(_SPLITS)}"
-        )
-    if isinstance(test_fraction, bool) or not isinstance(
-        test_fraction, (int, float, np.floating)
-    ):
+        raise ValueError(f"unknown split {split!r}; expected one of {', '.join(_SPLITS)}")
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float, np.floating)):
         raise TypeError(f"test_fraction must be a float, got {test_fraction!r}")
     if not 0.0 < float(test_fraction) < 1.0:
-        raise ValueError(
-            f"test_fraction must be strictly between 0 and 1, got {test_fraction!r}"
-        )
+        raise ValueError(f"test_fraction must be strictly between 0 and 1, got {test_fraction!r}")
     seed = _check_int("seed", seed)
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
@@ -141,9 +131,7 @@ def load_digits(
     return x, labels[idx].astype(np.int64)
 
 
-def shard(
-    x: np.ndarray, y: np.ndarray, index: int, count: int
-) -> tuple[np.ndarray, np.ndarray]:
+def shard(x: np.ndarray, y: np.ndarray, index: int, count: int) -> tuple[np.ndarray, np.ndarray]:
     """Return the ``index``-th of ``count`` disjoint shards of ``(x, y)``.
 
     Shard ``i`` holds the examples ``i, i + count, i + 2 * count, ...``
@@ -162,13 +150,9 @@ def shard(
     if count < 1:
         raise ValueError(f"shard count must be >= 1, got {count}")
     if not 0 <= index < count:
-        raise ValueError(
-            f"shard index must be in [0, {count - 1}] for count={count}, got {index}"
-        )
+        raise ValueError(f"shard index must be in [0, {count - 1}] for count={count}, got {index}")
     if count > len(x):
-        raise ValueError(
-            f"cannot split {len(x)} examples into {count} non-empty shards (count > len(x))"
-        )
+        raise ValueError(f"cannot split {len(x)} examples into {count} non-empty shards (count > len(x))")
     return x[index::count], y[index::count]
 
 
@@ -213,8 +197,7 @@ def batches(
         raise ValueError("cannot batch an empty dataset")
     if drop_remainder and batch_size > len(x):
         raise ValueError(
-            f"batch_size={batch_size} > {len(x)} examples with drop_remainder=True "
-            "would yield nothing"
+            f"batch_size={batch_size} > {len(x)} examples with drop_remainder=True would yield nothing"
         )
     return _batch_iter(x, y, batch_size, seed, epochs, drop_remainder)
 

@@ -50,9 +50,12 @@ class LogBook:
         self.directory = directory
         self._keep = keep
         self._lines: dict[str, collections.deque[tuple[bool, str]]] = {}
+        # Every line in arrival order, numbered, so a waiter can print what it missed.
+        self.seq = 0
+        self._recent: collections.deque[tuple[int, str, bool, str]] = collections.deque(maxlen=keep * 4)
         self._files: dict[str, object] = {}
         self._lock = threading.Lock()
-        self.listener: Callable[[str, str], None] | None = None
+        self.listener: Callable[[int, str, str], None] | None = None
         self.show_noise = False
         if directory:
             os.makedirs(directory, exist_ok=True)
@@ -66,6 +69,9 @@ class LogBook:
     def add(self, task: str, line: str) -> None:
         noise = is_noise(line)
         with self._lock:
+            self.seq += 1
+            seq = self.seq
+            self._recent.append((seq, task, noise, line))
             self._lines.setdefault(task, collections.deque(maxlen=self._keep)).append((noise, line))
             if self.directory:
                 f = self._files.get(task)
@@ -75,7 +81,7 @@ class LogBook:
                 f.flush()
         listener = self.listener
         if listener is not None and (self.show_noise or not noise):
-            listener(task, line)
+            listener(seq, task, line)
 
     def lines(self, task: str, *, everything: bool = False, tail: int | None = None) -> list[str]:
         """The lines a task printed; TF start-up noise left out unless ``everything``."""
@@ -83,6 +89,12 @@ class LogBook:
             items = list(self._lines.get(task, ()))
         out = [line for noise, line in items if everything or self.show_noise or not noise]
         return out[-tail:] if tail else out
+
+    def since(self, seq: int) -> list[tuple[int, str, str]]:
+        """(number, task, line) of every shown line after line number ``seq``."""
+        with self._lock:
+            items = [r for r in self._recent if r[0] > seq]
+        return [(n, task, line) for n, task, noise, line in items if self.show_noise or not noise]
 
     def close(self) -> None:
         with self._lock:

@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,12 +25,14 @@ class MetricLog:
     def __init__(self) -> None:
         self._rows: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
 
     def add(self, task: str, event: dict[str, Any]) -> None:
         row = {"task": task, **event}
         with self._lock:
             self._rows.append(row)
+            self._arrived.notify_all()
         for listener in list(self.listeners):
             listener(row)
 
@@ -52,6 +55,26 @@ class MetricLog:
                 xs.append(r[x])
                 ys.append(r[y])
         return out
+
+    def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float) -> dict[str, Any]:
+        """Block until an event satisfying ``predicate`` arrives (or has); return it.
+
+        Raises ``TimeoutError`` after ``timeout`` seconds. Example::
+
+            cluster.metrics.wait_for(lambda row: row.get("step", 0) >= 100, timeout=60)
+        """
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._arrived:
+            while True:
+                for row in self._rows[seen:]:
+                    if predicate(row):
+                        return row
+                seen = len(self._rows)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"no metric event matched within {timeout:g} s ({seen} events seen)")
+                self._arrived.wait(remaining)
 
     def clear(self) -> None:
         with self._lock:

@@ -158,6 +158,9 @@ class ClusterRuntime:
         self.cluster: dict[str, list[str]] = {}
         self.events: queue.Queue[Event] = queue.Queue()
         self.metrics = MetricLog()
+        self.replies: dict[int, dict[TaskId, tuple]] = {}
+        self.stacks: dict[int, dict[TaskId, str]] = {}
+        self.printed_seq = 0
         self.started_at = time.time()
         self._gens = itertools.count(1)
         self._client_ids = itertools.count(0)
@@ -307,7 +310,10 @@ class ClusterRuntime:
                     self.cluster = cluster_dict(self.addresses)
                 else:
                     self._wait(
-                        lambda: all(p.conn is not None and p.port is not None for p in pending.values()),
+                        lambda: all(
+                            p.conn is not None and (p.port is not None or t.job == "client")
+                            for t, p in pending.items()
+                        ),
                         deadline,
                         pending,
                         "connect",
@@ -379,7 +385,7 @@ class ClusterRuntime:
     def _handle(self, event: Event) -> TaskProcess | None:
         """Apply an event to the task it concerns; returns that task (current generation only)."""
         if event.kind == "log":
-            self.echo(event.task, event.payload)
+            self._echo(event.gen, event.task, event.payload)
             return None
         proc = next((p for p in self.procs.values() if p.task.name == event.task), None)
         if proc is None or proc.gen != event.gen:
@@ -392,6 +398,10 @@ class ClusterRuntime:
                 proc.port = message[1]
             elif message[0] == "ready":
                 proc.ready = True
+            elif message[0] in ("result", "error"):
+                self.replies.setdefault(message[1], {})[proc.task] = message
+            elif message[0] == "stacks":
+                self.stacks.setdefault(message[1], {})[proc.task] = message[2]
             elif message[0] == "start_failed":
                 proc.start_error = message[2]
                 if message[1] == "bind" and not self.isolated:
@@ -460,30 +470,35 @@ class ClusterRuntime:
         return "\n".join(parts)
 
     class _LiveOutput:
-        def __init__(self, runtime: ClusterRuntime):
+        """While the caller waits, print task output in the caller's thread (its cell).
+
+        Lines that arrived after ``since`` while nobody was waiting are printed first.
+        """
+
+        def __init__(self, runtime: ClusterRuntime, since: int):
             self.runtime = runtime
+            self.since = since
 
         def __enter__(self):
-            events = self.runtime.events
-            self.runtime.logbook.listener = lambda task, line: events.put(Event("log", task, 0, line))
+            rt = self.runtime
+            rt.printed_seq = max(rt.printed_seq, self.since)
+            rt.logbook.listener = lambda seq, task, line: rt.events.put(Event("log", task, seq, line))
+            for seq, task, line in rt.logbook.since(rt.printed_seq):
+                rt._echo(seq, task, line)
 
         def __exit__(self, *exc):
-            self.runtime.logbook.listener = None
-            # Print what arrived before we stopped listening, in this (the caller's) cell.
-            pending = []
-            while True:
-                try:
-                    pending.append(self.runtime.events.get_nowait())
-                except queue.Empty:
-                    break
-            for event in pending:
-                if event.kind == "log":
-                    self.runtime.echo(event.task, event.payload)
-                else:
-                    self.runtime.events.put(event)
+            rt = self.runtime
+            rt.logbook.listener = None
+            for seq, task, line in rt.logbook.since(rt.printed_seq):
+                rt._echo(seq, task, line)
 
-    def _live_output(self) -> _LiveOutput:
-        return ClusterRuntime._LiveOutput(self)
+    def _live_output(self, since: int | None = None) -> _LiveOutput:
+        return ClusterRuntime._LiveOutput(self, self.logbook.seq if since is None else since)
+
+    def _echo(self, seq: int, task: str, line: str) -> None:
+        if seq > self.printed_seq:
+            self.printed_seq = seq
+            self.echo(task, line)
 
     # -------------------------------------------------------------- lifecycle
     def task_process(self, task: str | TaskId, index: int | None = None) -> TaskProcess:

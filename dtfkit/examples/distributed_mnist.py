@@ -33,22 +33,40 @@ the command line wins over ``TF_CONFIG``.
 
 Output: a ps prints ``ps N serving at grpc://...``; a worker prints
 ``Train step S, loss: L`` when the global step it reads is a multiple of 100,
-and finally ``worker N done: local_steps=<int> global_step=<int>`` (the last
-global step it saw).
+``worker N stopped training, closing the session (...)`` when its loop ends,
+and finally ``worker N done: local_steps=<int> global_step=<int>`` (the steps
+this worker ran, and the global step read when its session closed). The chief
+(worker 0) checkpoints into ``--checkpoint_dir``, by default a fresh temp dir
+removed at exit, so two runs never share state.
 
-Flags that reproduce the classic pitfalls:
+Flags and behaviours (measured with 2 ps + 2 workers on one 2-core host):
 
-- ``--device_filters=False`` (the seed's behaviour), async: the chief finishes
-  and exits; the non-chief never gets a session (its session needs every task
-  of the cluster, including the worker that has gone) and hangs silently.
-  The default ``--device_filters=True`` restricts each worker's session to
-  ``/job:ps`` and itself.
-- ``--is_sync=True --stop_grace_secs=120`` (TF's default, as in the seed): the
-  chief's last step is followed by a wait of about 120 s before it exits, as
-  SyncReplicasOptimizer's queue-runner thread stays blocked waiting for
-  gradients that nobody will send. ``--stop_grace_secs=2`` shortens it.
-- ``--is_sync=True``: ``replicas_to_aggregate`` counts gradients, not distinct
-  workers; compare each worker's ``local_steps`` with the global step.
+- default (async, ``--device_filters=True``): both workers train (e.g.
+  ``local_steps`` 190 and 211) and exit about 1 s after the last step; the
+  global step may overshoot ``train_steps`` by one or two (in-flight steps).
+- ``--device_filters=False`` reproduces the seed's behaviour: a worker's
+  session then needs every task of the cluster. A non-chief that starts before
+  the chief has initialized the variables logs ``Waiting for model to be
+  ready`` and polls again only 30 s later (``SessionManager``'s
+  ``recovery_wait_secs``, not settable through MonitoredTrainingSession); by
+  then the chief has finished and exited, and the non-chief hangs forever,
+  silently. With the default device filter it depends only on ``/job:ps`` and
+  itself, so it starts late, runs one step, and exits.
+- ``--is_sync=True`` (SyncReplicasOptimizer) with the default
+  ``--stop_grace_secs=120`` (TF's default, as in the seed): the chief's exit
+  comes about 122 s after its last step. Its token queue-runner thread is
+  blocked in the accumulators' ``take_grad`` waiting for gradients nobody will
+  send; ``MonitoredSession.close()`` waits the full grace period (``Coordinator
+  stopped with threads still running:
+  QueueRunnerThread-sync_token_q-sync_token_q_EnqueueMany``), then closing the
+  session cancels the step (``CancelledError: Step was cancelled by an
+  explicit call to `Session::Close()```, printed as a thread traceback; harmless).
+  ``--stop_grace_secs=2`` makes the chief exit 3-6 s after its last step.
+- ``--is_sync=True`` also shows that ``replicas_to_aggregate`` counts gradients,
+  not distinct workers (tensorflow#11753): when the non-chief misses the start
+  (the 30 s poll above), the chief alone runs all the global steps with
+  ``local_steps=801`` for 400 steps (two of its own gradients per update) and
+  the non-chief then runs one step.
 """
 
 from __future__ import annotations
@@ -56,16 +74,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 
 import numpy as np
 import tensorflow as tf
 
-from dtfkit.datasets import load_digits, shard
-
-tf.compat.v1.disable_eager_execution()
+from dtfkit.datasets import batches, load_digits, shard
 
 flags = tf.compat.v1.app.flags
 # The seed's flags. Defaults of None mean "take it from TF_CONFIG, else the
@@ -82,7 +97,7 @@ flags.DEFINE_integer("batch_size", 32, "Per-worker batch size")
 flags.DEFINE_float("learning_rate", 1e-3, "Adam learning rate")
 flags.DEFINE_integer("hidden_units", 128, "Units in each of the 2 hidden layers")
 flags.DEFINE_string(
-    "checkpoint_dir", None, "Checkpoint directory (default: a fresh temp dir, removed at exit)"
+    "checkpoint_dir", None, "Chief's checkpoint dir (default: a fresh temp dir, removed at exit)"
 )
 flags.DEFINE_integer(
     "stop_grace_secs", 120, "MonitoredTrainingSession stop_grace_period_secs (TF default 120)"
@@ -91,6 +106,13 @@ flags.DEFINE_boolean(
     "device_filters",
     True,
     "Restrict each worker's session to /job:ps and itself (False = the seed: non-chief hangs)",
+)
+
+flags.DEFINE_float(
+    "poll_chief_secs",
+    0.5,
+    "Non-chief: poll this often for the chief's initialization before starting the "
+    "session (0 = the seed: MonitoredTrainingSession polls only every 30 s)",
 )
 
 FLAGS = flags.FLAGS
@@ -159,16 +181,32 @@ def model(images, hidden_units):
 
 
 def make_batches(task_index, num_shards, batch_size):
-    """Endless shuffled one-hot batches of this worker's shard of the training digits."""
+    """Endless shuffled one-hot batches of this worker's own shard of the training digits."""
     x, y = load_digits(split="train")
-    x, y = shard(x, y, task_index % num_shards, num_shards)
-    rng = np.random.default_rng(task_index)
+    x, y = shard(x, y, task_index, num_shards)
     eye = np.eye(NUM_CLASSES, dtype=np.float32)
-    while True:
-        perm = rng.permutation(len(x))
-        for start in range(0, len(x) - batch_size + 1, batch_size):
-            idx = perm[start : start + batch_size]
-            yield x[idx], eye[y[idx]]
+    for xb, yb in batches(x, y, batch_size, seed=task_index, drop_remainder=True):
+        yield xb, eye[yb]
+
+
+def wait_for_chief(target, config, task_index, poll_secs):
+    """Block until the chief has initialized every global variable on the ps.
+
+    MonitoredTrainingSession does the same check on a non-chief, but sleeps
+    30 s between checks (SessionManager's recovery_wait_secs, which it does not
+    expose): a non-chief that starts a moment before the chief then misses most
+    of a short run. Polling here first makes its own check succeed at once.
+    """
+    # global variables only: local ones (e.g. SyncReplicasOptimizer's
+    # sync_rep_local_step) are this worker's own and get initialized by its session.
+    not_ready = tf.compat.v1.report_uninitialized_variables(tf.compat.v1.global_variables())
+    announced = False
+    with tf.compat.v1.Session(target, config=config) as sess:
+        while sess.run(not_ready).size:
+            if not announced:
+                print(f"worker {task_index} waiting for the chief to initialize the model", flush=True)
+                announced = True
+            time.sleep(poll_secs)
 
 
 class FinalStepHook(tf.compat.v1.train.SessionRunHook):
@@ -189,7 +227,7 @@ def run_worker(server, cluster, task_index):
     is_chief = task_index == 0
     with tf.compat.v1.device(
         tf.compat.v1.train.replica_device_setter(
-            worker_device="/job:worker/task:%d" % task_index, cluster=cluster
+            worker_device=f"/job:worker/task:{task_index}", cluster=cluster
         )
     ):
         images = tf.compat.v1.placeholder(tf.float32, [None, NUM_FEATURES])
@@ -221,16 +259,20 @@ def run_worker(server, cluster, task_index):
     if FLAGS.device_filters:
         # Without this, a worker's session depends on every task of the cluster:
         # a non-chief hangs once the chief has exited (or before it has started).
-        config = tf.compat.v1.ConfigProto(
-            device_filters=["/job:ps", "/job:worker/task:%d" % task_index]
-        )
+        config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{task_index}"])
 
+    # Only the chief reads and writes checkpoints (MonitoredTrainingSession
+    # ignores checkpoint_dir on other workers), so only it gets a temp dir.
     checkpoint_dir = FLAGS.checkpoint_dir
-    own_tmp = checkpoint_dir is None
+    own_tmp = checkpoint_dir is None and is_chief
     if own_tmp:
-        checkpoint_dir = tempfile.mkdtemp(prefix="dtfkit_mnist_w%d_" % task_index)
+        checkpoint_dir = tempfile.mkdtemp(prefix=f"dtfkit_mnist_w{task_index}_")
 
-    batches = make_batches(task_index, num_workers, FLAGS.batch_size)
+    if not is_chief and FLAGS.poll_chief_secs > 0:
+        wait_for_chief(server.target, config, task_index, FLAGS.poll_chief_secs)
+
+    # explicit sharding: worker i trains on shard i of len(worker_hosts), seed i
+    data = make_batches(task_index, len(cluster.as_dict()["worker"]), FLAGS.batch_size)
     local_steps = 0
     step = 0
     try:
@@ -246,29 +288,31 @@ def run_worker(server, cluster, task_index):
             stop_grace_period_secs=FLAGS.stop_grace_secs,
         ) as mon_sess:
             while not mon_sess.should_stop():
-                img_batch, label_batch = next(batches)
+                img_batch, label_batch = next(data)
                 _, ls, step = mon_sess.run(
                     [train_op, loss, global_step],
                     feed_dict={images: img_batch, labels: label_batch},
                 )
                 local_steps += 1
                 if step % 100 == 0:
-                    print("Train step %d, loss: %f" % (step, ls), flush=True)
+                    print(f"Train step {step:d}, loss: {ls:f}", flush=True)
             print(
-                "worker %d last step at %.3f" % (task_index, time.time()),
+                f"worker {task_index} stopped training, closing the session "
+                f"(stop_grace_secs={FLAGS.stop_grace_secs})",
                 flush=True,
             )
     finally:
         if own_tmp:
             shutil.rmtree(checkpoint_dir, ignore_errors=True)
-    print(
-        "worker %d done: local_steps=%d global_step=%d"
-        % (task_index, local_steps, step if final_step.global_step is None else final_step.global_step),
-        flush=True,
-    )
+    if final_step.global_step is not None:
+        step = final_step.global_step
+    print(f"worker {task_index} done: local_steps={local_steps:d} global_step={step:d}", flush=True)
 
 
 def main(_):
+    # TF1 graph mode (done here rather than at import, so that importing this
+    # module, e.g. to reuse resolve_cluster, leaves the importer in eager mode).
+    tf.compat.v1.disable_eager_execution()
     cluster_dict, job_name, task_index = resolve_cluster(FLAGS)
     # create the cluster configured by `ps_hosts' and 'worker_hosts'
     cluster = tf.compat.v1.train.ClusterSpec(cluster_dict)
@@ -276,11 +320,11 @@ def main(_):
     server = tf.compat.v1.train.Server(cluster, job_name=job_name, task_index=task_index)
 
     if job_name == "ps":
-        print("ps %d serving at %s" % (task_index, server.target), flush=True)
+        print(f"ps {task_index} serving at {server.target}", flush=True)
         server.join()  # ps hosts only join
     else:
         run_worker(server, cluster, task_index)
 
 
 if __name__ == "__main__":
-    tf.compat.v1.app.run(main, argv=sys.argv)
+    tf.compat.v1.app.run(main)

@@ -1,0 +1,286 @@
+"""One function call running in some tasks of a cluster: ``RunHandle``.
+
+``cluster.run(...)`` is ``cluster.submit(...).result()``. Submitting returns at
+once, so a notebook can kill or restart tasks while training runs (fault
+injection), watch metrics arrive, or stop the run.
+
+Example::
+
+    handle = cluster.submit(train, kwargs={"steps": 1000})
+    cluster.metrics.wait_for(lambda row: row.get("step", 0) >= 100, timeout=60)
+    cluster.kill("worker", 1)             # a crash in the middle of training
+    handle.result()                       # raises TaskExited naming worker:1
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from dtfkit.errors import DtfkitError, TaskExited, TaskFailed, TaskNotRunning, TaskTimeout
+from dtfkit.spec import TaskId
+
+if TYPE_CHECKING:
+    from dtfkit.runtime import ClusterRuntime, TaskProcess
+
+ERROR_POLICIES = ("interrupt", "wait")
+STACK_DUMP_WAIT = 5.0
+
+
+class RunHandle:
+    """A call in flight. ``result()`` waits for it (printing the tasks' output),
+    ``done()`` tells without waiting, ``stop()`` interrupts it."""
+
+    def __init__(
+        self,
+        runtime: ClusterRuntime,
+        procs: list[TaskProcess],
+        call_id: int,
+        payload: bytes,
+        fn_name: str,
+        *,
+        timeout: float | None,
+        on_error: str,
+        grace: float,
+        on_finish: Callable[[], None] | None = None,
+    ):
+        self._rt = runtime
+        self.call_id = call_id
+        self.fn_name = fn_name
+        self.tasks = [p.task.name for p in procs]
+        self._order = [p.task for p in procs]
+        self._procs = {p.task: p for p in procs}
+        self._pending = dict(self._procs)
+        self._results: dict[TaskId, Any] = {}
+        self._failures: list[tuple[TaskId, Any]] = []
+        self._notes: dict[TaskId, str] = {}
+        self._on_error = on_error
+        self._grace = grace
+        self._timeout = timeout
+        self._on_finish = on_finish
+        self._outcome: tuple[str, Any] | None = None
+        self.submitted = time.time()
+        self._log_start = runtime.logbook.seq
+        self._deadline = time.monotonic() + timeout if timeout else None
+        self._grace_deadline: float | None = None
+        for proc in procs:
+            if proc.busy_with is not None:
+                raise TaskNotRunning(
+                    f"{proc.task} is still running an earlier call; wait for it (handle.result()) "
+                    "or stop it (handle.stop()) first"
+                )
+        for proc in procs:
+            proc.send(("call", call_id, payload))
+            proc.busy_with = call_id
+
+    # ------------------------------------------------------------- public
+    def done(self) -> bool:
+        """True once every task has answered (or died). Never blocks."""
+        if self._outcome is None:
+            while True:
+                event = self._rt._next_event(time.monotonic())
+                if event is None:
+                    break
+                self._rt._handle(event)
+            self._collect()
+            if not self._pending:
+                self._finish()
+        return self._outcome is not None
+
+    def result(self, timeout: float | None = None) -> dict[str, Any]:
+        """Wait for every task and return ``{task name: return value}``.
+
+        Raises ``TaskFailed``/``TaskExited`` for the first task that failed,
+        ``TaskTimeout`` when the call's own timeout passes; with ``timeout`` here,
+        a ``TimeoutError`` if the call is still running then (it keeps running).
+        """
+        if self._outcome is None:
+            self._wait(None if timeout is None else time.monotonic() + timeout)
+        kind, value = self._outcome
+        if kind == "error":
+            raise value
+        return value
+
+    def stop(self) -> None:
+        """Interrupt the call in every task still running it; kill those that do not
+        return within the grace period. ``result()`` then raises ``TaskFailed``."""
+        if self._outcome is None and self._pending:
+            self._interrupt("it was stopped")
+            self._await_stop()
+            self._finish()
+
+    @property
+    def elapsed(self) -> float:
+        return time.time() - self.submitted
+
+    def __repr__(self) -> str:
+        state = "running" if self._outcome is None else self._outcome[0]
+        return f"<RunHandle {self.fn_name} on {', '.join(self.tasks)}: {state}>"
+
+    # ------------------------------------------------------------ waiting
+    def _wait(self, until: float | None) -> None:
+        rt = self._rt
+        try:
+            with rt._live_output(since=self._log_start):
+                self._collect()
+                while self._pending:
+                    limits = [d for d in (self._deadline, self._grace_deadline, until) if d is not None]
+                    event = rt._next_event(min(limits) if limits else None)
+                    now = time.monotonic()
+                    if event is None:
+                        if self._grace_deadline is not None and now >= self._grace_deadline:
+                            self._kill_pending()
+                            break
+                        if self._deadline is not None and now >= self._deadline:
+                            self._time_out()
+                        if until is not None and now >= until:
+                            raise TimeoutError(
+                                f"{self.fn_name} is still running on {', '.join(t.name for t in self._pending)}"
+                            )
+                        continue
+                    rt._handle(event)
+                    self._collect()
+        except KeyboardInterrupt:
+            if self._pending:
+                self._interrupt("the cell was interrupted")
+                self._await_stop()
+            self._finish()
+            raise
+        self._finish()
+
+    def _collect(self) -> None:
+        """Move answers (kept by the runtime per call) and deaths into results/failures."""
+        import cloudpickle
+
+        replies = self._rt.replies.get(self.call_id, {})
+        for task, proc in list(self._pending.items()):
+            reply = replies.get(task)
+            if reply is not None:
+                self._pending.pop(task)
+                proc.busy_with = None
+                if reply[0] == "result":
+                    try:
+                        self._results[task] = cloudpickle.loads(reply[2])
+                    except Exception as exc:  # noqa: BLE001
+                        self._fail(
+                            task, DtfkitError(f"{task} returned a value the notebook cannot load: {exc}")
+                        )
+                else:
+                    _, _, exc_type, message, tb = reply
+                    self._fail(task, (exc_type, message, tb))
+            elif not proc.alive:
+                self._pending.pop(task)
+                proc.busy_with = None
+                if proc.killed:
+                    text = f"{task} was killed while running {self.fn_name}; cluster.restart('{task}') starts it again."
+                else:
+                    text = (
+                        f"{task} exited with code {proc.popen.returncode} while running {self.fn_name}; "
+                        f"last log lines:\n{self._rt._tails([task.name])}\n"
+                        f"Next step: fix the cause above, then cluster.restart('{task}')."
+                    )
+                self._fail(task, TaskExited(text))
+
+    def _fail(self, task: TaskId, failure: Any) -> None:
+        self._failures.append((task, failure))
+        if self._pending and self._on_error == "interrupt" and self._grace_deadline is None:
+            self._interrupt(f"{self._failures[0][0]} failed")
+
+    def _interrupt(self, reason: str) -> None:
+        for proc in self._pending.values():
+            try:
+                proc.send(("interrupt", self.call_id))
+                self._notes[proc.task] = f"{proc.task} was interrupted ({reason})"
+            except TaskNotRunning:
+                pass
+        self._grace_deadline = time.monotonic() + self._grace
+
+    def _await_stop(self) -> None:
+        """After an interrupt: let tasks return within the grace period, then kill the rest."""
+        rt = self._rt
+        end = self._grace_deadline or time.monotonic()
+        self._collect()
+        while self._pending:
+            event = rt._next_event(end)
+            if event is None:
+                break
+            rt._handle(event)
+            self._collect()
+        self._kill_pending()
+
+    def _kill_pending(self) -> None:
+        pending = list(self._pending.values())
+        for proc in pending:
+            proc.kill()
+            self._notes[proc.task] = (
+                f"{proc.task} was still running {self._grace:g} s after the interrupt and was killed; "
+                f"cluster.restart('{proc.task}') starts it again"
+            )
+        self._rt._reap(pending)
+        for proc in pending:
+            proc.busy_with = None
+        self._pending.clear()
+        self._rt._write_state()
+
+    def _time_out(self) -> None:
+        rt = self._rt
+        for proc in self._pending.values():
+            try:
+                proc.send(("dump_stacks", self.call_id))
+            except TaskNotRunning:
+                pass
+        end = time.monotonic() + STACK_DUMP_WAIT
+        while len(rt.stacks.get(self.call_id, {})) < len(self._pending):
+            event = rt._next_event(end)
+            if event is None:
+                break
+            rt._handle(event)
+        stacks = rt.stacks.get(self.call_id, {})
+        names = ", ".join(t.name for t in self._pending)
+        text = [
+            f"{names} did not return from {self.fn_name} within {self._timeout:g} s. The stuck task(s) "
+            "were killed; cluster.restart() starts them again. Where each one was:"
+        ]
+        for task in self._pending:
+            text.append(f"--- {task} ---\n{stacks.get(task, '(no stack received)').rstrip()}")
+        self._kill_pending()
+        self._outcome = ("error", TaskTimeout("\n".join(text)))
+        self._cleanup()
+        raise self._outcome[1]
+
+    def _finish(self) -> None:
+        if self._outcome is not None:
+            return
+        if self._failures:
+            self._outcome = ("error", self._failure())
+        else:
+            self._outcome = ("ok", {task.name: self._results[task] for task in self._order})
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        self._rt.replies.pop(self.call_id, None)
+        self._rt.stacks.pop(self.call_id, None)
+        if self._on_finish is not None:
+            self._on_finish()
+
+    def _failure(self) -> Exception:
+        task, first = self._failures[0]
+        later = dict(self._failures[1:])
+        others = []
+        for t, note in self._notes.items():
+            if t == task:
+                continue
+            failure = later.pop(t, None)
+            stopped = isinstance(failure, tuple) and failure[0] == "KeyboardInterrupt"
+            others.append(
+                note + (" and stopped" if stopped else "" if failure is None else ", then failed too")
+            )
+        others += [f"{t} failed too" for t in later]
+        other_text = "What happened to the other tasks: " + "; ".join(others) + "." if others else ""
+        if isinstance(first, tuple):
+            exc_type, message, tb = first
+            return TaskFailed(task.name, exc_type, message, tb, other_text)
+        if other_text:
+            first.args = (f"{first.args[0]}\n{other_text}",)
+        return first
