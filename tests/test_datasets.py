@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -189,11 +190,11 @@ def test_batches_deterministic_by_seed():
 
     def take(seed: int) -> list[np.ndarray]:
         gen = batches(x, y, 32, seed=seed)
-        return [np.concatenate([xb.ravel(), yb]) for _, (xb, yb) in zip(range(50), gen)]
+        return [np.concatenate([xb.ravel(), yb]) for xb, yb in islice(gen, 50)]
 
     a, b, c = take(3), take(3), take(4)
-    assert all(np.array_equal(p, q) for p, q in zip(a, b))
-    assert not all(np.array_equal(p, q) for p, q in zip(a, c))
+    assert all(np.array_equal(p, q) for p, q in zip(a, b, strict=True))
+    assert not all(np.array_equal(p, q) for p, q in zip(a, c, strict=True))
 
 
 def test_batches_epoch_bounded_covers_each_epoch():
@@ -211,18 +212,14 @@ def test_batches_epoch_bounded_covers_each_epoch():
 
 def test_batches_drop_remainder_and_infinite():
     x, y = np.zeros((10, 1)), np.arange(10)
-    assert [
-        len(yb) for _, yb in batches(x, y, 4, seed=0, epochs=2, drop_remainder=True)
-    ] == [
+    assert [len(yb) for _, yb in batches(x, y, 4, seed=0, epochs=2, drop_remainder=True)] == [
         4,
         4,
         4,
         4,
     ]
     gen = batches(x, y, 3, seed=0)  # infinite
-    assert (
-        sum(len(yb) for _, (_, yb) in zip(range(100), gen)) == 250
-    )  # 25 epochs of 3+3+3+1
+    assert sum(len(yb) for _, yb in islice(gen, 100)) == 250  # 25 epochs of 3+3+3+1
 
 
 @pytest.mark.parametrize(

@@ -41,32 +41,36 @@ removed at exit, so two runs never share state.
 
 Flags and behaviours (measured with 2 ps + 2 workers on one 2-core host):
 
-- default (async, ``--device_filters=True``): both workers train (e.g.
-  ``local_steps`` 190 and 211) and exit about 1 s after the last step; the
-  global step may overshoot ``train_steps`` by one or two (in-flight steps).
-- ``--device_filters=False`` reproduces the seed's behaviour: a worker's
-  session then needs every task of the cluster. A non-chief that starts before
-  the chief has initialized the variables logs ``Waiting for model to be
-  ready`` and polls again only 30 s later (``SessionManager``'s
-  ``recovery_wait_secs``, not settable through MonitoredTrainingSession); by
-  then the chief has finished and exited, and the non-chief hangs forever,
-  silently. With the default device filter it depends only on ``/job:ps`` and
-  itself, so it starts late, runs one step, and exits.
+- default (async): both workers train (e.g. ``local_steps`` 186 and 215) and
+  exit about 1 s after their last step; the global step may overshoot
+  ``train_steps`` by one or two (steps in flight).
+- ``--poll_chief_secs=0`` restores the seed's start-up: a non-chief that
+  starts before the chief has initialized the variables (the usual case: the
+  chief has more to do) logs ``Waiting for model to be ready`` and checks
+  again only 30 s later (SessionManager's ``recovery_wait_secs``, which
+  MonitoredTrainingSession does not expose). By then the chief has run every
+  step alone; the non-chief runs one step and exits. The default (0.5) polls
+  for the chief's initialization before opening the MonitoredTrainingSession.
+- ``--device_filters=False --poll_chief_secs=0`` reproduces the seed's hang:
+  without a device filter a worker's session needs every task of the
+  cluster, so the late non-chief, once the chief has exited, hangs forever,
+  silently. The default ``--device_filters=True`` restricts each worker's
+  session to ``/job:ps`` and itself.
 - ``--is_sync=True`` (SyncReplicasOptimizer) with the default
-  ``--stop_grace_secs=120`` (TF's default, as in the seed): the chief's exit
-  comes about 122 s after its last step. Its token queue-runner thread is
-  blocked in the accumulators' ``take_grad`` waiting for gradients nobody will
-  send; ``MonitoredSession.close()`` waits the full grace period (``Coordinator
-  stopped with threads still running:
+  ``--stop_grace_secs=120`` (TF's default, as in the seed): the chief exits
+  about 121 s after its last step. Its token queue-runner thread is blocked in
+  the gradient accumulators' ``take_grad``, waiting for gradients nobody will
+  send; ``MonitoredSession.close()`` waits the whole grace period
+  (``Coordinator stopped with threads still running:
   QueueRunnerThread-sync_token_q-sync_token_q_EnqueueMany``), then closing the
-  session cancels the step (``CancelledError: Step was cancelled by an
-  explicit call to `Session::Close()```, printed as a thread traceback; harmless).
-  ``--stop_grace_secs=2`` makes the chief exit 3-6 s after its last step.
+  session cancels that step (``CancelledError: Step was cancelled by an
+  explicit call to `Session::Close()```, printed as a thread traceback;
+  harmless). ``--stop_grace_secs=2``: the chief exits 3-6 s after its last step.
 - ``--is_sync=True`` also shows that ``replicas_to_aggregate`` counts gradients,
-  not distinct workers (tensorflow#11753): when the non-chief misses the start
-  (the 30 s poll above), the chief alone runs all the global steps with
-  ``local_steps=801`` for 400 steps (two of its own gradients per update) and
-  the non-chief then runs one step.
+  not distinct workers (tensorflow#11753): with both workers in, about 800
+  local steps in all make 400 global steps; with ``--poll_chief_secs=0`` the
+  chief often runs alone, ``local_steps=801`` (two of its own gradients per
+  update), and the non-chief then runs one step.
 """
 
 from __future__ import annotations
@@ -111,8 +115,8 @@ flags.DEFINE_boolean(
 flags.DEFINE_float(
     "poll_chief_secs",
     0.5,
-    "Non-chief: poll this often for the chief's initialization before starting the "
-    "session (0 = the seed: MonitoredTrainingSession polls only every 30 s)",
+    "Non-chief: poll this often (s) for the chief's initialization before starting its "
+    "session (0 = the seed: MonitoredTrainingSession checks only every 30 s)",
 )
 
 FLAGS = flags.FLAGS
