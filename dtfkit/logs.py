@@ -34,6 +34,10 @@ NOISE_PATTERNS = [
     r"[IW]0000 00:00:\d+\.\d+\s+\d+ (cpu_feature_guard|port|cuda_executor|grpc_server_lib|cpu_utils|gpu_device|device_compiler)\.cc:\d+\].*",
     r".*Started server with target: grpc://.*",
     r".*GRPC_FAIL_FAST.*",
+    # With TF_CPP_MIN_LOG_LEVEL=0 (to see master.cc's "Scanning workers ..." lines): per-session chatter.
+    r"[IW]0000 00:00:\d+\.\d+\s+\d+ (profiler_session|xplane_to_step_stats|mlir_graph_optimization_pass)\.cc:\d+\].*",
+    r".*Local rendezvous is aborting with status: ABORTED: Cleanup.*",
+    r".*coordination_service\.cc:\d+\] Initializing CoordinationService",
 ]
 _NOISE = re.compile("|".join(f"(?:{p})" for p in NOISE_PATTERNS))
 
