@@ -276,7 +276,7 @@ class RunHandle:
             others.append(
                 note + (" and stopped" if stopped else "" if failure is None else ", then failed too")
             )
-        others += [f"{t} failed too" for t in later]
+        others += [_describe_failure(t, f) for t, f in later.items()]
         other_text = "What happened to the other tasks: " + "; ".join(others) + "." if others else ""
         if isinstance(first, tuple):
             exc_type, message, tb = first
@@ -284,3 +284,9 @@ class RunHandle:
         if other_text:
             first.args = (f"{first.args[0]}\n{other_text}",)
         return first
+
+
+def _describe_failure(task: TaskId, failure: Any) -> str:
+    if isinstance(failure, tuple):
+        return f"{task} raised {failure[0]} too"
+    return str(failure).split(";")[0].split("\n")[0]

@@ -56,19 +56,24 @@ class MetricLog:
                 ys.append(r[y])
         return out
 
-    def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float) -> dict[str, Any]:
+    def wait_for(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float, since: float | None = None
+    ) -> dict[str, Any]:
         """Block until an event satisfying ``predicate`` arrives (or has); return it.
 
-        Raises ``TimeoutError`` after ``timeout`` seconds. Example::
+        ``since`` (a ``time.time()`` value, e.g. ``handle.submitted``) ignores older
+        events, so an earlier run's events cannot match. Raises ``TimeoutError``
+        after ``timeout`` seconds. Example::
 
-            cluster.metrics.wait_for(lambda row: row.get("step", 0) >= 100, timeout=60)
+            handle = cluster.submit(train)
+            cluster.metrics.wait_for(lambda row: row.get("step", 0) >= 100, 60, since=handle.submitted)
         """
         deadline = time.monotonic() + timeout
         seen = 0
         with self._arrived:
             while True:
                 for row in self._rows[seen:]:
-                    if predicate(row):
+                    if (since is None or row["time"] >= since) and predicate(row):
                         return row
                 seen = len(self._rows)
                 remaining = deadline - time.monotonic()

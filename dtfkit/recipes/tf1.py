@@ -85,9 +85,9 @@ def train_between_graph(
     delay = (straggler_ms or {}).get(ctx.name, 0.0) / 1000.0
     workers = ctx.num_workers + (1 if "chief" in ctx.cluster else 0)
     x, y = load_digits(split="train")
-    x, y = shard(x, y, _worker_rank(ctx), workers)
+    x, y = shard(x, y, worker_rank(ctx), workers)
     x_test, y_test = load_digits(split="test")
-    rng = np.random.default_rng(seed * 1000 + _worker_rank(ctx))
+    rng = np.random.default_rng(seed * 1000 + worker_rank(ctx))
 
     tf.get_logger().setLevel("ERROR")  # TF1 deprecation notices teach nothing here
     graph = tf.Graph()
@@ -195,7 +195,7 @@ def _quiet_queue_runner_cancel(tf):
         threading.excepthook = previous
 
 
-def _worker_rank(ctx) -> int:
+def worker_rank(ctx) -> int:
     """0 for the chief (or worker 0), then the workers in order."""
     if "chief" in ctx.cluster:
         return 0 if ctx.job_name == "chief" else ctx.task_index + 1

@@ -1,0 +1,331 @@
+"""Fault-tolerant between-graph training with checkpoints, TF1 style, run in a task.
+
+The training loop of chapter 4: asynchronous between-graph training in a
+``MonitoredTrainingSession`` whose chief restores from and saves to a shared
+``checkpoint_dir``, so the notebook can kill and restart workers, the ps and
+the chief while it runs, and watch ``MonitoredSession`` recover.
+
+Every hook is spelled out (they are the lesson): ``StopAtStepHook``,
+``CheckpointSaverHook`` (chief), ``SummarySaverHook`` (chief), optionally
+``LoggingTensorHook``, and ``ReportHook``, a custom ``SessionRunHook`` that
+sends every step to the notebook with ``dtfkit.report`` and says when a session
+is (re)created and at which global step.
+
+Example::
+
+    from dtfkit.recipes import fault
+    handle = cluster.submit(fault.train_with_checkpoints,
+                            kwargs={"checkpoint_dir": ckpt, "stop_file": stop}, on_error="wait")
+    cluster.metrics.wait_for(lambda r: r.get("step", 0) >= 100, timeout=60)
+    cluster.kill("ps", 0); cluster.restart("ps", 0)   # the workers recover by themselves
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import time
+from typing import Any
+
+import numpy as np
+
+import dtfkit
+from dtfkit.datasets import load_digits, shard
+from dtfkit.recipes.tf1 import NUM_FEATURES, mlp, session_config, worker_rank
+
+
+def train_with_checkpoints(
+    *,
+    checkpoint_dir: str,
+    steps: int = 1_000_000,
+    stop_file: str | None = None,
+    save_checkpoint_steps: int = 20,
+    save_summaries_steps: int | None = 20,
+    log_every: int = 0,
+    step_ms: float = 20.0,
+    batch_size: int = 32,
+    learning_rate: float = 0.1,
+    hidden: int = 32,
+    recovery_wait_secs: float = 0.2,
+    stop_grace_secs: float = 1.0,
+    seed: int = 0,
+    run_name: str = "fault",
+    tf_log_level: str = "INFO",
+    log_checkpoints: bool = True,
+) -> dict[str, Any]:
+    """Train the digits MLP asynchronously until global step ``steps`` (or until
+    ``stop_file`` exists); returns this worker's summary.
+
+    Args:
+        checkpoint_dir: a folder every task can reach (on one machine: a temporary
+            folder). The chief restores the latest checkpoint from it whenever it
+            creates a session, and saves one every ``save_checkpoint_steps``.
+        steps: the global step at which ``StopAtStepHook`` ends training.
+        stop_file: training also ends once this file exists (the notebook creates it
+            to end a run whose length depends on what happened during it).
+        save_summaries_steps: the chief writes the loss summary this often (None: never).
+        log_every: ``LoggingTensorHook`` prints loss and global step this often (0: off;
+            shown only at ``tf_log_level="INFO"``).
+        step_ms: sleep per step, so that a person (or a notebook) can act mid-run.
+        recovery_wait_secs: how often a non-chief checks whether the chief has
+            initialized or restored the model. TensorFlow's default is 30 s.
+        run_name: variable scope; keep it the same across runs that share a checkpoint.
+        tf_log_level: TensorFlow's Python log level while this runs. At "INFO" (default) the
+            log shows what the session creators and hooks do: "Restoring parameters from
+            ...", "Waiting for model to be ready", "An error was raised ... a new session
+            will be created" (shortened to the error's gist), "Saving checkpoints for N"
+            (unless ``log_checkpoints=False``); deprecation notices are left out.
+
+    Reports, per step: ``step`` (global step), ``local_step``, ``loss``; per session
+    created: ``session`` (1, 2, ...) with the global step it starts from; per
+    checkpoint written (chief): ``checkpoint`` (its step).
+    """
+    import tensorflow as tf
+
+    ctx = dtfkit.this_task()
+    workers = ctx.num_workers + (1 if "chief" in ctx.cluster else 0)
+    x, y = load_digits(split="train")
+    x, y = shard(x, y, worker_rank(ctx), workers)
+    rng = np.random.default_rng(seed * 1000 + worker_rank(ctx))
+
+    graph = tf.Graph()
+    with (
+        tidy_tf_log(tf, tf_log_level, log_checkpoints),
+        graph.as_default(),
+        tf.compat.v1.variable_scope(run_name),
+    ):
+        device = f"/job:{ctx.job_name}/task:{ctx.task_index}"
+        with tf.compat.v1.device(
+            tf.compat.v1.train.replica_device_setter(worker_device=device, cluster=ctx.cluster_spec())
+        ):
+            images = tf.compat.v1.placeholder(tf.float32, [None, NUM_FEATURES])
+            labels = tf.compat.v1.placeholder(tf.int64, [None])
+            logits = mlp(tf, images, hidden)
+            loss = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            )
+            global_step = tf.compat.v1.train.get_or_create_global_step()
+            train_op = tf.compat.v1.train.GradientDescentOptimizer(learning_rate).minimize(
+                loss, global_step=global_step
+            )
+            summary_op = tf.compat.v1.summary.scalar("loss", loss)
+
+        # The chief's ReportHook looks up the checkpoint it restored, so it runs before the
+        # CheckpointSaverHook (which saves a new one as soon as a session is created).
+        report = ReportHook(tf, global_step, loss, checkpoint_dir if ctx.is_chief else None)
+        hooks = [tf.compat.v1.train.StopAtStepHook(last_step=steps)]
+        if log_every:
+            hooks.append(
+                tf.compat.v1.train.LoggingTensorHook(
+                    {"global_step": global_step, "loss": loss}, every_n_iter=log_every
+                )
+            )
+        config = session_config(tf, ctx)
+        if ctx.is_chief:
+            chief_hooks = [
+                report,
+                tf.compat.v1.train.CheckpointSaverHook(
+                    checkpoint_dir,
+                    save_steps=save_checkpoint_steps,
+                    listeners=[CheckpointReporter(tf)],
+                ),
+            ]
+            if save_summaries_steps:
+                chief_hooks.append(
+                    tf.compat.v1.train.SummarySaverHook(
+                        save_steps=save_summaries_steps, output_dir=checkpoint_dir, summary_op=summary_op
+                    )
+                )
+            session = tf.compat.v1.train.MonitoredTrainingSession(
+                master=ctx.target,
+                is_chief=True,
+                checkpoint_dir=checkpoint_dir,  # where the chief restores from
+                hooks=hooks,
+                chief_only_hooks=chief_hooks,
+                config=config,
+                stop_grace_period_secs=stop_grace_secs,
+                # The hooks above replace the default ones (saver every 600 s,
+                # summaries and step counter every 100 steps).
+                save_checkpoint_secs=None,
+                save_checkpoint_steps=None,
+                save_summaries_steps=None,
+                save_summaries_secs=None,
+                log_step_count_steps=0,
+            )
+        else:
+            # MonitoredTrainingSession(is_chief=False) is MonitoredSession with a
+            # WorkerSessionCreator, which checks every 30 s whether the chief has made the
+            # model ready. The same, checking every `recovery_wait_secs`:
+            session = tf.compat.v1.train.MonitoredSession(
+                session_creator=FastWorkerSessionCreator(tf, ctx.target, config, recovery_wait_secs),
+                hooks=[report, *hooks],
+                stop_grace_period_secs=stop_grace_secs,
+            )
+        local_steps, value = 0, float("nan")
+        with session as sess:
+            while not sess.should_stop():
+                if stop_file and os.path.exists(stop_file):
+                    break
+                idx = rng.integers(0, len(x), batch_size)
+                if step_ms:
+                    time.sleep(step_ms / 1000.0)
+                _, value = sess.run([train_op, loss], {images: x[idx], labels: y[idx]})
+                local_steps += 1
+    return {
+        "local_steps": local_steps,
+        "sessions": report.sessions,
+        "first_step": report.session_steps[0] if report.session_steps else None,
+        "session_steps": report.session_steps,
+        "global_step": report.last_step,
+        "loss": float(value),
+    }
+
+
+def ReportHook(tf, global_step, loss, checkpoint_dir: str | None = None):  # noqa: N802 - needs tf
+    """A ``SessionRunHook`` that reports every step and every new session to the notebook.
+
+    With ``checkpoint_dir`` (the chief's), a new session also reports ``restored``: the
+    step of the checkpoint the chief has just restored, or -1 when there was none and
+    it initialized the variables.
+    """
+
+    class _ReportHook(tf.compat.v1.train.SessionRunHook):
+        def __init__(self):
+            self.sessions = 0
+            self.session_steps: list[int] = []
+            self.local_steps = 0
+            self.last_step: int | None = None
+
+        def after_create_session(self, session, coord):
+            # Called for the first session and again after every recovery.
+            step = int(session.run(global_step))
+            self.sessions += 1
+            self.session_steps.append(step)
+            extra = {}
+            if checkpoint_dir is not None:
+                latest = tf.train.latest_checkpoint(checkpoint_dir)
+                extra["restored"] = int(latest.rsplit("-", 1)[1]) if latest else -1
+            dtfkit.report(step=step, session=self.sessions, **extra)
+
+        def before_run(self, run_context):
+            return tf.compat.v1.train.SessionRunArgs({"step": global_step, "loss": loss})
+
+        def after_run(self, run_context, run_values):
+            self.local_steps += 1
+            self.last_step = int(run_values.results["step"])
+            dtfkit.report(step=self.last_step, loss=run_values.results["loss"], local_step=self.local_steps)
+
+    return _ReportHook()
+
+
+def CheckpointReporter(tf):  # noqa: N802
+    """A ``CheckpointSaverListener`` that reports the step of every checkpoint written."""
+
+    class _CheckpointReporter(tf.compat.v1.train.CheckpointSaverListener):
+        def after_save(self, session, global_step_value):
+            dtfkit.report(step=int(global_step_value), checkpoint=int(global_step_value))
+
+    return _CheckpointReporter()
+
+
+def FastWorkerSessionCreator(tf, master: str, config, recovery_wait_secs: float):  # noqa: N802
+    """``WorkerSessionCreator`` that polls for a ready model every ``recovery_wait_secs``."""
+
+    class _FastWorkerSessionCreator(tf.compat.v1.train.SessionCreator):
+        def __init__(self):
+            self.scaffold = tf.compat.v1.train.Scaffold()
+
+        def create_session(self):
+            self.scaffold.finalize()
+            manager = tf.compat.v1.train.SessionManager(
+                local_init_op=self.scaffold.local_init_op,
+                ready_op=self.scaffold.ready_op,
+                ready_for_local_init_op=self.scaffold.ready_for_local_init_op,
+                graph=tf.compat.v1.get_default_graph(),
+                recovery_wait_secs=recovery_wait_secs,
+            )
+            return manager.wait_for_session(master, config=config, max_wait_secs=600)
+
+    return _FastWorkerSessionCreator()
+
+
+_DROP = re.compile(r"is deprecated and will be removed|Calling checkpoint listeners|^all_hooks ")
+_RECOVERY = re.compile(r"^An error was raised")
+
+
+class _TidyLog(logging.Filter):
+    """Keeps TensorFlow's INFO log readable in a notebook (see ``train_with_checkpoints``)."""
+
+    def __init__(self, log_checkpoints: bool):
+        super().__init__()
+        self.log_checkpoints = log_checkpoints
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if _DROP.search(text):
+            return False
+        if not self.log_checkpoints and text.startswith("Saving checkpoints for"):
+            return False
+        if _RECOVERY.match(text) and record.args:
+            during = " while a session was being created" if "being created" in text else ""
+            record.msg = (
+                "An error was raised%s: %s. The current session will be closed and a new one created."
+            )
+            record.args = (during, error_gist(record.args[-1]))
+        return True
+
+
+def error_gist(error: BaseException | Any) -> str:
+    """``UnavailableError: recvmsg:Connection reset by peer`` for a long TF error."""
+    name = type(error).__name__
+    text = str(getattr(error, "message", error))
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("Graph execution error", "=====", "Additional GRPC", "[[")):
+            continue
+        if re.match(r"^([A-Z_]+: )?From /job:", line):
+            continue
+        return f"{name}: {line}"
+    return name
+
+
+@contextlib.contextmanager
+def tidy_tf_log(tf, level: str, log_checkpoints: bool = True):
+    """Set TensorFlow's Python log level and the readability filter, for a block."""
+    logger = tf.get_logger()
+    previous = logger.level
+    tidy = _TidyLog(log_checkpoints)
+    logger.setLevel(level)
+    logger.addFilter(tidy)
+    try:
+        yield
+    finally:
+        logger.removeFilter(tidy)
+        logger.setLevel(previous)
+
+
+def forget_model() -> None:
+    """Empty the variables of every ps (``tf.compat.v1.Session.reset``), as a ps restart
+    would, without restarting anything. Run it in one task (``on="worker:0"``)."""
+    import tensorflow as tf
+
+    tf.compat.v1.Session.reset(dtfkit.this_task().target)
+
+
+def read_scalars(directory: str, tag: str = "loss") -> list[tuple[int, float]]:
+    """``(step, value)`` of every scalar summary whose tag ends with ``tag`` in the event
+    files of ``directory`` (what TensorBoard would plot). Run it in a task."""
+    import glob
+
+    import tensorflow as tf
+
+    out = []
+    with tidy_tf_log(tf, "WARNING"):  # summary_iterator's deprecation notice teaches nothing here
+        for path in sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*"))):
+            for event in tf.compat.v1.train.summary_iterator(path):
+                for value in event.summary.value:
+                    if value.tag == tag or value.tag.endswith("/" + tag):
+                        out.append((int(event.step), float(value.simple_value)))
+    return out
