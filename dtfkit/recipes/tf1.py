@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from typing import Any
@@ -91,7 +92,12 @@ def train_between_graph(
 
     tf.get_logger().setLevel("ERROR")  # TF1 deprecation notices teach nothing here
     graph = tf.Graph()
-    with graph.as_default(), tf.compat.v1.variable_scope(run_name or f"run{ctx.call_id}"):
+    name = run_name or f"run{ctx.call_id}"
+    # SyncReplicasOptimizer's token queue is shared_name="sync_token_q" in every graph and
+    # the chief closes it on exit: without a container per run, the next sync run on the
+    # same ps fails with "FIFOQueue 'sync_token_q' is closed". Container names allow no "_".
+    container = re.sub(r"[^A-Za-z0-9.]", ".", name)
+    with graph.as_default(), tf.compat.v1.container(container), tf.compat.v1.variable_scope(name):
         device = f"/job:{ctx.job_name}/task:{ctx.task_index}"
         with tf.compat.v1.device(
             tf.compat.v1.train.replica_device_setter(worker_device=device, cluster=ctx.cluster_spec())
@@ -124,9 +130,8 @@ def train_between_graph(
             wait_for_chief_init(tf, ctx.target, config)
         local_steps, step, value = 0, 0, float("nan")
         first_step = last_step = None
-        with (
-            _quiet_queue_runner_cancel(tf),
-            tf.compat.v1.train.MonitoredTrainingSession(
+        with quiet_queue_runner_cancel(tf):
+            with tf.compat.v1.train.MonitoredTrainingSession(
                 master=ctx.target,
                 is_chief=ctx.is_chief,
                 checkpoint_dir=checkpoint_dir,
@@ -136,19 +141,23 @@ def train_between_graph(
                 log_step_count_steps=0,
                 save_summaries_steps=None,
                 save_summaries_secs=None,
-            ) as sess,
-        ):
-            while not sess.should_stop():
-                idx = rng.integers(0, len(x), batch_size)
-                if delay:
-                    time.sleep(delay)
-                before = time.time()
-                _, value, step = sess.run([train_op, loss, global_step], {images: x[idx], labels: y[idx]})
-                last_step = time.time()
-                first_step = first_step or before
-                local_steps += 1
-                if report_every and local_steps % report_every == 0:
-                    dtfkit.report(step=step, loss=value, local_step=local_steps)
+            ) as sess:
+                while not sess.should_stop():
+                    idx = rng.integers(0, len(x), batch_size)
+                    if delay:
+                        time.sleep(delay)
+                    before = time.time()
+                    _, value, step = sess.run([train_op, loss, global_step], {images: x[idx], labels: y[idx]})
+                    last_step = time.time()
+                    first_step = first_step or before
+                    local_steps += 1
+                    if report_every and local_steps % report_every == 0:
+                        dtfkit.report(step=step, loss=value, local_step=local_steps)
+            # The chief's queue-runner thread dies with CancelledError once the session has
+            # closed; wait for it while that traceback is still hidden (it got printed otherwise).
+            for thread in threading.enumerate():
+                if thread.name.startswith("QueueRunnerThread"):
+                    thread.join(5.0)
         with tf.compat.v1.Session(ctx.target, config=config) as plain:
             acc, final_step = plain.run([accuracy, global_step], {images: x_test, labels: y_test})
     return {
@@ -179,7 +188,7 @@ def wait_for_chief_init(tf, target: str, config, timeout: float = 120.0, poll: f
 
 
 @contextlib.contextmanager
-def _quiet_queue_runner_cancel(tf):
+def quiet_queue_runner_cancel(tf):
     """Closing a sync session cancels the chief's token queue runner mid-enqueue, and its
     thread dies with a CancelledError traceback that says nothing useful. Hide only that."""
     previous = threading.excepthook
