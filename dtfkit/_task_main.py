@@ -7,8 +7,10 @@ everyone's ports, then start the server from the ClusterSpec the owner sends bac
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import pickle
 import queue
 import signal
 import socket
@@ -90,15 +92,32 @@ def _plain(value):
     return value
 
 
+class _ImportsTensorFlow(Exception):
+    pass
+
+
+class _TensorFlowProbe(pickle.Unpickler):
+    """Unpickles a result here, refusing classes the notebook could only load with TensorFlow."""
+
+    def find_class(self, module: str, name: str):
+        if module.split(".")[0] in ("tensorflow", "keras", "tf_keras"):
+            raise _ImportsTensorFlow(module)
+        return super().find_class(module, name)
+
+
 def _encode_result(value) -> bytes:
     import cloudpickle
 
     data = cloudpickle.dumps(_plain(value))
+    # The byte test is a cheap pre-filter: a plain string may mention "tensorflow".
     if b"tensorflow" in data or b"keras" in data:
-        raise TypeError(
-            f"the function returned a TensorFlow object ({type(value).__name__}); "
-            "return plain Python or NumPy values instead (for example tensor.numpy())"
-        )
+        try:
+            _TensorFlowProbe(io.BytesIO(data)).load()
+        except _ImportsTensorFlow:
+            raise TypeError(
+                f"the function returned a TensorFlow object ({type(value).__name__}); "
+                "return plain Python or NumPy values instead (for example tensor.numpy())"
+            ) from None
     return data
 
 

@@ -1,0 +1,569 @@
+"""Where did each op run? Placement tables from a traced ``Session.run``, as plain Python.
+
+In a distributed TF1 graph you *ask* for a device with ``tf.device(...)``; the master
+of the session's target decides the rest (ops with no device, colocation with a
+variable), cuts the graph into one piece per task and has each task's worker
+service run its piece. A run with ``RunOptions(trace_level=FULL_TRACE)`` reports
+what actually ran where (``RunMetadata.step_stats``), and which tensors crossed
+from one task to another. This module turns that into lists of dicts, so the
+notebook (which never imports TensorFlow) can show and check them.
+
+Run inside a task (``cluster.run(fn, on="client")`` or on a worker)::
+
+    import tensorflow as tf
+    import dtfkit
+    from dtfkit.recipes import placement
+
+    with tf.Graph().as_default() as graph:
+        with tf.device("/job:ps/task:0"):
+            x = tf.Variable(tf.ones([2, 2]), name="x")
+        with tf.device("/job:worker/task:0"):
+            z = tf.matmul(x, x, name="z")
+        with tf.compat.v1.Session("grpc://" + dtfkit.this_task().cluster["worker"][0]) as sess:
+            sess.run(x.initializer)
+            traced = placement.trace_run(sess, z)
+    traced["ops"]        # [{'op': 'x', 'type': 'VarHandleOp', 'task': 'ps:0', ...}, ...]
+    traced["transfers"]  # [{'tensor': 'z/ReadVariableOp', 'from': 'ps:0', 'to': 'worker:0', ...}]
+
+and in the notebook::
+
+    placement.Table(traced["ops"], ["op", "type", "task"])   # an HTML table
+
+Importing this module does not import TensorFlow: every function that needs it
+imports it inside.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = [
+    "Table",
+    "by_task",
+    "format_table",
+    "op_table",
+    "partition_table",
+    "plot_timeline",
+    "short_task",
+    "task_of",
+    "trace_options",
+    "trace_run",
+    "transfer_table",
+    "variable_devices",
+]
+
+# Ops the executor adds to every partition, and the RPC pseudo-op of a transfer.
+_INTERNAL_OPS = ("_SOURCE", "_SINK", "RecvTensor")
+_VARIABLE_OP_TYPES = ("VarHandleOp", "VariableV2", "Variable", "AutoReloadVariable")
+_JOB = re.compile(r"/job:([^/]+)")
+_TASK = re.compile(r"/task:(\d+)")
+_REPLICA = re.compile(r"/replica:(\d+)")
+# "[16B] [0.41Mb/s] edge_11_add/ReadVariableOp from /job:ps/... to /job:worker/..."
+_RECV_LABEL = re.compile(r"\[(\d+)B\].*?\bedge_\d+_(\S+) from (\S+) to (\S+)")
+
+
+# --------------------------------------------------------------------- device names
+def short_task(device: str) -> str:
+    """The dtfkit name of the task in a device string; ``""`` when it names no job.
+
+    >>> short_task("/job:ps/replica:0/task:0/device:CPU:0")
+    'ps:0'
+    >>> short_task("/job:worker/task:1")
+    'worker:1'
+    >>> short_task("/job:ps")
+    'ps'
+    >>> short_task("/device:CPU:0")
+    ''
+    """
+    job = _JOB.search(device or "")
+    if job is None:
+        return ""
+    task = _TASK.search(device)
+    return f"{job.group(1)}:{task.group(1)}" if task else job.group(1)
+
+
+def task_of(device: str) -> str:
+    """The task part of a full device name, as TensorFlow writes it (no ``/device:...``).
+
+    >>> task_of("/job:ps/replica:0/task:0/device:CPU:0")
+    '/job:ps/replica:0/task:0'
+    >>> task_of("/job:worker/task:1")
+    '/job:worker/replica:0/task:1'
+    """
+    job = _JOB.search(device or "")
+    if job is None:
+        return ""
+    replica = _REPLICA.search(device)
+    task = _TASK.search(device)
+    out = f"/job:{job.group(1)}/replica:{replica.group(1) if replica else 0}"
+    return out + (f"/task:{task.group(1)}" if task else "")
+
+
+# ------------------------------------------------------------------------- tracing
+def trace_options(*, partition_graphs: bool = True, timeout_ms: int | None = None) -> Any:
+    """``RunOptions`` with a full trace (and the partition graphs, unless told not to).
+
+    ``timeout_ms`` bounds the run (``RunOptions.timeout_in_ms``)."""
+    import tensorflow as tf
+
+    options = tf.compat.v1.RunOptions(
+        trace_level=tf.compat.v1.RunOptions.FULL_TRACE, output_partition_graphs=partition_graphs
+    )
+    if timeout_ms is not None:
+        options.timeout_in_ms = int(timeout_ms)
+    return options
+
+
+def trace_run(
+    sess: Any,
+    fetches: Any,
+    feed_dict: dict | None = None,
+    *,
+    graph: Any = None,
+    include_internal: bool = False,
+    timeout_ms: int | None = None,
+) -> dict[str, Any]:
+    """Run ``fetches`` once with a full trace; return the value and where everything ran.
+
+    Returns a plain dict (safe to send back to the notebook):
+
+    - ``"value"``: what ``sess.run`` returned (NumPy),
+    - ``"ops"``: ``op_table`` rows, one per op executed, in the order they started,
+    - ``"transfers"``: ``transfer_table`` rows, one per tensor sent between tasks,
+    - ``"partitions"``: ``partition_table`` rows, one per piece the master cut the graph into.
+
+    ``graph`` (default: the session's) gives each op its graph type.
+
+    Example::
+
+        traced = trace_run(sess, train_op, {images: x, labels: y})
+        {row["op"]: row["task"] for row in traced["ops"]}
+    """
+    import tensorflow as tf
+
+    metadata = tf.compat.v1.RunMetadata()
+    value = sess.run(
+        fetches, feed_dict=feed_dict, options=trace_options(timeout_ms=timeout_ms), run_metadata=metadata
+    )
+    graph = graph if graph is not None else getattr(sess, "graph", None)
+    return {
+        "value": value,
+        "ops": op_table(metadata, graph, include_internal=include_internal),
+        "transfers": transfer_table(metadata),
+        "partitions": partition_table(metadata),
+    }
+
+
+def op_table(run_metadata: Any, graph: Any = None, *, include_internal: bool = False) -> list[dict[str, Any]]:
+    """One row per executed op, from ``run_metadata.step_stats.dev_stats``, by start time.
+
+    Each row: ``op`` (name), ``type`` (the graph's op type when ``graph`` knows the
+    op, else the kernel's), ``kernel`` (what the executor ran, e.g. ``_MklMatMul``
+    for a ``MatMul`` rewritten for oneDNN), ``task`` (``"worker:0"``), ``device``
+    (``"/job:worker/replica:0/task:0/device:CPU:0"``), ``start_ms`` (from the first
+    op of the step) and ``duration_ms``. ``_SOURCE``/``_SINK`` and the transfers'
+    ``RecvTensor`` rows are left out unless ``include_internal``.
+
+    Example::
+
+        metadata = tf.compat.v1.RunMetadata()
+        sess.run(z, options=trace_options(), run_metadata=metadata)
+        op_table(metadata, sess.graph)
+    """
+    nodes = [
+        (dev.device, node)
+        for dev in run_metadata.step_stats.dev_stats
+        for node in dev.node_stats
+        if include_internal or node.node_name not in _INTERNAL_OPS
+    ]
+    if not nodes:
+        return []
+    t0 = min(node.all_start_micros for _, node in nodes)
+    rows = []
+    for device, node in sorted(nodes, key=lambda item: (item[1].all_start_micros, item[0])):
+        kernel = _kernel_of(node.timeline_label) or node.node_name
+        rows.append(
+            {
+                "op": node.node_name,
+                "type": _graph_type(graph, node.node_name) or kernel,
+                "kernel": kernel,
+                "task": short_task(device),
+                "device": device,
+                "start_ms": (node.all_start_micros - t0) / 1000.0,
+                "duration_ms": node.all_end_rel_micros / 1000.0,
+            }
+        )
+    return rows
+
+
+def transfer_table(run_metadata: Any) -> list[dict[str, Any]]:
+    """One row per tensor that crossed from one task to another during the traced step.
+
+    Each row: ``tensor`` (the op whose output travelled, or the fed/fetched tensor),
+    ``kind`` (``"edge"`` between two pieces of the graph, ``"feed"`` from the
+    client's side, ``"fetch"`` back to it), ``bytes`` (``None`` when the trace does
+    not say), ``from`` and ``to`` (task names), ``from_device`` and ``to_device``.
+    Moves between devices of one task are not listed.
+
+    The rows come from the ``_Send``/``_Recv`` pairs in the partition graphs (a run
+    with ``output_partition_graphs``, as ``trace_options()`` asks): they are complete
+    and the same on every run. Without partition graphs they come from the
+    ``RecvTensor`` records of the trace, which TensorFlow collects on a best-effort
+    basis (the master switches RPC logging on in the remote tasks with a call it
+    does not wait for), so transfers received by remote tasks may be missing.
+
+    Example::
+
+        [(r["tensor"], r["from"], r["to"]) for r in transfer_table(metadata)]
+        # [('MatMul/ReadVariableOp', 'ps:0', 'worker:0'), ('add', 'worker:0', 'worker:1'), ...]
+    """
+    logged = _recv_tensor_log(run_metadata)
+    if not run_metadata.partition_graphs:
+        rows = sorted(logged.values(), key=lambda row: (row["_start"], row["tensor"]))
+        return [
+            _transfer_row(r["tensor"], "edge", r["bytes"], r["from_device"], r["to_device"]) for r in rows
+        ]
+    stats = {node.node_name: node for dev in run_metadata.step_stats.dev_stats for node in dev.node_stats}
+    starts = [node.all_start_micros for node in stats.values()]
+    t0 = min(starts) if starts else 0
+    found: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for graph_def in run_metadata.partition_graphs:
+        for node in graph_def.node:
+            if node.op not in _SEND_OPS + _RECV_OPS:
+                continue
+            src, dst = _attr(node, "send_device"), _attr(node, "recv_device")
+            if not src or not dst or task_of(src) == task_of(dst):
+                continue
+            client = bool(node.attr["client_terminated"].b) if "client_terminated" in node.attr else False
+            if node.op in _RECV_OPS and not client:
+                continue  # the matching _Send describes this edge
+            name = _attr(node, "tensor_name")
+            tensor = _EDGE_PREFIX.sub("", name)
+            kind = "edge" if not client else ("feed" if node.op in _RECV_OPS else "fetch")
+            source = node.input[0].split(":")[0] if node.input else ""
+            size = None
+            if source in stats:  # what the sending op produced: recorded by every task
+                slot = int(node.input[0].split(":")[1]) if ":" in node.input[0] else 0
+                outputs = {o.slot: o for o in stats[source].output}
+                if slot in outputs:
+                    size = (
+                        int(outputs[slot].tensor_description.allocation_description.requested_bytes) or None
+                    )
+            if size is None:
+                size = logged.get((tensor, short_task(src), short_task(dst)), {}).get("bytes")
+            start = stats[source].all_start_micros - t0 if source in stats else -1
+            found[(name, src, dst)] = dict(_transfer_row(tensor, kind, size, src, dst), _start=start)
+    rows = sorted(found.values(), key=lambda row: (row.pop("_start"), row["tensor"]))
+    return rows
+
+
+_SEND_OPS = ("_Send", "_HostSend")
+_RECV_OPS = ("_Recv", "_HostRecv")
+_EDGE_PREFIX = re.compile(r"^edge_\d+_")
+
+
+def _transfer_row(
+    tensor: str, kind: str, size: int | None, from_device: str, to_device: str
+) -> dict[str, Any]:
+    return {
+        "tensor": tensor,
+        "kind": kind,
+        "bytes": size,
+        "from": short_task(from_device),
+        "to": short_task(to_device),
+        "from_device": from_device,
+        "to_device": to_device,
+    }
+
+
+def _attr(node: Any, key: str) -> str:
+    if key not in node.attr:
+        return ""
+    value = node.attr[key].s
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _recv_tensor_log(run_metadata: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The ``RecvTensor`` records of a trace (best effort), by (tensor, from task, to task)."""
+    out = {}
+    for dev in run_metadata.step_stats.dev_stats:
+        for node in dev.node_stats:
+            if node.node_name != "RecvTensor":
+                continue
+            match = _RECV_LABEL.search(node.timeline_label)
+            if match is None:
+                continue
+            size, tensor, src, dst = match.groups()
+            tensor = tensor.split(";")[0]
+            out[(tensor, short_task(src), short_task(dst))] = {
+                "tensor": tensor,
+                "bytes": int(size),
+                "from_device": src,
+                "to_device": dst,
+                "_start": node.all_start_micros,
+            }
+    return out
+
+
+def partition_table(run_metadata: Any) -> list[dict[str, Any]]:
+    """The pieces the master cut the graph into: one row per partition (per device).
+
+    Needs a run with ``output_partition_graphs`` (``trace_options()`` sets it). Each
+    row: ``task``, ``device``, ``ops`` (the graph's own ops in that piece, by name),
+    ``sends`` and ``recvs`` (how many ``_Send``/``_Recv`` ops the master added to
+    move tensors between pieces).
+
+    Example::
+
+        {row["task"]: row["ops"] for row in partition_table(metadata)}
+    """
+    rows = []
+    for graph_def in run_metadata.partition_graphs:
+        devices = sorted({node.device for node in graph_def.node if node.device})
+        device = devices[0] if devices else ""
+        ops = sorted(node.name for node in graph_def.node if node.op not in _SEND_OPS + _RECV_OPS)
+        rows.append(
+            {
+                "task": short_task(device),
+                "device": device,
+                "ops": ops,
+                "sends": sum(node.op in _SEND_OPS for node in graph_def.node),
+                "recvs": sum(node.op in _RECV_OPS for node in graph_def.node),
+            }
+        )
+    rows.sort(key=lambda row: row["device"])
+    return rows
+
+
+def _kernel_of(label: str) -> str:
+    # timeline labels look like "MatMul_1 = _MklMatMul(add, MatMul_1/ReadVariableOp)"
+    _, sep, rest = label.partition(" = ")
+    return rest.split("(", 1)[0].strip() if sep else ""
+
+
+def _graph_type(graph: Any, name: str) -> str:
+    if graph is None:
+        return ""
+    try:
+        return graph.get_operation_by_name(name).type
+    except (KeyError, ValueError, TypeError):
+        return ""
+
+
+# ----------------------------------------------------------------------- variables
+def variable_devices(graph: Any = None) -> list[dict[str, Any]]:
+    """Every variable of ``graph`` (default: the default graph) and the device it asked for.
+
+    This is ``op.device``: what ``tf.device`` or ``replica_device_setter`` assigned
+    when the graph was built, before any session ran. ``""`` means no device was
+    asked for and the master will choose; a trace (``op_table``) shows where it
+    actually ran. Each row: ``variable`` (name), ``shape``, ``dtype``, ``trainable``,
+    ``device`` and ``task`` (``"ps:1"``).
+
+    Example::
+
+        with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(cluster=spec)):
+            ...build the model...
+        by_task(variable_devices(), "variable")   # {'ps:0': [...], 'ps:1': [...]}
+    """
+    import tensorflow as tf
+
+    graph = graph if graph is not None else tf.compat.v1.get_default_graph()
+    trainable = {v.op.name for v in graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)}
+    rows = []
+    for op in graph.get_operations():
+        if op.type not in _VARIABLE_OP_TYPES:
+            continue
+        try:
+            shape = tf.TensorShape(op.get_attr("shape")).as_list()
+            dtype = tf.as_dtype(op.get_attr("dtype")).name
+        except (ValueError, TypeError):
+            shape, dtype = op.outputs[0].shape.as_list(), op.outputs[0].dtype.base_dtype.name
+        rows.append(
+            {
+                "variable": op.name,
+                "shape": shape,
+                "dtype": dtype,
+                "trainable": op.name in trainable,
+                "device": op.device,
+                "task": short_task(op.device),
+            }
+        )
+    return rows
+
+
+# ------------------------------------------------------- plain Python (no TensorFlow)
+def by_task(rows: Iterable[dict[str, Any]], key: str = "op") -> dict[str, list[Any]]:
+    """Group one column of a table by task: ``{"ps:0": ["x", "y"], "worker:0": [...]}``.
+
+    >>> by_task([{"op": "x", "task": "ps:0"}, {"op": "m", "task": "worker:0"}, {"op": "y", "task": "ps:0"}])
+    {'ps:0': ['x', 'y'], 'worker:0': ['m']}
+    """
+    out: dict[str, list[Any]] = {}
+    for row in rows:
+        out.setdefault(row.get("task", ""), []).append(row[key])
+    return dict(sorted(out.items()))
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, (list, tuple)):
+        return (
+            ", ".join(str(v) for v in value) if value and not isinstance(value[0], int) else str(list(value))
+        )
+    return str(value)
+
+
+def _columns(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None) -> list[str]:
+    if columns is not None:
+        return list(columns)
+    seen: dict[str, None] = {}
+    for row in rows:
+        seen.update(dict.fromkeys(row))
+    return list(seen)
+
+
+def format_table(rows: Iterable[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Rows as aligned plain text (``columns``: which keys, in which order; default all).
+
+    >>> print(format_table([{"op": "x", "task": "ps:0"}, {"op": "MatMul", "task": "worker:0"}]))
+    op      task
+    ------  --------
+    x       ps:0
+    MatMul  worker:0
+    """
+    rows = list(rows)
+    cols = _columns(rows, columns)
+    cells = [[_cell(row.get(c, "")) for c in cols] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+class Table:
+    """Show rows in a notebook: an HTML table in Jupyter, aligned text elsewhere.
+
+    ``highlight`` colours the rows of each task (``{"worker:0": "#e8f0ff"}``); by
+    default ps, worker and chief tasks get distinct pale colours.
+
+    Example::
+
+        placement.Table(traced["ops"], ["op", "type", "task"], title="where each op ran")
+    """
+
+    _PALETTE = ("#fff3d6", "#e3f0ff", "#e6f6e6", "#f6e6f6", "#eeeeee", "#ffe3e3")
+
+    def __init__(
+        self,
+        rows: Iterable[dict[str, Any]],
+        columns: Sequence[str] | None = None,
+        *,
+        title: str | None = None,
+        highlight: dict[str, str] | None = None,
+    ):
+        self.rows = list(rows)
+        self.columns = _columns(self.rows, columns)
+        self.title = title
+        if highlight is None:
+            tasks = sorted({row.get("task", "") for row in self.rows} - {""})
+            highlight = {t: self._PALETTE[i % len(self._PALETTE)] for i, t in enumerate(tasks)}
+        self.highlight = highlight
+
+    def __repr__(self) -> str:
+        text = format_table(self.rows, self.columns)
+        return f"{self.title}\n{text}" if self.title else text
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in self.columns)
+        body = []
+        for row in self.rows:
+            colour = self.highlight.get(row.get("task", ""))
+            style = f" style='background:{colour}'" if colour else ""
+            cells = "".join(
+                f"<td style='text-align:left'>{html.escape(_cell(row.get(c, '')))}</td>" for c in self.columns
+            )
+            body.append(f"<tr{style}>{cells}</tr>")
+        caption = (
+            f"<caption style='text-align:left'><b>{html.escape(self.title)}</b></caption>"
+            if self.title
+            else ""
+        )
+        return f"<table>{caption}<tr>{head}</tr>{''.join(body)}</table>"
+
+
+def plot_timeline(
+    rows: Iterable[dict[str, Any]],
+    ax: Any = None,
+    *,
+    color_by: str | None = None,
+    order: Sequence[str] | None = None,
+    label_ops: Iterable[str] = (),
+    title: str | None = None,
+):
+    """Draw ``op_table`` rows as a timeline: one lane per task, one bar per op.
+
+    ``color_by`` names a column whose values colour the bars (with a legend), e.g. a
+    ``"phase"`` you added, listed in the legend in ``order`` (default: as they first
+    appear); by default each lane has its own colour. ``label_ops``
+    names ops to write next to their bar. Uses matplotlib (imported here); returns
+    the axes.
+
+    Example::
+
+        plot_timeline(traced["ops"], label_ops=["MatMul", "MatMul_1"])
+        plot_timeline(rows, color_by="phase", order=["forward", "backward", "update"])
+    """
+    import matplotlib.pyplot as plt
+
+    rows = list(rows)
+    tasks = sorted({row["task"] for row in rows})
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 0.8 + 0.55 * max(1, len(tasks))))
+    palette = plt.get_cmap("tab10")
+    groups = list(dict.fromkeys(row.get(color_by, "") for row in rows)) if color_by else tasks
+    if color_by and order is not None:
+        groups = [g for g in order if g in groups] + [g for g in groups if g not in order]
+    labels = set(label_ops)
+    for row in rows:
+        lane = tasks.index(row["task"])
+        group = groups.index(row.get(color_by, "") if color_by else row["task"])
+        width = max(row["duration_ms"], 0.005)
+        ax.barh(
+            lane,
+            width,
+            left=row["start_ms"],
+            height=0.6,
+            color=palette(group % 10),
+            edgecolor="black",
+            lw=0.3,
+        )
+        if row["op"] in labels:
+            ax.annotate(
+                row["op"],
+                (row["start_ms"] + width, lane),
+                xytext=(3, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize=8,
+            )
+    if color_by:
+        from matplotlib.patches import Patch
+
+        ax.legend(
+            handles=[Patch(color=palette(i % 10), label=str(g)) for i, g in enumerate(groups)],
+            loc="upper left",
+            bbox_to_anchor=(1.0, 1.0),
+            fontsize=8,
+        )
+    ax.set_yticks(range(len(tasks)), tasks)
+    ax.set_ylim(len(tasks) - 0.5, -0.5)
+    ax.set_xlabel("time since the first op of the step (ms)")
+    if title:
+        ax.set_title(title)
+    return ax
