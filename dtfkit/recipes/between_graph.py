@@ -32,7 +32,7 @@ import numpy as np
 
 import dtfkit
 from dtfkit.datasets import load_digits, shard
-from dtfkit.recipes.tf1 import NUM_CLASSES, NUM_FEATURES, dense, mlp, session_config
+from dtfkit.recipes.tf1 import NUM_CLASSES, NUM_FEATURES, classifier, dense, on_ps, session_config
 
 UNEVEN_LAYERS = (NUM_FEATURES, 256, 256, 256, NUM_CLASSES)
 
@@ -168,16 +168,8 @@ def seed_worker(
     rng = np.random.default_rng(seed * 1000 + ctx.task_index)
     tf.get_logger().setLevel("ERROR")
     with tf.Graph().as_default(), tf.compat.v1.variable_scope(run_name):
-        setter = tf.compat.v1.train.replica_device_setter(
-            worker_device=f"/job:worker/task:{ctx.task_index}", cluster=ctx.cluster_spec()
-        )
-        with tf.compat.v1.device(setter):
-            images = tf.compat.v1.placeholder(tf.float32, [None, NUM_FEATURES])
-            labels = tf.compat.v1.placeholder(tf.int64, [None])
-            logits = mlp(tf, images, hidden)
-            loss = tf.reduce_mean(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-            )
+        with on_ps(tf, ctx):
+            images, labels, logits, loss = classifier(tf, hidden)
             global_step = tf.compat.v1.train.get_or_create_global_step()
             train_op = tf.compat.v1.train.GradientDescentOptimizer(learning_rate).minimize(
                 loss, global_step=global_step
@@ -238,12 +230,7 @@ def train_in_graph(
                 cluster=ctx.cluster, worker_device=f"/job:worker/task:{i}"
             )
             with tf.compat.v1.device(setter), tf.compat.v1.variable_scope(scope, reuse=i > 0):
-                images = tf.compat.v1.placeholder(tf.float32, [None, NUM_FEATURES], name=f"images_{i}")
-                labels = tf.compat.v1.placeholder(tf.int64, [None], name=f"labels_{i}")
-                logits = mlp(tf, images, hidden)
-                loss = tf.reduce_mean(
-                    tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-                )
+                images, labels, logits, loss = classifier(tf, hidden, suffix=f"_{i}")
                 towers.append((images, labels, loss, logits, opt.compute_gradients(loss)))
         averaged = []
         for j, (_, var) in enumerate(towers[0][4]):

@@ -33,7 +33,7 @@ import numpy as np
 
 import dtfkit
 from dtfkit.datasets import load_digits, shard
-from dtfkit.recipes.tf1 import NUM_FEATURES, mlp, session_config, worker_rank
+from dtfkit.recipes.tf1 import classifier, on_ps, session_config, worker_rank
 
 
 def train_with_checkpoints(
@@ -96,16 +96,8 @@ def train_with_checkpoints(
         graph.as_default(),
         tf.compat.v1.variable_scope(run_name),
     ):
-        device = f"/job:{ctx.job_name}/task:{ctx.task_index}"
-        with tf.compat.v1.device(
-            tf.compat.v1.train.replica_device_setter(worker_device=device, cluster=ctx.cluster_spec())
-        ):
-            images = tf.compat.v1.placeholder(tf.float32, [None, NUM_FEATURES])
-            labels = tf.compat.v1.placeholder(tf.int64, [None])
-            logits = mlp(tf, images, hidden)
-            loss = tf.reduce_mean(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-            )
+        with on_ps(tf, ctx):
+            images, labels, logits, loss = classifier(tf, hidden)
             global_step = tf.compat.v1.train.get_or_create_global_step()
             train_op = tf.compat.v1.train.GradientDescentOptimizer(learning_rate).minimize(
                 loss, global_step=global_step

@@ -128,12 +128,7 @@ def train_sync(
     own_device = f"/job:{ctx.job_name}/task:{ctx.task_index}"
     with graph.as_default(), tf.compat.v1.container(container), tf.compat.v1.variable_scope(name):
         with tf.compat.v1.device(_device_function(tf, ctx, own_device, variables_on)):
-            images = tf.compat.v1.placeholder(tf.float32, [None, tf1.NUM_FEATURES])
-            labels = tf.compat.v1.placeholder(tf.int64, [None])
-            logits = tf1.mlp(tf, images, hidden)
-            loss = tf.reduce_mean(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-            )
+            images, labels, logits, loss = tf1.classifier(tf, hidden)
             # The ledger: this gradient's one-hot mark at [rank, local step index].
             ledger = tf.compat.v1.get_variable(
                 "ledger", [count, capacity], initializer=tf.compat.v1.zeros_initializer()

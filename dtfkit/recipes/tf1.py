@@ -18,7 +18,7 @@ import contextlib
 import re
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -45,6 +45,36 @@ def mlp(tf, images, hidden: int):
     net = dense(tf, images, hidden, "dense_1", tf.nn.relu)
     net = dense(tf, net, hidden, "dense_2", tf.nn.relu)
     return dense(tf, net, NUM_CLASSES, "dense_3")
+
+
+class Classifier(NamedTuple):
+    """The digits classifier's graph: feed ``images`` and ``labels``, fetch ``loss``."""
+
+    images: Any
+    labels: Any
+    logits: Any
+    loss: Any
+
+
+def classifier(tf, hidden: int, suffix: str = "") -> Classifier:
+    """Placeholders, the MLP and its mean cross-entropy, in the current device scope.
+
+    ``suffix`` names the placeholders apart when one graph holds several towers.
+    """
+    images = tf.compat.v1.placeholder(tf.float32, [None, NUM_FEATURES], name=f"images{suffix}")
+    labels = tf.compat.v1.placeholder(tf.int64, [None], name=f"labels{suffix}")
+    logits = mlp(tf, images, hidden)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+    return Classifier(images, labels, logits, loss)
+
+
+def on_ps(tf, ctx):
+    """``replica_device_setter`` for this task: variables round-robin on the ps tasks,
+    everything else on this task."""
+    worker = f"/job:{ctx.job_name}/task:{ctx.task_index}"
+    return tf.compat.v1.device(
+        tf.compat.v1.train.replica_device_setter(worker_device=worker, cluster=ctx.cluster_spec())
+    )
 
 
 def session_config(tf, ctx, device_filters: bool = True):
@@ -98,16 +128,8 @@ def train_between_graph(
     # same ps fails with "FIFOQueue 'sync_token_q' is closed". Container names allow no "_".
     container = re.sub(r"[^A-Za-z0-9.]", ".", name)
     with graph.as_default(), tf.compat.v1.container(container), tf.compat.v1.variable_scope(name):
-        device = f"/job:{ctx.job_name}/task:{ctx.task_index}"
-        with tf.compat.v1.device(
-            tf.compat.v1.train.replica_device_setter(worker_device=device, cluster=ctx.cluster_spec())
-        ):
-            images = tf.compat.v1.placeholder(tf.float32, [None, NUM_FEATURES])
-            labels = tf.compat.v1.placeholder(tf.int64, [None])
-            logits = mlp(tf, images, hidden)
-            loss = tf.reduce_mean(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-            )
+        with on_ps(tf, ctx):
+            images, labels, logits, loss = classifier(tf, hidden)
             accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), labels), tf.float32))
             global_step = tf.compat.v1.train.get_or_create_global_step()
             opt = (
