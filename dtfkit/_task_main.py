@@ -137,9 +137,24 @@ def _run_call(channel: Channel, call_id: int, payload: bytes) -> None:
             value = fn(*args, **kwargs)
         finally:
             channel.current_call = None
-        channel.send(("result", call_id, _encode_result(value)))
+        result = _encode_result(value)
+        _mark_output_done(call_id)
+        channel.send(("result", call_id, result))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the owner
+        _mark_output_done(call_id)
         channel.send(("error", call_id, type(exc).__name__, str(exc), traceback.format_exc()))
+
+
+def _mark_output_done(call_id: int) -> None:
+    """Tell the owner, in the output stream itself, that this call's output is complete."""
+    from dtfkit.logs import OUTPUT_DONE_MARK
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a replaced or closed stream
+            pass
+    os.write(1, f"{OUTPUT_DONE_MARK}{call_id}\n".encode())
 
 
 def _reserve_port(port: int) -> socket.socket:

@@ -154,8 +154,10 @@ class RunHandle:
         import cloudpickle
 
         replies = self._rt.replies.get(self.call_id, {})
+        flushed = self._rt.flushed.get(self.call_id, ())
         for task, proc in list(self._pending.items()):
-            reply = replies.get(task)
+            # A reply counts once the task's output up to it has been read too.
+            reply = replies.get(task) if task in flushed else None
             if reply is not None:
                 self._pending.pop(task)
                 proc.busy_with = None
@@ -261,6 +263,7 @@ class RunHandle:
     def _cleanup(self) -> None:
         self._rt.replies.pop(self.call_id, None)
         self._rt.stacks.pop(self.call_id, None)
+        self._rt.flushed.pop(self.call_id, None)
         if self._on_finish is not None:
             self._on_finish()
 

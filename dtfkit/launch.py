@@ -118,9 +118,29 @@ def _supervise(
         messages.append(text)
         runtime.echo("dtfkit", text)
 
+    def exited() -> list[TaskId]:
+        # Process state, not events: an exit may have been seen while the cluster started.
+        return sorted(t for t in remaining if runtime.procs[t].popen.poll() is not None)
+
     with runtime._live_output():
         remaining = set(finishing)
         while remaining:
+            for task in exited():
+                remaining.discard(task)
+                code = runtime.procs[task].popen.returncode
+                codes[task] = code
+                if task == chief:
+                    chief_done_at = time.monotonic()
+                if code != 0:
+                    failed.append(task.name)
+            if failed:
+                if remaining:
+                    note(
+                        f"{failed[0]} exited with code {codes[TaskId.parse(failed[0])]}; stopping {', '.join(t.name for t in sorted(remaining))}"
+                    )
+                break
+            if not remaining:
+                break
             wake = [d for d in (deadline,) if d is not None]
             if chief_done_at is not None and not hinted:
                 wake.append(chief_done_at + HANG_HINT_AFTER)
@@ -147,23 +167,10 @@ def _supervise(
                             "answers (set device_filters in its session config). Ctrl-C or --timeout ends it."
                         )
                 continue
-            proc = runtime._handle(event)
+            runtime._handle(event)
             if event.kind == "log":
                 last_output[event.task] = now
-            if proc is None or event.kind != "exit" or proc.task not in remaining:
-                continue
-            remaining.discard(proc.task)
-            codes[proc.task] = event.payload
-            if proc.task == chief:
-                chief_done_at = now
-            if event.payload != 0:
-                failed.append(proc.task.name)
-                if remaining:
-                    note(
-                        f"{proc.task} exited with code {event.payload}; stopping "
-                        f"{', '.join(t.name for t in sorted(remaining))}"
-                    )
-                break
+
     runtime.close()
     seconds = time.monotonic() - started
     ordered = {t.name: codes[t] for t in layout.tasks}

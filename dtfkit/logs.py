@@ -39,6 +39,11 @@ NOISE_PATTERNS = [
     r".*Local rendezvous is aborting with status: ABORTED: Cleanup.*",
     r".*coordination_service\.cc:\d+\] Initializing CoordinationService",
 ]
+# A task writes this line to its stdout after a call's output and before it sends
+# the call's reply; the owner accepts the reply only after reading the line, so
+# every line the function printed is shown by the cell that made the call.
+OUTPUT_DONE_MARK = "\x00dtfkit-output-done "
+
 _NOISE = re.compile("|".join(f"(?:{p})" for p in NOISE_PATTERNS))
 
 
@@ -83,9 +88,10 @@ class LogBook:
                     f = self._files[task] = open(self.path(task), "a", encoding="utf-8")  # noqa: SIM115
                 f.write(line + "\n")
                 f.flush()
-        listener = self.listener
-        if listener is not None and (self.show_noise or not noise):
-            listener(seq, task, line)
+            # Under the lock, so listeners get lines in the order they are numbered.
+            listener = self.listener
+            if listener is not None and (self.show_noise or not noise):
+                listener(seq, task, line)
 
     def lines(self, task: str, *, everything: bool = False, tail: int | None = None) -> list[str]:
         """The lines a task printed; TF start-up noise left out unless ``everything``."""

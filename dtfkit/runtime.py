@@ -16,6 +16,7 @@ import queue
 import secrets
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -23,12 +24,12 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Client, Listener
+from multiprocessing.connection import Listener
 from typing import Any
 
 from dtfkit import gpu, lifeline, netns, state
 from dtfkit.errors import ClusterStartError, DtfkitError, TaskNotRunning
-from dtfkit.logs import LogBook
+from dtfkit.logs import OUTPUT_DONE_MARK, LogBook
 from dtfkit.metrics import MetricLog
 from dtfkit.spec import ClusterLayout, TaskId, cluster_dict, tf_config
 
@@ -160,19 +161,21 @@ class ClusterRuntime:
         self.metrics = MetricLog()
         self.replies: dict[int, dict[TaskId, tuple]] = {}
         self.stacks: dict[int, dict[TaskId, str]] = {}
+        self.flushed: dict[int, set[TaskId]] = {}  # call id -> tasks whose output of it is all in
         self.printed_seq = 0
         self.started_at = time.time()
         self._gens = itertools.count(1)
         self._client_ids = itertools.count(0)
         self._anchor: subprocess.Popen | None = None
         self._threads: list[threading.Thread] = []
+        # Validated before anything is created on disk (an unknown policy raises).
+        self._gpu_plan = gpu.plan_visible_devices([t.name for t in layout.tasks], gpu.count_gpus(), gpus)
         self.id, self.dir = state.new_cluster_dir()
         self.logbook = LogBook(os.path.join(self.dir, "logs"))
         self.logbook.show_noise = show_tf_logs
         self._authkey = secrets.token_bytes(16)
         self._socket_path = os.path.join(self.dir, "control.sock")
         self._listener = Listener(self._socket_path, family="AF_UNIX", authkey=self._authkey)
-        self._gpu_plan = gpu.plan_visible_devices([t.name for t in layout.tasks], gpu.count_gpus(), gpus)
         with _OPEN_LOCK:
             _OPEN.add(self)
         self._spawn_thread(self._accept_loop, "dtfkit-accept")
@@ -376,6 +379,13 @@ class ClusterRuntime:
         name = proc.task.name
         for raw in iter(proc.popen.stdout.readline, b""):
             text = raw.decode("utf-8", errors="replace").rstrip("\n")
+            mark_at = text.find(OUTPUT_DONE_MARK)
+            if mark_at >= 0:
+                if mark_at:  # the call's last output had no newline
+                    self.logbook.add(name, text[:mark_at])
+                done = ("output_done", int(text[mark_at + len(OUTPUT_DONE_MARK) :]))
+                self.events.put(Event("msg", name, proc.gen, done))
+                continue
             # Progress bars redraw with carriage returns: keep the last state.
             self.logbook.add(name, text.split("\r")[-1] if "\r" in text else text)
         proc.popen.stdout.close()
@@ -400,6 +410,8 @@ class ClusterRuntime:
                 proc.ready = True
             elif message[0] in ("result", "error"):
                 self.replies.setdefault(message[1], {})[proc.task] = message
+            elif message[0] == "output_done":
+                self.flushed.setdefault(message[1], set()).add(proc.task)
             elif message[0] == "stacks":
                 self.stacks.setdefault(message[1], {})[proc.task] = message[2]
             elif message[0] == "start_failed":
@@ -428,7 +440,7 @@ class ClusterRuntime:
             if event is None:
                 late = [t.name for t, p in watched.items() if not p.ready]
                 raise ClusterStartError(
-                    f"{', '.join(late)} did not {what} within {self.start_timeout:.0f} s; "
+                    f"{', '.join(late)} did not {what} within {self.start_timeout:g} s; "
                     f"last log lines:\n{self._tails(late)}\n"
                     "Next step: look at the log above; on a busy machine pass a larger start_timeout."
                 )
@@ -440,7 +452,8 @@ class ClusterRuntime:
                     f"{proc.task} failed while starting:\n{proc.start_error.rstrip()}\n"
                     f"last log lines:\n{self._tails([proc.task.name])}"
                 )
-            if event.kind == "exit":
+            if event.kind == "exit" and not (self.mode == "script" and proc.ready):
+                # (A script that is already running may finish while its peers start.)
                 self._drain_logs(proc)
                 raise ClusterStartError(
                     f"{proc.task} exited with code {event.payload} while starting; last log lines:\n"
@@ -567,9 +580,13 @@ class ClusterRuntime:
         if self._anchor is not None:
             self._anchor.wait(timeout=10)
             self._anchor.stdout.close()
-        # Wake the accept loop so its thread ends.
+        # Wake the accept loop so its thread ends. A bare connection, not Client():
+        # the loop may have ended already (it stops after any accept once closed is
+        # set), and Client() would then wait for a handshake for ever.
         try:
-            Client(self._socket_path, family="AF_UNIX", authkey=self._authkey).close()
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(1.0)
+                sock.connect(self._socket_path)
         except OSError:
             pass
         self._listener.close()

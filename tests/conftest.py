@@ -1,0 +1,339 @@
+"""Shared helpers and fixtures of the dtfkit test suite.
+
+Every test is checked for leftover processes: the descendants of the test process,
+and every process carrying this session's ``DTFKIT_TEST_SESSION`` mark in its
+environment (every process the suite starts inherits it, so this covers every task
+with ``DTFKIT_CLUSTER`` set, even once orphaned, and never other users' clusters). Processes that survive a test by more
+than ``LEAK_GRACE`` seconds fail it (and are killed, so that the next test starts
+clean). Clusters shared by several tests are registered with ``share_cluster`` and
+checked when they close instead.
+
+The package does not have to be installed: the repository root is put on
+``sys.path`` here and on ``PYTHONPATH`` for every subprocess (``subprocess_env``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+SESSION_ENV = "DTFKIT_TEST_SESSION"
+SESSION_ID = uuid.uuid4().hex[:12]
+LEAK_GRACE = 10.0
+
+# Everything this session starts inherits the mark, and keeps its cluster folders
+# (sockets, logs, state files) in a private, short folder (Unix socket paths are
+# limited to 108 bytes).
+os.environ[SESSION_ENV] = SESSION_ID
+_HOME = tempfile.mkdtemp(prefix="dtfk-")
+os.environ["DTFKIT_HOME"] = _HOME
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)  # also after --collect-only
+
+# Cluster ids whose processes may outlive a single test (module/session fixtures).
+_SHARED_IDS: set[str] = set()
+
+
+# --------------------------------------------------------------------------- helpers
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for a Python subprocess that must import dtfkit from this checkout."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` seconds passed; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return bool(predicate())
+        time.sleep(interval)
+
+
+def is_gone(proc: psutil.Process) -> bool:
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_gone(procs: Iterable[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait (bounded) until every process has ended; returns the ones still alive."""
+    procs = list(procs)
+    wait_until(lambda: all(is_gone(p) for p in procs), timeout)
+    return [p for p in procs if not is_gone(p)]
+
+
+def processes_of(pids: Iterable[int]) -> list[psutil.Process]:
+    """psutil handles (pid + start time, so pid reuse cannot fool later checks)."""
+    out = []
+    for pid in pids:
+        try:
+            out.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def _environ(proc: psutil.Process) -> dict[str, str]:
+    try:
+        return proc.environ()
+    except (psutil.Error, OSError):
+        return {}
+
+
+def cluster_processes(cluster_id: str) -> list[psutil.Process]:
+    """Every live process whose environment names ``cluster_id``."""
+    out = []
+    for proc in psutil.process_iter():
+        if _environ(proc).get("DTFKIT_CLUSTER") == cluster_id and not is_gone(proc):
+            out.append(proc)
+    return out
+
+
+def _tracked() -> dict[tuple[int, float], psutil.Process]:
+    """Descendants of this process and every process of this session, minus shared clusters'."""
+    found: dict[tuple[int, float], psutil.Process] = {}
+    me = os.getpid()
+    candidates = psutil.Process().children(recursive=True)
+    for proc in psutil.process_iter():
+        # Every process this session starts carries the mark (a superset of the
+        # processes with DTFKIT_CLUSTER set), even after it was orphaned.
+        if proc.pid != me and _environ(proc).get(SESSION_ENV) == SESSION_ID:
+            candidates.append(proc)
+    for proc in candidates:
+        try:
+            if is_gone(proc):
+                continue
+            key = (proc.pid, proc.create_time())
+        except psutil.Error:
+            continue
+        if _environ(proc).get("DTFKIT_CLUSTER") in _SHARED_IDS:
+            continue
+        found[key] = proc
+    return found
+
+
+def _describe(proc: psutil.Process) -> str:
+    try:
+        cmd = " ".join(proc.cmdline())[:160]
+    except psutil.Error:
+        cmd = "?"
+    return f"pid {proc.pid}: {cmd}"
+
+
+@contextmanager
+def share_cluster(cluster):
+    """Exempt a long-lived cluster from the per-test leak check; on exit, close it and
+    check that every one of its processes ended."""
+    _SHARED_IDS.add(cluster.id)
+    try:
+        yield cluster
+    finally:
+        survivors_before = cluster_processes(cluster.id)
+        cluster.close()
+        _SHARED_IDS.discard(cluster.id)
+        alive = wait_gone(survivors_before + cluster_processes(cluster.id), LEAK_GRACE)
+        for proc in alive:
+            proc.kill()
+        assert not alive, f"closing shared cluster {cluster.id} left: {[_describe(p) for p in alive]}"
+
+
+def listening_ports(net_dir: str = "/proc/self/net") -> set[int]:
+    """TCP ports in LISTEN state in the network namespace that ``net_dir`` shows."""
+    ports = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(os.path.join(net_dir, name)) as f:
+                lines = f.readlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A":  # TCP_LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def port_of(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
+
+
+class LineReader:
+    """Reads a subprocess's stdout on a thread, so the test can wait for a line with a bound."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._pump, daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def expect(self, pattern: str, timeout: float) -> re.Match:
+        """Wait for a line matching ``pattern`` (regex search); fail with the output so far."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                line = self._queue.get(timeout=max(0.0, remaining))
+            except queue.Empty:
+                pytest.fail(
+                    f"no line matching {pattern!r} within {timeout} s; output:\n" + "\n".join(self.lines)
+                )
+            if line is None:
+                self._queue.put(None)
+                pytest.fail(
+                    f"the process ended before printing {pattern!r}; output:\n" + "\n".join(self.lines)
+                )
+            self.lines.append(line)
+            match = regex.search(line)
+            if match:
+                return match
+
+    def rest(self, timeout: float) -> str:
+        """Everything printed until the process closes its stdout (bounded)."""
+        self._thread.join(timeout)
+        while True:
+            try:
+                line = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if line is not None:
+                self.lines.append(line)
+        return "\n".join(self.lines)
+
+
+def start_script(tmp_path: Path, code: str, name: str = "script.py", **popen_kw) -> subprocess.Popen:
+    """Write ``code`` to a file and run it with this interpreter, stdout+stderr piped as text."""
+    path = tmp_path / name
+    path.write_text(code)
+    return subprocess.Popen(
+        [sys.executable, "-u", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=subprocess_env(),
+        cwd=str(tmp_path),
+        **popen_kw,
+    )
+
+
+def parse_json_line(text: str, prefix: str) -> dict:
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return json.loads(line[len(prefix) :])
+    raise AssertionError(f"no line starting with {prefix!r} in:\n{text}")
+
+
+# -------------------------------------------------------------------------- hooks
+def pytest_collection_modifyitems(session, config, items):
+    # Functions defined in test modules are sent to the tasks by value: the tasks
+    # cannot import the test modules (tests/ is not a package on their path).
+    import cloudpickle
+
+    for module in {getattr(item, "module", None) for item in items}:
+        if module is not None and module.__name__ in sys.modules:
+            cloudpickle.register_pickle_by_value(module)
+
+
+# ----------------------------------------------------------------------- fixtures
+@pytest.fixture(autouse=True)
+def no_leftover_processes():
+    """Fail a test that leaves processes behind (after a bounded wait of LEAK_GRACE s)."""
+    before = set(_tracked())
+    yield
+    new = {k: p for k, p in _tracked().items() if k not in before}
+    if not new:
+        return
+    alive = wait_gone(new.values(), LEAK_GRACE)
+    if alive:
+        text = [_describe(p) for p in alive]
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        wait_gone(alive, 5)
+        pytest.fail(f"the test left {len(alive)} process(es) running after {LEAK_GRACE:g} s: {text}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_home():
+    """At the end of the session nothing of ours may run; then remove the cluster folders."""
+    yield
+    me = os.getpid()
+    leftovers = [
+        p
+        for p in psutil.process_iter()
+        if p.pid != me and _environ(p).get(SESSION_ENV) == SESSION_ID and not is_gone(p)
+    ]
+    alive = wait_gone(leftovers, LEAK_GRACE)
+    for proc in alive:
+        proc.kill()
+    shutil.rmtree(_HOME, ignore_errors=True)
+    assert not alive, (
+        f"processes of this test session still running at its end: {[_describe(p) for p in alive]}"
+    )
+
+
+@pytest.fixture(scope="session")
+def shared_cluster():
+    """One isolated 1 ps + 2 workers cluster for every test that does not destroy it."""
+    import dtfkit
+
+    cluster = dtfkit.LocalCluster(ps=1, workers=2, progress=False, start_timeout=60, name=None)
+    with share_cluster(cluster):
+        yield cluster
+
+
+@pytest.fixture
+def cluster(shared_cluster):
+    """The shared cluster, with every task running (a task an earlier test killed is restarted)."""
+    if any(state != "running" for state in shared_cluster.status().values()):
+        shared_cluster.restart()
+    assert all(state == "running" for state in shared_cluster.status().values()), shared_cluster.status()
+    return shared_cluster
+
+
+@pytest.fixture
+def no_spawn(monkeypatch):
+    """Make any attempt to start a process fail the test (for 'fails before starting anything')."""
+    started: list = []
+
+    class ForbiddenPopen:
+        def __init__(self, args, *a, **kw):
+            started.append(args)
+            raise AssertionError(f"a process was started: {args!r}")
+
+    monkeypatch.setattr(subprocess, "Popen", ForbiddenPopen)
+    return started

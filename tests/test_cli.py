@@ -1,0 +1,152 @@
+"""``python -m dtfkit launch``: the seed-style example in both modes, a failing
+worker, a timeout; and ``dtfkit.launch()``'s LaunchResult."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import REPO, cluster_processes, processes_of, subprocess_env, wait_gone
+
+import dtfkit
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+EXAMPLE = REPO / "dtfkit" / "examples" / "distributed_mnist.py"
+
+
+def run_cli(args: list[str], cwd, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dtfkit", *args],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=str(cwd),
+        timeout=timeout,
+    )
+
+
+def cluster_id_from(stdout: str) -> str:
+    """The cluster id, from the summary line's log folder (<home>/<cluster id>/logs)."""
+    match = re.search(r"logs in (\S+)", stdout)
+    assert match, stdout
+    return os.path.basename(os.path.dirname(match.group(1).rstrip("/")))
+
+
+def assert_no_process_of(cluster_id: str) -> None:
+    alive = wait_gone(cluster_processes(cluster_id), 10)
+    assert alive == [], f"processes of {cluster_id} still running: {[p.pid for p in alive]}"
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--train_steps=200"], ["--train_steps=200", "--is_sync=True", "--stop_grace_secs=2"]],
+    ids=["async", "sync"],
+)
+def test_launch_the_example_with_2_ps_and_2_workers(tmp_path, extra):
+    out = run_cli(["launch", "--ps", "2", "--workers", "2", str(EXAMPLE), "--", *extra], tmp_path, 300)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    assert re.search(r"^\[worker:0\] ", out.stdout, re.M)
+    assert re.search(r"^\[ps:1\] ", out.stdout, re.M)
+    for index in (0, 1):
+        match = re.search(
+            rf"^\[worker:{index}\] worker {index} done: local_steps=(\d+) global_step=(\d+)$",
+            out.stdout,
+            re.M,
+        )
+        assert match, f"no 'worker {index} done' line:\n{out.stdout[-4000:]}"
+        assert int(match.group(1)) >= 1 and int(match.group(2)) >= 200
+    assert "all workers finished" in out.stdout
+    assert_no_process_of(cluster_id_from(out.stdout))
+
+
+# Every task writes its pid to a folder; worker:1 fails once every task is running,
+# the others would run for ever.
+FAILING = textwrap.dedent(
+    """
+    import os, sys, threading, time
+    opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+    me = f"{opts['job_name']}:{opts['task_index']}"
+    folder = opts["pid_dir"]
+    with open(os.path.join(folder, me.replace(":", "-") + ".pid"), "w") as f:
+        f.write(str(os.getpid()))
+    print(f"{me} running", flush=True)
+    if me == opts.get("fail", "-"):
+        deadline = time.monotonic() + 60  # bounded wait for the other tasks
+        while len(os.listdir(folder)) < int(opts["tasks"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print(f"{me} fails now", flush=True)
+        sys.exit(1)
+    threading.Event().wait()
+    """
+)
+
+
+def _pids_in(folder) -> list[int]:
+    return [int(p.read_text()) for p in folder.glob("*.pid")]
+
+
+def test_a_worker_that_exits_1_fails_the_launch_and_stops_the_rest(tmp_path):
+    script, pid_dir = tmp_path / "fails.py", tmp_path / "pids"
+    script.write_text(FAILING)
+    pid_dir.mkdir()
+    args = [f"--pid_dir={pid_dir}", "--fail=worker:1", "--tasks=3"]
+    out = run_cli(["launch", "--ps", "1", "--workers", "2", str(script), "--", *args], tmp_path, 120)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "[worker:1] worker:1 fails now" in out.stdout
+    assert "worker:1 exited with code 1; stopping worker:0" in out.stdout
+    assert "FAILED: worker:1" in out.stdout
+    assert len(_pids_in(pid_dir)) == 3
+    assert wait_gone(processes_of(_pids_in(pid_dir)), 10) == []
+    assert_no_process_of(cluster_id_from(out.stdout))
+
+
+def test_launch_timeout_stops_workers_that_never_finish(tmp_path):
+    script, pid_dir = tmp_path / "forever.py", tmp_path / "pids"
+    script.write_text(FAILING)
+    pid_dir.mkdir()
+    out = run_cli(
+        [
+            "launch",
+            "--ps",
+            "1",
+            "--workers",
+            "2",
+            "--timeout",
+            "5",
+            str(script),
+            "--",
+            f"--pid_dir={pid_dir}",
+        ],
+        tmp_path,
+        120,
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "timeout after 5 s: stopping worker:0, worker:1" in out.stdout
+    assert wait_gone(processes_of(_pids_in(pid_dir)), 10) == []
+    assert_no_process_of(cluster_id_from(out.stdout))
+
+
+def test_launch_api_reports_each_task(tmp_path):
+    script, pid_dir = tmp_path / "fails.py", tmp_path / "pids"
+    script.write_text(FAILING)
+    pid_dir.mkdir()
+    lines: list[tuple[str, str]] = []
+    result = dtfkit.launch(
+        str(script),
+        ps=1,
+        workers=2,
+        args=[f"--pid_dir={pid_dir}", "--fail=worker:1", "--tasks=3"],
+        echo=lambda task, line: lines.append((task, line)),
+    )
+    assert not result.ok
+    assert result.failed == ["worker:1"] and not result.timed_out
+    assert result.exit_codes == {"ps:0": None, "worker:0": None, "worker:1": 1}
+    assert "FAILED: worker:1" in result.summary()
+    assert ("worker:1", "worker:1 fails now") in lines
+    assert ("worker:0", "worker:0 running") in lines
+    assert wait_gone(processes_of(_pids_in(pid_dir)), 10) == []
