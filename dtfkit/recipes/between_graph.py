@@ -32,7 +32,15 @@ import numpy as np
 
 import dtfkit
 from dtfkit.datasets import load_digits, shard
-from dtfkit.recipes.tf1 import NUM_CLASSES, NUM_FEATURES, classifier, dense, on_ps, session_config
+from dtfkit.recipes.tf1 import (
+    NUM_CLASSES,
+    NUM_FEATURES,
+    classifier,
+    dense,
+    on_ps,
+    session_config,
+    training_session,
+)
 
 UNEVEN_LAYERS = (NUM_FEATURES, 256, 256, 256, NUM_CLASSES)
 
@@ -175,14 +183,11 @@ def seed_worker(
                 loss, global_step=global_step
             )
         local_steps = 0
-        with tf.compat.v1.train.MonitoredTrainingSession(
-            master=ctx.target,
-            is_chief=ctx.is_chief,
+        with training_session(
+            tf,
+            ctx,
             hooks=[tf.compat.v1.train.StopAtStepHook(last_step=steps)],
             config=session_config(tf, ctx, device_filters),
-            log_step_count_steps=0,
-            save_summaries_steps=None,
-            save_summaries_secs=None,
         ) as sess:
             while not sess.should_stop():
                 idx = rng.integers(0, len(x), batch_size)

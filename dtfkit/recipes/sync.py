@@ -155,15 +155,8 @@ def train_sync(
         pushes: list[list] = []
         value = float("nan")
         with tf1.quiet_queue_runner_cancel(tf):
-            with tf.compat.v1.train.MonitoredTrainingSession(
-                master=ctx.target,
-                is_chief=is_chief,
-                hooks=hooks,
-                config=config,
-                stop_grace_period_secs=stop_grace_secs,
-                log_step_count_steps=0,
-                save_summaries_steps=None,
-                save_summaries_secs=None,
+            with tf1.training_session(
+                tf, ctx, hooks=hooks, config=config, is_chief=is_chief, stop_grace_period_secs=stop_grace_secs
             ) as sess:
                 tag = int(sess.run(local_step))  # the global step the first gradient is computed for
                 stall = (stall_until_step or {}).get(ctx.name)

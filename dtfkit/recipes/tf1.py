@@ -77,6 +77,21 @@ def on_ps(tf, ctx):
     )
 
 
+def training_session(tf, ctx, *, hooks: list, config, is_chief: bool | None = None, **options):
+    """``MonitoredTrainingSession`` on this task's server, without the step-rate log
+    lines and summary files the recipes do not use (``options`` override anything)."""
+    options = {
+        "log_step_count_steps": 0,
+        "save_summaries_steps": None,
+        "save_summaries_secs": None,
+        **options,
+    }
+    chief = ctx.is_chief if is_chief is None else is_chief
+    return tf.compat.v1.train.MonitoredTrainingSession(
+        master=ctx.target, is_chief=chief, hooks=hooks, config=config, **options
+    )
+
+
 def session_config(tf, ctx, device_filters: bool = True):
     """Session config whose device filters keep a worker from waiting on its peers."""
     if not device_filters:
@@ -153,16 +168,13 @@ def train_between_graph(
         local_steps, step, value = 0, 0, float("nan")
         first_step = last_step = None
         with quiet_queue_runner_cancel(tf):
-            with tf.compat.v1.train.MonitoredTrainingSession(
-                master=ctx.target,
-                is_chief=ctx.is_chief,
-                checkpoint_dir=checkpoint_dir,
+            with training_session(
+                tf,
+                ctx,
                 hooks=hooks,
                 config=config,
+                checkpoint_dir=checkpoint_dir,
                 stop_grace_period_secs=stop_grace_secs,
-                log_step_count_steps=0,
-                save_summaries_steps=None,
-                save_summaries_secs=None,
             ) as sess:
                 while not sess.should_stop():
                     idx = rng.integers(0, len(x), batch_size)
