@@ -150,3 +150,15 @@ def test_launch_api_reports_each_task(tmp_path):
     assert ("worker:1", "worker:1 fails now") in lines
     assert ("worker:0", "worker:0 running") in lines
     assert wait_gone(processes_of(_pids_in(pid_dir)), 10) == []
+
+
+def test_demo_trains_both_workers_and_ends_every_process(tmp_path):
+    """The README's main-job command: `python -m dtfkit demo`."""
+    out = run_cli(["demo", "--steps", "100"], tmp_path, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = re.findall(r"^(worker:\d)\s+(\d+)\s+(\d+)%", out.stdout, flags=re.M)
+    assert [name for name, _, _ in rows] == ["worker:0", "worker:1"], out.stdout
+    assert sum(int(steps) for _, steps, _ in rows) >= 100
+    assert "every process ended: True" in out.stdout
+    cluster_id = re.search(r"LocalCluster (\S+):", out.stdout).group(1)
+    assert_no_process_of(cluster_id)
