@@ -1,0 +1,313 @@
+"""TF2 multi-worker strategies, run in the tasks of a ``LocalCluster`` (chapter 7).
+
+Two training loops, each a plain function the notebook ships to the tasks:
+
+- ``train_multi_worker_mirrored``: ``tf.distribute.MultiWorkerMirroredStrategy``
+  (synchronous all-reduce between workers) with a custom training loop
+  (``strategy.run`` + ``strategy.reduce``, ``tf.nn.compute_average_loss``,
+  ``distribute_datasets_from_function`` sharded per worker) and a tiny Keras 3
+  model. Run it on every worker of ``LocalCluster(workers=2, start_servers=False)``:
+  the strategy starts its own server from ``TF_CONFIG``.
+- ``train_parameter_server``: ``tf.distribute.ParameterServerStrategy`` driven by a
+  ``tf.distribute.coordinator.ClusterCoordinator`` in the chief task (the workers
+  and ps only serve). It schedules ``steps`` training functions, fetches each
+  result, and reports every completed step so the notebook can kill a worker and
+  watch the scheduled functions move to the surviving worker.
+
+``startup_check`` tells whether a task is still in the state
+``MultiWorkerMirroredStrategy`` needs (``TF_CONFIG`` set, its port free, no op run).
+
+TensorFlow is imported inside the functions, so importing this module does not.
+
+Example::
+
+    from dtfkit.recipes import strategies_multi as sm
+    with dtfkit.LocalCluster(workers=2, start_servers=False) as cluster:
+        cluster.run(sm.startup_check)
+        cluster.run(sm.train_multi_worker_mirrored, kwargs={"steps": 40})
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import Any
+
+import numpy as np
+
+import dtfkit
+from dtfkit.datasets import load_digits, shard
+
+
+def _eager_context_initialized() -> bool:
+    """True once TensorFlow's eager context exists (after the first op ran)."""
+    from tensorflow.python.eager import context
+
+    return context.context()._context_handle is not None  # noqa: SLF001 - no public API
+
+
+def _port_is_free(port: int) -> bool:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
+def startup_check() -> dict[str, Any]:
+    """Describe this task as ``MultiWorkerMirroredStrategy`` will find it.
+
+    Returns ``{"task": "worker:1", "tf_config_task": {"type": "worker", "index": 1},
+    "port": 12345, "port_free": True, "tensorflow_imported": True,
+    "eager_context_initialized": False}``. The strategy needs ``TF_CONFIG`` set, the
+    port named there free (it binds it itself) and no op run yet in the process
+    ("Collective ops must be configured at program startup"). Reading this does
+    not initialize the context.
+    """
+    import sys
+
+    config = json.loads(os.environ["TF_CONFIG"])
+    task = config["task"]
+    address = config["cluster"][task["type"]][task["index"]]
+    port = int(address.rsplit(":", 1)[1])
+    imported = "tensorflow" in sys.modules
+    return {
+        "task": f"{task['type']}:{task['index']}",
+        "tf_config_task": task,
+        "port": port,
+        "port_free": _port_is_free(port),
+        "tensorflow_imported": imported,
+        "eager_context_initialized": _eager_context_initialized() if imported else False,
+    }
+
+
+def _mlp(keras, hidden: int, seed: int):
+    init = keras.initializers.GlorotUniform(seed=seed)
+    return keras.Sequential(
+        [
+            keras.Input(shape=(64,)),
+            keras.layers.Dense(hidden, activation="relu", kernel_initializer=init),
+            keras.layers.Dense(10, kernel_initializer=keras.initializers.GlorotUniform(seed=seed + 1)),
+        ]
+    )
+
+
+def train_multi_worker_mirrored(
+    *,
+    steps: int = 40,
+    global_batch_size: int = 64,
+    learning_rate: float = 0.1,
+    hidden: int = 32,
+    implementation: str = "RING",
+    seed: int = 0,
+    report_every: int = 1,
+) -> dict[str, Any]:
+    """Synchronous data-parallel training with ``MultiWorkerMirroredStrategy``; run
+    on every worker of a ``LocalCluster(start_servers=False)``.
+
+    Creates the strategy first (before any other op), with
+    ``CommunicationOptions(implementation=...)`` (``"RING"``: gRPC ring all-reduce,
+    the CPU choice; ``"NCCL"`` needs GPUs; ``"AUTO"``). Each worker reads its own
+    shard of the digits (``input_context.input_pipeline_id``) in batches of
+    ``global_batch_size / num_replicas_in_sync``; the per-example losses are
+    averaged over the *global* batch (``tf.nn.compute_average_loss``), so the
+    all-reduced (summed) gradients are the gradient of the global mean loss.
+
+    Returns this worker's summary: ``task``, ``num_replicas``, ``communication``,
+    ``losses`` (the all-reduced loss of every step, the same on every worker),
+    ``first_loss``, ``last_loss``, ``examples_seen`` (by this worker), ``weights``
+    (every trainable variable as a list of numpy arrays, to compare across
+    workers) and ``test_accuracy``. Reports ``step``, ``loss`` every
+    ``report_every`` steps.
+    """
+    import tensorflow as tf
+
+    impl = getattr(tf.distribute.experimental.CommunicationImplementation, implementation.upper())
+    options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+    import keras
+
+    resolver = strategy.cluster_resolver
+    task = f"{resolver.task_type}:{resolver.task_id}"
+    x, y = load_digits(split="train", seed=seed)
+
+    def dataset_fn(input_context):
+        xs, ys = shard(x, y, input_context.input_pipeline_id, input_context.num_input_pipelines)
+        batch = input_context.get_per_replica_batch_size(global_batch_size)
+        ds = tf.data.Dataset.from_tensor_slices((xs.astype("float32"), ys.astype("int64")))
+        return ds.shuffle(len(xs), seed=seed).repeat().batch(batch, drop_remainder=True)
+
+    dist_ds = strategy.distribute_datasets_from_function(dataset_fn)
+
+    with strategy.scope():
+        model = _mlp(keras, hidden, seed)
+        optimizer = keras.optimizers.SGD(learning_rate)
+
+    def step_fn(inputs):
+        features, labels = inputs
+        with tf.GradientTape() as tape:
+            logits = model(features, training=True)
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))  # noqa: B905 - autograph zip
+        return loss, tf.shape(labels)[0]
+
+    @tf.function
+    def train_step(iterator):
+        loss, count = strategy.run(step_fn, args=(next(iterator),))
+        return strategy.reduce(
+            tf.distribute.ReduceOp.SUM, loss, axis=None
+        ), strategy.experimental_local_results(count)
+
+    iterator = iter(dist_ds)
+    losses, seen = [], 0
+    for step in range(1, steps + 1):
+        loss, counts = train_step(iterator)
+        losses.append(float(loss))
+        seen += int(sum(int(c) for c in counts))
+        if report_every and step % report_every == 0:
+            dtfkit.report(step=step, loss=losses[-1])
+
+    xt, yt = load_digits(split="test", seed=seed)
+    logits = model(tf.constant(xt, tf.float32), training=False)
+    accuracy = float(np.mean(np.argmax(np.asarray(logits), axis=1) == yt))
+    return {
+        "task": task,
+        "num_replicas": int(strategy.num_replicas_in_sync),
+        "communication": impl.name,
+        "losses": losses,
+        "first_loss": losses[0],
+        "last_loss": losses[-1],
+        "examples_seen": seen,
+        "weights": [np.asarray(v.numpy()) for v in model.trainable_variables],
+        "test_accuracy": accuracy,
+    }
+
+
+def coordinator_resolver():
+    """The ``ClusterResolver`` the coordinator in a dtfkit chief task needs.
+
+    ``TFConfigClusterResolver()`` would name the chief's own ``TF_CONFIG`` address,
+    but dtfkit's chief already runs a ``tf.distribute.Server`` there, and the
+    strategy's ``connect_to_cluster`` starts a second one on that port: "Could not
+    start gRPC server". So the chief job is left out of the spec here:
+    ``connect_to_cluster(job_name="chief")`` then adds it on a free localhost port
+    (TensorFlow's documented behaviour for a local job missing from the spec).
+    """
+    import tensorflow as tf
+
+    config = json.loads(os.environ["TF_CONFIG"])
+    if config["task"]["type"] != "chief":
+        raise RuntimeError(f"run the coordinator in the chief task, not in {config['task']['type']}")
+    jobs = {job: hosts for job, hosts in config["cluster"].items() if job in ("worker", "ps")}
+    return tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(jobs), rpc_layer="grpc")
+
+
+def train_parameter_server(
+    *,
+    steps: int = 300,
+    batch_size: int = 32,
+    learning_rate: float = 0.1,
+    hidden: int = 32,
+    seed: int = 0,
+    step_ms: float = 0.0,
+    poll_secs: float = 0.05,
+    rpc_timeout_check: bool = True,
+) -> dict[str, Any]:
+    """Asynchronous parameter-server training with a ``ClusterCoordinator``; run on
+    the chief of ``LocalCluster(chief=1, workers=2, ps=1, env={"GRPC_FAIL_FAST":
+    "use_caller"})`` (the workers and ps only serve).
+
+    The chief builds ``ParameterServerStrategy`` from ``TF_CONFIG`` (through
+    ``coordinator_resolver``, which leaves the chief's own address out), creates the
+    model's variables on the ps (``strategy.scope()``), a per-worker dataset
+    (``coordinator.create_per_worker_dataset``) and a ``tf.function`` step. It
+    schedules ``steps`` steps at once (``coordinator.schedule`` returns at once with
+    a ``RemoteValue``); until ``coordinator.done()`` it reports, every
+    ``poll_secs``, ``step`` = how many step functions have run (a counter variable
+    on the ps that every step increments); then it fetches every result.
+
+    A worker killed meanwhile does not stop training: its pending functions are
+    re-run on another worker (at-least-once, so ``executions`` may exceed
+    ``steps``). ``step_ms`` > 0 makes each worker's input pipeline wait that long per
+    batch (tf.data's ``sleep`` transformation, not exported publicly in TF 2.21):
+    steps then take time without using CPU, so the throughput of 1 vs 2 workers
+    shows even on 2 cores. ``rpc_timeout_check`` asserts ``GRPC_FAIL_FAST`` is set.
+
+    Returns ``task``, ``scheduled``, ``completed`` (results fetched), ``executions``
+    (the ps-side counter of step runs), ``seconds`` (from scheduling to the last
+    result), ``losses`` (in scheduling order), ``first_loss``, ``last_loss``.
+    """
+    if rpc_timeout_check and os.environ.get("GRPC_FAIL_FAST") != "use_caller":
+        raise RuntimeError('parameter-server training needs GRPC_FAIL_FAST="use_caller" on every task')
+    import tensorflow as tf
+
+    resolver = coordinator_resolver()
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+
+    import keras
+
+    x, y = load_digits(split="train", seed=seed)
+    with strategy.scope():
+        model = _mlp(keras, hidden, seed)
+        optimizer = keras.optimizers.SGD(learning_rate)
+        executions = tf.Variable(0, dtype=tf.int64, trainable=False, name="executions")
+
+    # The public tf.data.experimental namespace does not export it (TF 2.21).
+    from tensorflow.python.data.experimental.ops.testing import sleep
+
+    def dataset_fn():
+        ds = tf.data.Dataset.from_tensor_slices((x.astype("float32"), y.astype("int64")))
+        ds = ds.shuffle(len(x), seed=seed).repeat().batch(batch_size, drop_remainder=True)
+        if step_ms:
+            ds = ds.apply(sleep(int(step_ms * 1000)))
+        return ds
+
+    per_worker_ds = coordinator.create_per_worker_dataset(dataset_fn)
+    per_worker_iter = iter(per_worker_ds)
+
+    @tf.function
+    def train_step(iterator):
+        def replica_fn(features, labels):
+            with tf.GradientTape() as tape:
+                logits = model(features, training=True)
+                loss = tf.reduce_mean(
+                    tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+                )
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))  # noqa: B905 - autograph zip
+            executions.assign_add(1)
+            return loss
+
+        features, labels = next(iterator)
+        loss = strategy.run(replica_fn, args=(features, labels))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
+
+    remote = [coordinator.schedule(train_step, args=(per_worker_iter,)) for _ in range(steps)]
+    scheduled_at = time.time()
+    # Watch progress by completion (the ps-side counter), not by fetch order: a
+    # function moved off a failed worker is queued again and finishes late.
+    while not coordinator.done():
+        dtfkit.report(step=int(executions.numpy()), scheduled=steps)
+        time.sleep(poll_secs)
+    coordinator.join()
+    losses = [float(value.fetch()) for value in remote]
+    dtfkit.report(step=int(executions.numpy()), scheduled=steps, loss=losses[-1])
+    return {
+        "task": dtfkit.this_task().name,
+        "scheduled": steps,
+        "completed": len(losses),
+        "seconds": time.time() - scheduled_at,
+        "losses": losses,
+        "executions": int(executions.numpy()),
+        "first_loss": losses[0],
+        "last_loss": losses[-1],
+    }
