@@ -24,7 +24,8 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Listener
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Listener, answer_challenge, deliver_challenge
 from typing import Any
 
 from dtfkit import gpu, lifeline, netns, state
@@ -168,6 +169,7 @@ class ClusterRuntime:
         self._client_ids = itertools.count(0)
         self._anchor: subprocess.Popen | None = None
         self._threads: list[threading.Thread] = []
+        self._conns: list = []
         # Validated before anything is created on disk (an unknown policy raises).
         self._gpu_plan = gpu.plan_visible_devices([t.name for t in layout.tasks], gpu.count_gpus(), gpus)
         self.id, self.dir = state.new_cluster_dir()
@@ -175,7 +177,9 @@ class ClusterRuntime:
         self.logbook.show_noise = show_tf_logs
         self._authkey = secrets.token_bytes(16)
         self._socket_path = os.path.join(self.dir, "control.sock")
-        self._listener = Listener(self._socket_path, family="AF_UNIX", authkey=self._authkey)
+        # No authkey here: the handshake runs in each connection's own thread (see
+        # _read_messages), so one stalled task cannot hold up the others' connections.
+        self._listener = Listener(self._socket_path, family="AF_UNIX")
         with _OPEN_LOCK:
             _OPEN.add(self)
         self._spawn_thread(self._accept_loop, "dtfkit-accept")
@@ -353,12 +357,17 @@ class ClusterRuntime:
             if self.closed:
                 conn.close()
                 return
+            self._conns.append(conn)
             self._spawn_thread(lambda c=conn: self._read_messages(c), "dtfkit-conn")
 
     def _read_messages(self, conn) -> None:
         try:
+            # What Listener(authkey=...).accept() would do, the same way round as Client().
+            deliver_challenge(conn, self._authkey)
+            answer_challenge(conn, self._authkey)
             hello = conn.recv()
-        except (EOFError, OSError):
+        except (EOFError, OSError, AuthenticationError):
+            conn.close()
             return
         if not (isinstance(hello, tuple) and hello[0] == "hello"):
             conn.close()
@@ -590,6 +599,13 @@ class ClusterRuntime:
         except OSError:
             pass
         self._listener.close()
+        for conn in self._conns:  # ends reader threads, a stalled handshake's included
+            try:
+                # shutdown() wakes a thread blocked reading the socket; close() would not.
+                with socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as dup:
+                    dup.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(timeout=5)

@@ -440,3 +440,21 @@ def test_other_bad_arguments(cluster):
     with pytest.raises(DtfkitError, match="unknown role"):
         cluster.restart("master:0")
     assert set(cluster.status().values()) == {"running"}
+
+
+def test_a_connection_without_the_cluster_key_is_refused_and_harmless(cluster):
+    """The control socket authenticates each connection in its own thread: a stranger
+    (or a stalled task) neither gets in nor holds up the cluster."""
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import Client
+
+    socket_path = cluster._rt._socket_path
+    with pytest.raises((AuthenticationError, EOFError, ConnectionError)):
+        Client(socket_path, family="AF_UNIX", authkey=b"not the cluster's key").close()
+    import socket as socket_module
+
+    with socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM) as silent:
+        silent.connect(socket_path)  # connects, then never answers the challenge
+        assert cluster.run(lambda: 7, on="worker:0") == {"worker:0": 7}
+        cluster.restart("worker:1")  # a new task connects while the silent one is pending
+        assert cluster.run(lambda: 8, on="worker:1") == {"worker:1": 8}
