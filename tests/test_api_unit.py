@@ -40,6 +40,32 @@ def test_import_dtfkit_does_not_import_tensorflow():
     assert after_api == [], "dtfkit's notebook-side modules imported TensorFlow"
 
 
+# Modules the notebook side or a task's bootstrap imports before it wants TensorFlow.
+TF_FREE_MODULES = [
+    "dtfkit.devices",
+    "dtfkit.datasets",
+    "dtfkit.recipes.tf1",
+    "dtfkit.recipes.placement",
+    "dtfkit.recipes.between_graph",
+    "dtfkit.recipes.sync",
+    "dtfkit.recipes.fault",
+    "dtfkit.recipes.strategies_multi",
+]
+
+
+@pytest.mark.parametrize("module", TF_FREE_MODULES)
+def test_importing_the_module_does_not_import_tensorflow(module):
+    code = (
+        f"import json, sys, {module}\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [], f"{module} imported TensorFlow"
+
+
 def test_this_task_outside_a_task_is_a_clear_error():
     with pytest.raises(DtfkitError, match="only works inside a dtfkit task"):
         dtfkit.this_task()

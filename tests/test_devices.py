@@ -62,12 +62,6 @@ def test_plan_rejects_bad_n(bad):
         plan_replicas(bad, 0)
 
 
-def test_importing_does_not_import_tensorflow():
-    proc = run_python("import sys, dtfkit.devices; print(int('tensorflow' in sys.modules))")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "0"
-
-
 # ------------------------------------------------------------------ fresh interpreters
 @pytest.mark.slow
 def test_two_and_four_logical_cpus_and_idempotent():

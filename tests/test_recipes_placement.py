@@ -9,12 +9,9 @@ client on the shared 1 ps + 2 workers cluster, and variable placement with
 from __future__ import annotations
 
 import doctest
-import subprocess
-import sys
 from types import SimpleNamespace as NS
 
 import pytest
-from conftest import subprocess_env
 
 import dtfkit
 from dtfkit.recipes import placement
@@ -25,19 +22,6 @@ W1 = "/job:worker/replica:0/task:1/device:CPU:0"
 
 
 # ------------------------------------------------------------- without TensorFlow
-def test_importing_the_module_does_not_import_tensorflow():
-    code = "import sys, dtfkit.recipes.placement; print(sorted(m for m in sys.modules if m.startswith('tensorflow')))"
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert out.stdout.strip() == "[]"
-
-
 def test_docstring_examples():
     result = doctest.testmod(placement, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted >= 8 and result.failed == 0

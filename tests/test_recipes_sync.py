@@ -5,13 +5,8 @@ ones run real sync training on the session's shared 1 ps + 2 worker cluster."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import numpy as np
 import pytest
-from conftest import subprocess_env
 
 from dtfkit.errors import DtfkitError
 from dtfkit.recipes import sync
@@ -21,19 +16,6 @@ LR = 0.1
 
 
 # ------------------------------------------------------------------ no TensorFlow
-def test_importing_the_recipe_does_not_import_tensorflow():
-    code = (
-        "import json, sys\n"
-        "from dtfkit.recipes import sync\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras'))))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
-
-
 def _fake_run(pushes: dict[str, list[tuple]], ledger_rows: dict[str, dict[int, int]], global_step, pending):
     """A SyncRun from hand-made pushes ``(tag, token)`` and ledger cells ``{index: n averaged}``."""
     capacity = 10
