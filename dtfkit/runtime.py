@@ -171,7 +171,8 @@ class ClusterRuntime:
         self._threads: list[threading.Thread] = []
         self._conns: list = []
         # Validated before anything is created on disk (an unknown policy raises).
-        self._gpu_plan = gpu.plan_visible_devices([t.name for t in layout.tasks], gpu.count_gpus(), gpus)
+        self._n_gpus = gpu.count_gpus()  # may ask nvidia-smi: once per cluster, not per task
+        self._gpu_plan = gpu.plan_visible_devices([t.name for t in layout.tasks], self._n_gpus, gpus)
         self.id, self.dir = state.new_cluster_dir()
         self.logbook = LogBook(os.path.join(self.dir, "logs"))
         self.logbook.show_noise = show_tf_logs
@@ -277,7 +278,7 @@ class ClusterRuntime:
         env = self._base_env()
         env["DTFKIT_TASK"] = json.dumps(cfg)
         visible, growth = self._gpu_plan.get(task.name, ("", False))
-        if gpu.count_gpus():
+        if self._n_gpus:
             env["CUDA_VISIBLE_DEVICES"] = visible
             if growth:
                 env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
