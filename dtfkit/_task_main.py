@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 
 from dtfkit import lifeline
@@ -54,13 +55,36 @@ class Channel:
             if kind == "interrupt":
                 self.cancelled.add(message[1])
                 if self.current_call == message[1]:
-                    # A real signal aimed at the main thread also breaks a blocking
-                    # sleep or wait, where _thread.interrupt_main() would not.
-                    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                    threading.Thread(
+                        target=self._keep_interrupting,
+                        args=(message[1],),
+                        name="dtfkit-interrupt",
+                        daemon=True,
+                    ).start()
             elif kind == "dump_stacks":
                 self.send(("stacks", message[1], _format_stacks()))
             else:
                 self.inbox.put(message)
+
+    def _keep_interrupting(self, call_id: int, bound: float = 30.0) -> None:
+        """SIGINT the main thread until the call ends.
+
+        A real signal aimed at the main thread also breaks a blocking sleep or wait,
+        where _thread.interrupt_main() would not. But a signal that lands just before
+        the main thread blocks in a lock is handled too late to wake it (the handler
+        only sets a flag), so one signal is not enough: repeat until the call is over.
+        """
+        pace = threading.Event()
+        deadline = time.monotonic() + bound
+        while self.current_call == call_id and time.monotonic() < deadline:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            pace.wait(0.2)
+
+    def on_sigint(self, signum, frame) -> None:
+        # Only a running call is interrupted: a late repeat must not break the reply
+        # being sent, or the loop waiting for the next call.
+        if self.current_call is not None:
+            raise KeyboardInterrupt
 
     def wait_for(self, kind: str):
         message = self.inbox.get()
@@ -211,7 +235,7 @@ def _run_script(cfg: dict, cluster: dict, job: str, index: int) -> int:
 def main() -> None:
     cfg = json.loads(os.environ[CONFIG_ENV])
     lifeline.die_with_parent()
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # until the channel is up
     if cfg.get("netns_pid"):
         from dtfkit import netns
 
@@ -220,6 +244,7 @@ def main() -> None:
     index = int(idx)
     mode = cfg["mode"]  # "serve", "noserve", "script" or "client"
     channel = Channel(cfg)
+    signal.signal(signal.SIGINT, channel.on_sigint)
 
     from dtfkit import taskapi
 
