@@ -22,6 +22,7 @@ from dtfkit.runtime import ClusterRuntime
 from dtfkit.spec import ClusterLayout, TaskId
 
 HANG_HINT_AFTER = 30.0
+OUTPUT_DRAIN_SECONDS = 5.0
 
 
 @dataclass
@@ -120,7 +121,11 @@ def _supervise(
 
     def exited() -> list[TaskId]:
         # Process state, not events: an exit may have been seen while the cluster started.
-        return sorted(t for t in remaining if runtime.procs[t].popen.poll() is not None)
+        gone = sorted(t for t in remaining if runtime.procs[t].popen.poll() is not None)
+        for task in gone:
+            # Its last lines may still be in the pipe; bounded, as a grandchild may hold it open.
+            runtime.procs[task].output_closed.wait(OUTPUT_DRAIN_SECONDS)
+        return gone
 
     with runtime._live_output():
         remaining = set(finishing)
@@ -134,6 +139,7 @@ def _supervise(
                 if code != 0:
                     failed.append(task.name)
             if failed:
+                runtime._drain_events()  # the failed task's last lines come before the verdict
                 if remaining:
                     note(
                         f"{failed[0]} exited with code {codes[TaskId.parse(failed[0])]}; stopping {', '.join(t.name for t in sorted(remaining))}"

@@ -72,6 +72,7 @@ class TaskProcess:
         self.busy_with: int | None = None
         self.killed = False
         self.start_error: str | None = None
+        self.output_closed = threading.Event()  # set once every line it printed is in the log book
         self.identity = state.process_identity(popen.pid)
 
     @property
@@ -398,6 +399,7 @@ class ClusterRuntime:
                 continue
             # Progress bars redraw with carriage returns: keep the last state.
             self.logbook.add(name, text.split("\r")[-1] if "\r" in text else text)
+        proc.output_closed.set()
         proc.popen.stdout.close()
         code = proc.popen.wait()
         self.events.put(Event("exit", name, proc.gen, code))
@@ -464,14 +466,14 @@ class ClusterRuntime:
                 )
             if event.kind == "exit" and not (self.mode == "script" and proc.ready):
                 # (A script that is already running may finish while its peers start.)
-                self._drain_logs(proc)
+                self._drain_events()
                 raise ClusterStartError(
                     f"{proc.task} exited with code {event.payload} while starting; last log lines:\n"
                     f"{self._tails([proc.task.name])}\n"
                     "Next step: fix the error shown above, then start the cluster again."
                 )
 
-    def _drain_logs(self, proc: TaskProcess) -> None:
+    def _drain_events(self) -> None:
         # The exit event comes after the reader reached EOF, so every line is in.
         while True:
             try:
