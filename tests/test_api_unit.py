@@ -50,6 +50,10 @@ TF_FREE_MODULES = [
     "dtfkit.recipes.sync",
     "dtfkit.recipes.fault",
     "dtfkit.recipes.strategies_multi",
+    "dtfkit.lab",
+    "dtfkit.lab.panel",
+    "dtfkit.lab.plots",
+    "dtfkit.lab.tasks",
 ]
 
 

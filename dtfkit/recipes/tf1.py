@@ -116,6 +116,9 @@ def train_between_graph(
     report_every: int = 1,
     seed: int = 0,
     run_name: str | None = None,
+    record_steps: bool = False,
+    start_barrier: bool = False,
+    straggler_in_step: bool = False,
 ) -> dict[str, Any]:
     """Train the digits MLP between-graph in this worker; returns this worker's summary.
 
@@ -124,6 +127,24 @@ def train_between_graph(
     ``cluster.run`` call), so several runs on one cluster never share a model.
     The summary holds ``local_steps``, ``global_step``, ``loss``, ``accuracy`` (test
     split, read after training) and ``first_step``/``last_step`` wall times.
+
+    ``record_steps=True`` also measures staleness: each step reads the global step
+    before it reads the parameters (a control dependency), and reads it again once its
+    own update is applied. The summary then has ``pushes``, one ``[start, end, read,
+    applied]`` per local step, and each report carries ``read_step`` and ``start``;
+    ``applied - read - 1`` is how many other updates landed between this step's read of
+    the parameters and its write (an update landing between this step's increment of the
+    global step and the read just after it counts too). It also creates the global
+    step before the model, so the variables land on other ps tasks than without it.
+
+    ``start_barrier=True``: after its first step, each worker waits until every worker
+    has made its first step (the first ``session.run`` sets the session up and can take
+    a second; without the barrier a short async run is over before the others join).
+
+    ``straggler_in_step=True`` (with ``record_steps``): a straggler's delay happens inside
+    its step, after it read the global step and before it reads the parameters, as a
+    slow computation would, so other workers' updates land meanwhile and its own update
+    arrives stale.
     """
     import tensorflow as tf
 
@@ -144,9 +165,22 @@ def train_between_graph(
     container = re.sub(r"[^A-Za-z0-9.]", ".", name)
     with graph.as_default(), tf.compat.v1.container(container), tf.compat.v1.variable_scope(name):
         with on_ps(tf, ctx):
-            images, labels, logits, loss = classifier(tf, hidden)
+            read_step = None
+            if record_steps:
+                global_step = tf.compat.v1.train.get_or_create_global_step()
+                read_step = global_step.read_value()
+                after_read = [read_step]
+                if straggler_in_step and delay:
+                    with tf.control_dependencies([read_step]):
+                        after_read = [
+                            tf.compat.v1.py_func(lambda: _sleep(delay), [], tf.int64, stateful=True)
+                        ]
+                with tf.control_dependencies(after_read):  # the parameters are read after it
+                    images, labels, logits, loss = classifier(tf, hidden)
+            else:
+                images, labels, logits, loss = classifier(tf, hidden)
+                global_step = tf.compat.v1.train.get_or_create_global_step()
             accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), labels), tf.float32))
-            global_step = tf.compat.v1.train.get_or_create_global_step()
             opt = (
                 tf.compat.v1.train.AdamOptimizer(learning_rate)
                 if optimizer == "adam"
@@ -161,12 +195,23 @@ def train_between_graph(
                 )
                 hooks.append(opt.make_session_run_hook(ctx.is_chief))
             train_op = opt.minimize(loss, global_step=global_step)
+            fetch_step = global_step
+            if record_steps:
+                with tf.control_dependencies([train_op]):
+                    fetch_step = global_step.read_value()
+                fetch_step = [fetch_step, read_step]
+            if start_barrier:
+                ready = tf.compat.v1.get_variable(
+                    "ready", [], tf.int32, initializer=tf.compat.v1.zeros_initializer(), trainable=False
+                )
+                arrive = ready.assign_add(1)
 
         config = session_config(tf, ctx, device_filters)
         if not ctx.is_chief:
             wait_for_chief_init(tf, ctx.target, config)
         local_steps, step, value = 0, 0, float("nan")
         first_step = last_step = None
+        pushes: list[list] = []
         with quiet_queue_runner_cancel(tf):
             with training_session(
                 tf,
@@ -177,16 +222,25 @@ def train_between_graph(
                 stop_grace_period_secs=stop_grace_secs,
             ) as sess:
                 while not sess.should_stop():
+                    if start_barrier and local_steps == 1:
+                        from dtfkit.recipes.sync import _barrier  # sync imports this module
+
+                        _barrier(tf, ctx.target, config, arrive, ready, workers)
                     idx = rng.integers(0, len(x), batch_size)
-                    if delay:
+                    if delay and not (straggler_in_step and record_steps):
                         time.sleep(delay)
                     before = time.time()
-                    _, value, step = sess.run([train_op, loss, global_step], {images: x[idx], labels: y[idx]})
+                    _, value, step = sess.run([train_op, loss, fetch_step], {images: x[idx], labels: y[idx]})
                     last_step = time.time()
                     first_step = first_step or before
                     local_steps += 1
+                    extra = {}
+                    if record_steps:
+                        step, read = int(step[0]), int(step[1])
+                        pushes.append([before, last_step, read, step])
+                        extra = {"read_step": read, "start": before}
                     if report_every and local_steps % report_every == 0:
-                        dtfkit.report(step=step, loss=value, local_step=local_steps)
+                        dtfkit.report(step=step, loss=value, local_step=local_steps, **extra)
             # The chief's queue-runner thread dies with CancelledError once the session has
             # closed; wait for it while that traceback is still hidden (it got printed otherwise).
             for thread in threading.enumerate():
@@ -194,7 +248,7 @@ def train_between_graph(
                     thread.join(5.0)
         with tf.compat.v1.Session(ctx.target, config=config) as plain:
             acc, final_step = plain.run([accuracy, global_step], {images: x_test, labels: y_test})
-    return {
+    summary = {
         "local_steps": local_steps,
         "global_step": int(final_step),
         "loss": float(value),
@@ -203,6 +257,14 @@ def train_between_graph(
         "last_step": last_step,
         "done": time.time(),
     }
+    if record_steps:
+        summary["pushes"] = pushes
+    return summary
+
+
+def _sleep(seconds: float) -> np.int64:
+    time.sleep(seconds)
+    return np.int64(0)
 
 
 def wait_for_chief_init(tf, target: str, config, timeout: float = 120.0, poll: float = 0.1) -> None:

@@ -1,0 +1,32 @@
+"""Chapter 8's sync/async lab: a run API (``Lab``) and the ipywidgets panel that drives it.
+
+``import dtfkit.lab`` imports neither TensorFlow nor ipywidgets (the panel loads them
+when asked for).
+
+Example::
+
+    from dtfkit.lab import Lab
+    lab = Lab(steps=60)
+    lab.panel()                    # the widgets (in a notebook)
+    run = lab.run(mode="async")    # the same thing from code
+    lab.close()
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dtfkit.lab.runner import Lab, RunRecord, Settings
+
+__all__ = ["Lab", "Panel", "RunRecord", "Settings"]
+
+if TYPE_CHECKING:
+    from dtfkit.lab.panel import Panel
+
+
+def __getattr__(name: str):
+    if name == "Panel":
+        from dtfkit.lab.panel import Panel
+
+        return Panel
+    raise AttributeError(f"module 'dtfkit.lab' has no attribute {name!r}")

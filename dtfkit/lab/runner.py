@@ -1,0 +1,619 @@
+"""The sync/async lab's engine: settings, runs on a warm cluster, a history (no widgets, no TensorFlow).
+
+The panel (``dtfkit.lab.panel``) drives exactly this API, so a notebook or a test can do
+what a student does with the widgets.
+
+Example::
+
+    from dtfkit.lab import Lab
+
+    lab = Lab(steps=60)
+    a = lab.run(mode="sync")                       # waits; task output shows in this cell
+    b = lab.run(mode="async", straggler_ms=100)    # same cluster (same ps/workers): stays warm
+    a.update_sizes(), b.max_staleness()            # ({2}, 3)
+    lab.table()                                    # one row per finished run
+    lab.compare(a, b)                              # a matplotlib Figure
+    lab.close()                                    # ends every process
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import threading
+import time
+import uuid
+import warnings
+import weakref
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dtfkit.errors import DtfkitError
+
+MODES = ("sync", "async")
+LIVE_EVERY = 0.5  # seconds between live updates sent to listeners
+
+
+@dataclass
+class Settings:
+    """What one run does. ``replicas_to_aggregate=0`` means "as many as workers"; the
+    straggler (``straggler_ms`` > 0) is the last worker."""
+
+    mode: str = "sync"
+    workers: int = 2
+    ps: int = 1
+    straggler_ms: int = 0
+    replicas_to_aggregate: int = 0
+    learning_rate: float = 0.1
+    steps: int = 60
+    batch_size: int = 32
+    hidden: int = 32
+
+    def validate(self) -> Settings:
+        """Raise ``DtfkitError`` naming the bad setting; return self."""
+        if self.mode not in MODES:
+            raise DtfkitError(f"mode must be 'sync' or 'async', not {self.mode!r}")
+        for name, low in (("workers", 1), ("ps", 1), ("steps", 1), ("batch_size", 1), ("hidden", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < low:
+                raise DtfkitError(f"{name} must be a whole number >= {low}, not {value!r}")
+        if not 0 <= self.replicas_to_aggregate <= self.workers:
+            raise DtfkitError(
+                f"replicas_to_aggregate must be between 1 and workers={self.workers} (0: as many as "
+                f"workers), not {self.replicas_to_aggregate!r}"
+            )
+        if self.straggler_ms < 0 or not self.learning_rate > 0:
+            raise DtfkitError("straggler_ms must be >= 0 and learning_rate > 0")
+        return self
+
+    @property
+    def aggregate(self) -> int:
+        return self.replicas_to_aggregate or self.workers
+
+    @property
+    def worker_names(self) -> list[str]:
+        return [f"worker:{i}" for i in range(self.workers)]
+
+    @property
+    def straggler(self) -> str | None:
+        """The slowed-down worker, or None."""
+        return f"worker:{self.workers - 1}" if self.straggler_ms > 0 else None
+
+    def describe(self) -> str:
+        text = f"{self.mode}, {self.workers} worker{'s' if self.workers != 1 else ''}"
+        if self.mode == "sync" and self.aggregate != self.workers:
+            text += f", aggregate {self.aggregate}"
+        if self.straggler:
+            text += f", {self.straggler} +{self.straggler_ms} ms"
+        return text
+
+
+@dataclass
+class RunRecord:
+    """One run: its settings, state, what the tasks reported live and what they returned.
+
+    ``state`` is ``"starting"``, ``"running"``, ``"finished"``, ``"stopped"`` or ``"failed"``.
+    ``rows`` are the run's metric events (one per local step: ``task``, ``time``,
+    ``step``, ``loss``, ``local_step``; async also ``read_step`` and ``start``).
+    ``sync`` is the ``dtfkit.recipes.sync.SyncRun`` (the gradient ledger) of a sync run.
+    """
+
+    number: int
+    settings: Settings
+    state: str = "starting"
+    error: str | None = None
+    started: float = 0.0
+    ended: float | None = None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    results: dict[str, Any] = field(default_factory=dict)
+    sync: Any = None
+    evaluation: dict[str, float] = field(default_factory=dict)
+    run_name: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+
+    # ------------------------------------------------------------ per step
+    @property
+    def workers(self) -> list[str]:
+        return self.settings.worker_names
+
+    def pushes(self) -> dict[str, list[tuple[float, float | None, int, int | None, str]]]:
+        """Per worker, one ``(start, end, read, applied, fate)`` per local step: the global
+        step its parameters were read at and the one its update made (None: not applied).
+        Sync: from the ledger (fate aggregated/dropped/pending); async: measured in the step."""
+        out: dict[str, list] = {t: [] for t in self.workers}
+        if self.sync is not None:
+            for g in self.sync.gradients:
+                out[g["task"]].append((g["start"], g["end"], g["tag"], g.get("update"), g["fate"]))
+        elif self.results:
+            for task, summary in self.results.items():
+                out[task] = [(s, e, r, a, "applied") for s, e, r, a in summary.get("pushes", [])]
+        else:  # live: from the reports
+            last: dict[str, float] = {}
+            for row in self.rows:
+                start = row.get("start", last.get(row["task"]))
+                if start is not None:
+                    out.setdefault(row["task"], []).append(
+                        (start, row["time"], row.get("read_step", row["step"] - 1), row["step"], "applied")
+                    )
+                last[row["task"]] = row["time"]
+        return out
+
+    def staleness(self) -> list[int]:
+        """Per applied update: how many other updates landed between reading the parameters
+        and writing the update (sync: 0 for each aggregated gradient; stale ones are dropped)."""
+        out = []
+        for steps in self.pushes().values():
+            for _, _, read, applied, fate in steps:
+                if applied is not None and fate in ("applied", "aggregated"):
+                    out.append(max(0, applied - read - 1))
+        return out
+
+    def max_staleness(self) -> int:
+        values = self.staleness()
+        return max(values) if values else 0
+
+    def mean_staleness(self) -> float:
+        values = self.staleness()
+        return sum(values) / len(values) if values else 0.0
+
+    def shares(self) -> dict[str, float]:
+        """Each worker's share of the applied updates (sync: of the aggregated gradients)."""
+        counts = Counter()
+        for task, steps in self.pushes().items():
+            counts[task] = sum(1 for p in steps if p[3] is not None and p[4] in ("applied", "aggregated"))
+        total = sum(counts.values()) or 1
+        return {task: counts[task] / total for task in self.workers}
+
+    # ------------------------------------------------------------ sync facts
+    def update_sizes(self) -> set[int]:
+        """Sync: the set of "how many gradients an update averaged" (``{2}``: always 2)."""
+        self._need_sync()
+        return self.sync.update_sizes()
+
+    def lockstep_fraction(self) -> float:
+        """Sync: the fraction of updates whose gradients came from distinct workers (1.0: in
+        lockstep, no worker ran ahead and supplied two gradients of one update)."""
+        self._need_sync()
+        updates = [tasks for tasks in self.sync.updates().values() if tasks]
+        return sum(1 for t in updates if len(set(t)) == len(t)) / max(1, len(updates))
+
+    def participation(self, task: str, last: float = 0.5) -> float:
+        """Sync: the fraction of the last ``last`` of the updates that averaged a gradient
+        of ``task`` (1.0: every one of them waited for it)."""
+        self._need_sync()
+        updates = [tasks for _, tasks in sorted(self.sync.updates().items())]
+        tail = updates[int(len(updates) * (1 - last)) :]
+        return sum(1 for tasks in tail if task in tasks) / max(1, len(tail))
+
+    def update_interval(self, last: float = 1.0, how: str = "median") -> float:
+        """Seconds between consecutive updates (the pace) over the last ``last`` of them:
+        their ``"median"`` or ``"mean"``."""
+        if self.sync is not None:
+            ends = sorted(self.sync.update_times().values())
+        else:
+            ends = sorted(e for steps in self.pushes().values() for _, e, _, a, _ in steps if a is not None)
+        ends = ends[int(len(ends) * (1 - last)) :]
+        gaps = sorted(b - a for a, b in zip(ends, ends[1:], strict=False))
+        if not gaps:
+            return float("nan")
+        return gaps[len(gaps) // 2] if how == "median" else sum(gaps) / len(gaps)
+
+    def _need_sync(self) -> None:
+        if self.sync is None:
+            raise DtfkitError(f"run {self.number} is {self.settings.mode}, not a finished sync run")
+
+    # ------------------------------------------------------------ summary
+    def interleavings(self) -> int:
+        """How often consecutive steps (by wall time) switch from one worker to another."""
+        order = [r["task"] for r in sorted(self.rows, key=lambda r: r["time"]) if "step" in r]
+        return sum(1 for a, b in zip(order, order[1:], strict=False) if a != b)
+
+    def global_step(self) -> int:
+        if self.sync is not None:
+            return self.sync.global_step
+        steps = [r["step"] for r in self.rows if "step" in r]
+        return max(steps) if steps else 0
+
+    def steady_time(self) -> float:
+        """When every worker had made its first step (wall time; the run's start before)."""
+        firsts: dict[str, float] = {}
+        for r in self.rows:
+            firsts[r["task"]] = min(firsts.get(r["task"], r["time"]), r["time"])
+        return max(firsts.values()) if firsts else self.started
+
+    def steps_per_sec(self) -> float:
+        """Global steps per second, from the moment every worker had made its first step
+        (the first step sets the session up and says nothing about the pace)."""
+        rows = sorted((r for r in self.rows if "step" in r), key=lambda r: r["time"])
+        firsts: dict[str, dict] = {}
+        for r in rows:
+            firsts.setdefault(r["task"], r)
+        if not firsts or len(rows) < 2:
+            return float("nan")
+        t0 = max(r["time"] for r in firsts.values())
+        base = max(r["step"] for r in rows if r["time"] <= t0)
+        span = rows[-1]["time"] - t0
+        return (rows[-1]["step"] - base) / span if span > 0 else float("nan")
+
+    @property
+    def final_loss(self) -> float:
+        return self.evaluation.get("loss", float("nan"))
+
+    @property
+    def accuracy(self) -> float:
+        return self.evaluation.get("accuracy", float("nan"))
+
+    def summary(self) -> dict[str, Any]:
+        """The history row: run, mode, workers, straggler, steps/s, final loss, accuracy, staleness."""
+        s = self.settings
+        return {
+            "run": self.number,
+            "mode": s.mode,
+            "workers": s.workers,
+            "ps": s.ps,
+            "aggregate": s.aggregate if s.mode == "sync" else "-",
+            "straggler": f"{s.straggler} +{s.straggler_ms} ms" if s.straggler else "-",
+            "lr": s.learning_rate,
+            "steps": self.global_step(),
+            "steps/s": round(self.steps_per_sec(), 1),
+            "final loss": round(self.final_loss, 3),
+            "accuracy": round(self.accuracy, 3),
+            "staleness (mean/max)": f"{self.mean_staleness():.2f} / {self.max_staleness()}",
+            "state": self.state,
+        }
+
+    def describe(self) -> str:
+        """``"finished: async, 2 workers, 12.3 steps/s"``."""
+        text = f"{self.state}: {self.settings.describe()}"
+        if self.state == "finished":
+            text += f", {self.steps_per_sec():.1f} steps/s"
+        elif self.state == "failed" and self.error:
+            text += f" ({self.error.splitlines()[0][:160]})"
+        return text
+
+    def plot(self):
+        """The run's dashboard as a matplotlib Figure (see ``dtfkit.lab.plots``)."""
+        from dtfkit.lab import plots
+
+        return plots.dashboard(self)
+
+    def __repr__(self) -> str:
+        return f"<RunRecord {self.number} {self.describe()}>"
+
+
+class _Holder:
+    """What the finalizer closes when the Lab is forgotten or the kernel exits."""
+
+    def __init__(self) -> None:
+        self.cluster = None
+        self.stop = threading.Event()
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+
+
+class Lab:
+    """Runs sync or async training on a warm local cluster and keeps a history.
+
+    ``settings`` (a ``Settings``) holds the defaults; ``run(**overrides)`` and
+    ``start(**overrides)`` use them with overrides (which also become the new defaults,
+    as the panel's controls do). The cluster is started on the first run and kept while
+    ``ps`` and ``workers`` stay the same; ``close()`` ends it (a later run starts a new one).
+
+    Listeners (``lab.listeners.append(fn)``) are called as ``fn(event, record)`` with
+    event ``"started"``, ``"progress"`` (every ``LIVE_EVERY`` s) or ``"ended"``, in the
+    thread that runs the run.
+
+    Example::
+
+        lab = Lab()
+        run = lab.run(mode="async", workers=2, steps=60)
+        print(run.describe())       # finished: async, 2 workers, 25.3 steps/s
+        lab.close()
+    """
+
+    def __init__(self, *, start_timeout: float = 120.0, run_timeout: float = 300.0, **settings: Any):
+        self.settings = Settings(**settings).validate()
+        self.runs: list[RunRecord] = []
+        self.listeners: list[Callable[[str, RunRecord], None]] = []
+        self.start_timeout = start_timeout
+        self.run_timeout = run_timeout
+        self.echo: Callable[[str, str], None] = _print_line
+        self._holder = _Holder()
+        self._shape: tuple[int, int] | None = None
+        self._thread: threading.Thread | None = None
+        self._current: RunRecord | None = None
+        self._lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, self._holder.close)
+
+    # ------------------------------------------------------------- state
+    @property
+    def history(self) -> list[RunRecord]:
+        """The finished runs, oldest first."""
+        return [r for r in self.runs if r.state == "finished"]
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def cluster(self):
+        """The warm cluster, or None."""
+        return self._holder.cluster
+
+    def table(self) -> list[dict[str, Any]]:
+        """The history as rows (``pandas.DataFrame(lab.table())`` for a frame)."""
+        return [r.summary() for r in self.history]
+
+    def history_html(self) -> str:
+        """The history as an HTML table; each finished run is a ``<tr class="dtfkit-lab-row">``."""
+        rows = self.table()
+        if not rows:
+            return "<table class='dtfkit-lab-table'><tr><td><i>no finished run yet</i></td></tr></table>"
+        cols = list(rows[0])
+        cell = "style='padding:2px 8px;border-bottom:1px solid #ddd;text-align:left'"
+        head = "".join(f"<th {cell}>{html.escape(c)}</th>" for c in cols)
+        body = "".join(
+            "<tr class='dtfkit-lab-row'>"
+            + "".join(f"<td {cell}>{html.escape(str(r[c]))}</td>" for c in cols)
+            + "</tr>"
+            for r in rows
+        )
+        return (
+            "<table class='dtfkit-lab-table' style='border-collapse:collapse'>"
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        )
+
+    def _repr_html_(self) -> str:
+        return self.history_html()
+
+    # -------------------------------------------------------------- runs
+    def run(self, **overrides: Any) -> RunRecord:
+        """Run with the settings (and ``overrides``) and wait; task output is printed here
+        (in the calling cell).
+
+        Raises ``DtfkitError`` when the run failed (the record is in ``lab.runs``).
+        """
+        record = self._prepare(overrides)
+        self._execute(record, _print_line)
+        if record.state == "failed":
+            raise DtfkitError(f"run {record.number} failed: {record.error}")
+        return record
+
+    def start(self, **overrides: Any) -> RunRecord:
+        """Start a run in a background thread and return its (live) record at once.
+        Task output goes to ``lab.echo(task, line)`` (the panel points it at its log, so
+        nothing lands in another cell); ``wait()`` or ``stop()`` it."""
+        record = self._prepare(overrides)
+        self._thread = threading.Thread(
+            target=self._execute, args=(record, self.echo), name="dtfkit-lab", daemon=True
+        )
+        self._thread.start()
+        return record
+
+    def warm(self, **overrides: Any):
+        """Start (or keep) the cluster for the settings' ``ps`` and ``workers`` now, so the
+        first Run does not wait for it; returns the ``LocalCluster``."""
+        with self._lock:
+            if self.running:
+                raise DtfkitError("a run is in progress: lab.stop() or lab.wait() first")
+            self.settings = dataclasses.replace(self.settings, **overrides).validate()
+            return self._ensure_cluster(self.settings)
+
+    def wait(self, timeout: float | None = None) -> RunRecord | None:
+        """Wait for the background run; returns its record."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self._current
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the run in progress: its tasks are interrupted, and killed if they do not
+        return within a few seconds (the next run starts them again). Waits up to ``timeout``."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return
+        self._holder.stop.set()
+        if thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def close(self) -> None:
+        """Stop any run and end the cluster's processes. The lab stays usable: the next
+        run starts a new cluster."""
+        self.stop()
+        self._holder.close()
+        self._shape = None
+
+    def __enter__(self) -> Lab:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def panel(self):
+        """The ipywidgets panel driving this lab (``dtfkit.lab.Panel``)."""
+        from dtfkit.lab.panel import Panel
+
+        return Panel(self)
+
+    def plot(self, record: RunRecord | None = None):
+        """The dashboard of a run (default: the last finished one), a matplotlib Figure."""
+        record = record or (self.history[-1] if self.history else None)
+        if record is None:
+            raise DtfkitError("no finished run yet: lab.run() first")
+        return record.plot()
+
+    def compare(self, *records: RunRecord | int):
+        """Overlay runs (records or run numbers; default the last two finished) in one Figure."""
+        from dtfkit.lab import plots
+
+        chosen = [self._record(r) for r in records] if records else self.history[-2:]
+        if not chosen:
+            raise DtfkitError("no finished run to compare yet")
+        return plots.compare(chosen)
+
+    def _record(self, r: RunRecord | int) -> RunRecord:
+        if isinstance(r, RunRecord):
+            return r
+        for record in self.runs:
+            if record.number == r:
+                return record
+        raise DtfkitError(f"no run number {r}; runs: {[x.number for x in self.runs]}")
+
+    # ------------------------------------------------------------- inside
+    def _prepare(self, overrides: dict[str, Any]) -> RunRecord:
+        with self._lock:
+            if self.running:
+                raise DtfkitError("a run is in progress: lab.stop() or lab.wait() first")
+            unknown = set(overrides) - {f.name for f in dataclasses.fields(Settings)}
+            if unknown:
+                raise DtfkitError(
+                    f"unknown setting(s) {sorted(unknown)}; known: {list(self.settings.__dict__)}"
+                )
+            settings = dataclasses.replace(self.settings, **overrides).validate()
+            self.settings = settings
+            record = RunRecord(number=len(self.runs) + 1, settings=settings)
+            record.run_name = f"lab{record.number}.{uuid.uuid4().hex[:6]}"
+            self.runs.append(record)
+            self._current = record
+            self._holder.stop.clear()
+            return record
+
+    def _notify(self, event: str, record: RunRecord) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(event, record)
+            except Exception as exc:  # noqa: BLE001 - a broken listener must not end the run
+                self.echo("lab", f"listener {listener!r} failed: {exc!r}")
+
+    def _ensure_cluster(self, s: Settings):
+        import dtfkit
+
+        cluster = self._holder.cluster
+        if cluster is not None and (cluster.closed or self._shape != (s.ps, s.workers)):
+            cluster.close()
+            cluster = self._holder.cluster = None
+        if cluster is None:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                cluster = dtfkit.LocalCluster(
+                    ps=s.ps, workers=s.workers, progress=False, start_timeout=self.start_timeout, name=None
+                )
+            for w in caught:
+                self.echo("lab", str(w.message))
+            self._holder.cluster, self._shape = cluster, (s.ps, s.workers)
+        elif any(state != "running" for state in cluster.status().values()):
+            cluster.restart()  # tasks a stopped run had to kill
+        return cluster
+
+    def _execute(self, record: RunRecord, echo: Callable[[str, str], None]) -> None:
+        from dtfkit.lab import tasks
+        from dtfkit.recipes import sync, tf1
+
+        s = record.settings
+        cluster = None
+        try:
+            self._notify("started", record)
+            t = time.monotonic()
+            cluster = self._ensure_cluster(s)
+            record.timings["cluster"] = time.monotonic() - t
+            cluster._rt.echo = echo  # task output goes where the caller says (the panel: its log)
+            if self._holder.stop.is_set():
+                record.state = "stopped"
+                return
+            record.state = "running"
+            record.started = time.time()
+            self._notify("progress", record)
+            common = {
+                "steps": s.steps,
+                "batch_size": s.batch_size,
+                "learning_rate": s.learning_rate,
+                "hidden": s.hidden,
+                "straggler_ms": {s.straggler: s.straggler_ms} if s.straggler else None,
+                "run_name": record.run_name,
+            }
+            if s.mode == "sync":
+                fn, kwargs = (
+                    sync.train_sync,
+                    {**common, "workers": s.worker_names, "replicas_to_aggregate": s.aggregate},
+                )
+            else:
+                fn, kwargs = (
+                    tf1.train_between_graph,
+                    {
+                        **common,
+                        "sync": False,
+                        "record_steps": True,
+                        "start_barrier": True,
+                        "straggler_in_step": True,
+                    },
+                )
+            handle = cluster.submit(fn, kwargs=kwargs, on=s.worker_names, timeout=self.run_timeout, grace=3.0)
+            t = time.monotonic()
+            results = self._pump(cluster, handle, record)
+            record.timings["train"] = time.monotonic() - t
+            t = time.monotonic()
+            if results is None:
+                record.state = "stopped"
+                return
+            record.rows = self._rows(cluster, record)
+            chief = s.worker_names[0]
+            if s.mode == "sync":
+                info = results[chief]["ledger_info"]
+                state = cluster.run(sync.read_sync_state, kwargs={"info": info}, on=chief, timeout=60)[chief]
+                record.sync = sync.SyncRun(results, state)
+            else:
+                record.results = results
+            record.evaluation = cluster.run(
+                tasks.evaluate,
+                kwargs={
+                    "run_name": record.run_name,
+                    "hidden": s.hidden,
+                    "global_step_first": s.mode == "async",
+                },
+                on=chief,
+                timeout=60,
+            )[chief]
+            record.timings["after"] = time.monotonic() - t
+            record.state = "finished"
+        except BaseException as exc:  # noqa: BLE001 - recorded and shown, never lost in a thread
+            record.state = "failed"
+            record.error = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+        finally:
+            if cluster is not None and not cluster.closed:
+                cluster._rt.echo = _print_line
+            record.ended = time.time()
+            self._notify("ended", record)
+
+    def _pump(self, cluster, handle, record: RunRecord) -> dict[str, Any] | None:
+        """Wait for the call in this thread (it alone talks to the cluster), refreshing
+        the live rows; on stop, interrupt the tasks and return None."""
+        last = 0.0
+        while True:
+            if self._holder.stop.is_set():
+                handle.stop()
+                return None
+            try:
+                return handle.result(timeout=0.2)
+            except TimeoutError:
+                pass
+            now = time.monotonic()
+            if now - last >= LIVE_EVERY:
+                last = now
+                record.rows = self._rows(cluster, record)
+                self._notify("progress", record)
+
+    @staticmethod
+    def _rows(cluster, record: RunRecord) -> list[dict[str, Any]]:
+        tasks = set(record.workers)
+        return [r for r in cluster.metrics.rows(since=record.started) if r["task"] in tasks and "step" in r]
+
+
+def _print_line(task: str, line: str) -> None:
+    print(f"[{task}] {line}", flush=True)
