@@ -1,0 +1,141 @@
+"""End to end in a real browser: JupyterLab runs chapter 8, a student switches the lab panel to async,
+presses Run, and sees the plot and a new history row.
+
+Headless Debian ``chromium`` driven by ``playwright`` (see ``browser_support``). The committed notebook
+is never touched: a copy without outputs is served from a temporary folder by a private ``jupyter lab``.
+Screenshots go to ``test-artifacts/`` (or ``$DTFKIT_ARTIFACTS``); on failure also the page text, the
+browser console and the server log.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from browser_support import (
+    CHROMIUM_ARGS,
+    JupyterLab,
+    LabPage,
+    artifacts_dir,
+    require_browser,
+    strip_outputs,
+)
+from conftest import REPO, subprocess_env
+
+NOTEBOOK = REPO / "notebooks" / "08_sync_async_lab.ipynb"
+PREFIX = "lab-08"
+# The chapter runs in about a minute alone; CI's 2 cores are shared, so every wait is generous but bounded.
+RUN_ALL_TIMEOUT = 600.0
+PANEL_TIMEOUT = 120.0
+ASYNC_RUN_TIMEOUT = 300.0
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(1800)]
+
+_PANEL_STATE_JS = """(root) => {
+    const status = root.querySelector('.dtfkit-lab-status');
+    const img = root.querySelector('.dtfkit-lab-plot img');
+    return {
+        status: status ? status.innerText.trim() : null,
+        rows: [...root.querySelectorAll('.dtfkit-lab-history tr.dtfkit-lab-row')].map(r => r.innerText.trim()),
+        plot_img: img !== null && img.complete && img.naturalWidth > 0,
+    };
+}"""
+_BUSY = ("starting", "running", "stopping")
+
+
+def _panel_state(panel) -> dict:
+    return panel.evaluate(_PANEL_STATE_JS)
+
+
+def _wait_panel(nb: LabPage, panel, done, what: str, timeout: float) -> dict:
+    """Poll the panel's state until ``done(state)``; fail early on an error status, or at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = _panel_state(panel)
+        if done(state):
+            return state
+        if re.match(r"(failed|stopped)", state["status"] or ""):
+            raise AssertionError(f"the panel reports a failure while waiting for {what}: {state}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout:g} s; panel state: {state}")
+        nb.page.wait_for_timeout(500)
+
+
+def _async_run(lab: JupyterLab, nb: LabPage, code_cells: int, folder: Path) -> tuple[list[Path], str]:
+    """Run the notebook, switch the panel to async, press Run, wait for the result; (screenshots, timings)."""
+    t0 = time.monotonic()
+    nb.open(lab)
+    nb.hide_left_sidebar()
+    nb.run_all_cells()
+    nb.wait_all_cells_ran(code_cells, RUN_ALL_TIMEOUT)
+    t_run_all = time.monotonic() - t0
+
+    page = nb.page
+    panel = page.locator(".jp-OutputArea-output").filter(has=page.locator(".dtfkit-lab-run")).first
+    panel.wait_for(timeout=PANEL_TIMEOUT * 1000)
+    # A run the notebook started may still be finishing; Run is meant for an idle panel.
+    before = _wait_panel(
+        nb, panel, lambda s: not (s["status"] or "").startswith(_BUSY), "an idle panel", ASYNC_RUN_TIMEOUT
+    )
+
+    async_button = panel.locator(".dtfkit-lab-mode button", has_text=re.compile(r"^\s*async\s*$"))
+    async_button.click()
+    page.wait_for_function(
+        "(b) => b.classList.contains('mod-active')", arg=async_button.element_handle(), timeout=30_000
+    )
+    t1 = time.monotonic()
+    panel.locator(".dtfkit-lab-run").click()
+    after = _wait_panel(
+        nb,
+        panel,
+        lambda s: (
+            (s["status"] or "").startswith("finished")
+            and len(s["rows"]) == len(before["rows"]) + 1
+            and s["plot_img"]
+        ),
+        "finished async run with a new history row and a plot",
+        ASYNC_RUN_TIMEOUT,
+    )
+    t_async = time.monotonic() - t1
+
+    new_rows = [row for row in after["rows"] if row not in before["rows"]]
+    assert len(new_rows) == 1 and "async" in new_rows[0], (before, after)
+    panel.scroll_into_view_if_needed()
+    shots = [nb.save_screenshot(folder / f"{PREFIX}-async.png")]
+    panel.screenshot(path=str(folder / f"{PREFIX}-panel.png"))
+    shots.append(folder / f"{PREFIX}-panel.png")
+    timings = f"run all cells: {t_run_all:.0f} s; async run from the panel: {t_async:.0f} s; new row: {new_rows[0]!r}"
+    return shots, timings
+
+
+def test_lab_panel_async_run_in_chromium(tmp_path, capsys):
+    chromium = require_browser()
+    from playwright.sync_api import sync_playwright
+
+    assert NOTEBOOK.exists(), f"{NOTEBOOK} is missing"
+    served = tmp_path / "notebooks"
+    served.mkdir()
+    code_cells = strip_outputs(NOTEBOOK, served / NOTEBOOK.name)
+    folder = artifacts_dir()
+
+    with JupyterLab(served, tmp_path / "jupyter", subprocess_env()) as lab, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+        try:
+            # Tall enough that the whole panel fits: element screenshots cannot scroll JupyterLab's panes.
+            page = browser.new_page(viewport={"width": 1400, "height": 2000})
+            nb = LabPage(page, lab.url(f"lab/tree/{NOTEBOOK.name}"))
+            try:
+                shots, timings = _async_run(lab, nb, code_cells, folder)
+            except BaseException:
+                saved = nb.save_failure(folder, PREFIX, lab)
+                with capsys.disabled():
+                    print("\nbrowser test failed; artifacts:", *saved, sep="\n  ")
+                raise
+        finally:
+            browser.close()
+        t_stop = time.monotonic()
+    with capsys.disabled():
+        print(f"\n{timings}; teardown: {time.monotonic() - t_stop:.0f} s")
+        print("browser test screenshots:", *shots, sep="\n  ")
