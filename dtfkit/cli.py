@@ -1,10 +1,11 @@
-"""Command line: ``python -m dtfkit launch|demo|cleanup``.
+"""Command line: ``python -m dtfkit launch|demo|cleanup|student-copies``.
 
 Examples::
 
     python -m dtfkit launch --ps 2 --workers 2 distributed_mnist.py -- --is_sync=True
     python -m dtfkit demo
     python -m dtfkit cleanup
+    python -m dtfkit student-copies notebooks/ -o student/
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ def _cleanup(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _student_copies(ns: argparse.Namespace) -> int:
+    from dtfkit.student import write_student_copies
+
+    for path in write_student_copies(ns.source, ns.output):
+        print(f"wrote {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dtfkit", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -75,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dry-run", action="store_true", help="only say what would be done")
     c.add_argument("--keep-logs", action="store_true", help="keep the log folders")
     c.set_defaults(func=_cleanup)
+
+    s = sub.add_parser(
+        "student-copies", help="write notebooks with solutions stubbed and hidden checks removed"
+    )
+    s.add_argument("source", help="a folder of instructor notebooks, or one notebook")
+    s.add_argument("-o", "--output", required=True, help="the folder to write the student copies to")
+    s.set_defaults(func=_student_copies)
     return parser
 
 

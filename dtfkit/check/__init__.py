@@ -1,0 +1,34 @@
+"""Auto-checks for the chapter exercises: ``check.chNN.<exercise>(answer)``.
+
+Each check runs the learner's answer for real (on a small cluster it starts and closes, or
+in the kernel for chapters 5 and 6) and returns a :class:`CheckResult` that shows as a green,
+red or grey box with feedback naming the task and what to look at. A wrong answer never
+raises; ``result.require()`` does (for nbgrader's autograder).
+
+Example::
+
+    from dtfkit import check
+
+    def session_config(tf, job_name, task_index):
+        return tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:{job_name}/task:{task_index}"])
+
+    check.ch02.device_filters(session_config)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from dtfkit.check._core import CheckResult, results, summary
+
+__all__ = ["CheckResult", "results", "summary"]
+
+
+def __getattr__(name: str) -> Any:
+    # Chapter modules load on first use: ch05/ch06 import TensorFlow inside their checks only.
+    if name.startswith("ch") and name[2:].isdigit():
+        module = importlib.import_module(f"dtfkit.check.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'dtfkit.check' has no attribute {name!r}")

@@ -1,0 +1,248 @@
+"""What every exercise check shares: the result object, the decorator, a bounded cluster.
+
+A chapter module defines one function per exercise::
+
+    @exercise("2.1", "Fix the non-chief hang")
+    def device_filters(session_config, *, hidden=False):
+        ...                       # run the answer for real
+        return passed("worker:1 trained alone after worker:0 exited")
+
+The decorator turns a stub (``raise NotImplementedError()``) into "not attempted" without
+starting anything, turns any exception into a failed result naming it, and records every
+result (``results()``, ``summary()``).
+"""
+
+from __future__ import annotations
+
+import dis
+import functools
+import html
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from dtfkit import classroom
+from dtfkit.errors import TaskExited, TaskFailed, TaskTimeout
+from dtfkit.student import STUB
+
+PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted yet"
+_MARK = {PASSED: "✔", FAILED: "✘", NOT_ATTEMPTED: "…"}
+_COLOUR = {PASSED: "#2e7d32", FAILED: "#c62828", NOT_ATTEMPTED: "#757575"}
+_RESULTS: list[CheckResult] = []
+
+
+@dataclass
+class CheckResult:
+    """The outcome of one check: ``status`` is "passed", "failed" or "not attempted yet".
+
+    ``message`` says what happened, ``hint`` what to look at. ``bool(result)`` is True only
+    when it passed; ``require()`` raises ``AssertionError`` otherwise (for nbgrader).
+
+    Example::
+
+        result = check.ch03.backup_workers(sync_options)
+        print(result)   # ✔ exercise 3.1 (Backup workers) passed: ...
+    """
+
+    status: str
+    message: str
+    hint: str = ""
+    exercise: str = ""
+    title: str = ""
+    details: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def headline(self) -> str:
+        return f"{_MARK[self.status]} exercise {self.exercise} ({self.title}) {self.status}: {self.message}"
+
+    def __str__(self) -> str:
+        lines = [self.headline()]
+        if self.hint:
+            lines.append(f"  → {self.hint}")
+        lines += [f"  {d}" for d in self.details]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        colour = _COLOUR[self.status]
+        body = f"<b>{_MARK[self.status]} exercise {html.escape(self.exercise)} — {html.escape(self.title)}: "
+        body += f"{html.escape(self.status)}</b><br>{html.escape(self.message)}"
+        if self.hint:
+            body += f"<br>→ {html.escape(self.hint)}"
+        if self.details:
+            body += "<pre style='margin:4px 0 0 0'>" + html.escape("\n".join(self.details)) + "</pre>"
+        return f"<div style='border-left:6px solid {colour};padding:4px 10px;margin:2px 0'>{body}</div>"
+
+    def require(self) -> CheckResult:
+        """Raise ``AssertionError`` with the feedback unless the check passed (nbgrader grades on it)."""
+        if not self.passed:
+            raise AssertionError(str(self))
+        return self
+
+
+def passed(message: str, *details: str) -> CheckResult:
+    """A passing result (keep ``message`` deterministic: no timings, pids or losses)."""
+    return CheckResult(PASSED, message, details=list(details))
+
+
+def failed(message: str, hint: str = "", *details: str) -> CheckResult:
+    """A failing result: ``message`` says what happened (name the task), ``hint`` what to look at."""
+    return CheckResult(FAILED, message, hint, details=list(details))
+
+
+def results() -> list[CheckResult]:
+    """Every check result of this session, in order."""
+    return list(_RESULTS)
+
+
+def summary() -> str:
+    """One line per exercise: its latest result."""
+    latest: dict[str, CheckResult] = {}
+    for r in _RESULTS:
+        latest[r.exercise] = r
+    return "\n".join(latest[k].headline() for k in sorted(latest, key=_exercise_key))
+
+
+def _exercise_key(number: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in number.split(".") if p.isdigit())
+
+
+_STUB_OPS = {
+    "RESUME",
+    "NOP",
+    "CACHE",
+    "PUSH_NULL",
+    "LOAD_GLOBAL",
+    "LOAD_NAME",
+    "LOAD_CONST",
+    "PRECALL",
+    "CALL",
+    "CALL_FUNCTION",
+    "RAISE_VARARGS",
+    "RETURN_CONST",
+    "RETURN_VALUE",
+}
+
+
+def is_stub(fn: Any) -> bool:
+    """True when ``fn`` is still a student copy's stub: its body only raises ``NotImplementedError``,
+    or its source still holds the generator's ``# YOUR CODE HERE`` + ``raise NotImplementedError()``."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    if (
+        set(code.co_names) == {"NotImplementedError"}
+        and {i.opname for i in dis.get_instructions(code)} <= _STUB_OPS
+    ):
+        return True
+    try:
+        lines = [line.strip() for line in inspect.getsource(fn).splitlines()]
+    except (OSError, TypeError):
+        return False
+    return any(a == STUB[0] and b == STUB[1] for a, b in zip(lines, lines[1:], strict=False))
+
+
+def _not_attempted(name: str) -> CheckResult:
+    return CheckResult(
+        NOT_ATTEMPTED,
+        f"replace `raise NotImplementedError()` in {name} with your answer, run that cell, then this one",
+    )
+
+
+def _from_exception(exc: BaseException, name: str) -> CheckResult:
+    if isinstance(exc, NotImplementedError) or (
+        isinstance(exc, TaskFailed) and exc.exc_type == "NotImplementedError"
+    ):
+        return _not_attempted(name)
+    if isinstance(exc, TaskFailed):
+        tail = [line for line in exc.remote_traceback.strip().splitlines() if line.strip()][-4:]
+        return failed(
+            f"{exc.task} raised {exc.exc_type} while running {name}: {exc.remote_message.strip()[:300]}",
+            "read the last lines of the task's traceback below",
+            *tail,
+        )
+    if isinstance(exc, TaskTimeout):
+        first = str(exc).strip().splitlines()[0][:300]
+        return failed(
+            f"{name} did not finish in time: {first}", "a task is waiting for something; see its stack"
+        )
+    if isinstance(exc, TaskExited):
+        return failed(f"a task exited while running {name}: {str(exc)[:300]}")
+    return failed(
+        f"{name} raised {type(exc).__name__}: {str(exc)[:300]}", "fix the error and run the check again"
+    )
+
+
+def exercise(number: str, title: str) -> Callable[[Callable[..., CheckResult]], Callable[..., CheckResult]]:
+    """Decorate a chapter's check: stubs, exceptions, numbering and recording are handled here.
+
+    Example::
+
+        @exercise("3.1", "Backup workers")
+        def backup_workers(sync_options, *, hidden=False):
+            return passed("...")
+    """
+
+    def decorate(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
+        @functools.wraps(check)
+        def run(answer: Any, *args: Any, hidden: bool = False, **kwargs: Any) -> CheckResult:
+            name = f"`{getattr(answer, '__name__', 'your answer')}`"
+            if not callable(answer):
+                result = failed(
+                    f"expected a function, got {type(answer).__name__}", "pass the function itself"
+                )
+            elif is_stub(answer):
+                result = _not_attempted(name)
+            else:
+                try:
+                    result = check(answer, *args, hidden=hidden, **kwargs)
+                except Exception as exc:  # noqa: BLE001 - every mistake becomes feedback
+                    result = _from_exception(exc, name)
+            result.exercise, result.title = number, title
+            _RESULTS.append(result)
+            return result
+
+        return run
+
+    return decorate
+
+
+@contextmanager
+def cluster(**layout: Any) -> Iterator[Any]:
+    """A small cluster for one check, always closed (``LocalCluster`` arguments).
+
+    Example::
+
+        with cluster(ps=1, workers=2) as c:
+            c.run(fn, timeout=60)
+    """
+    from dtfkit.cluster import LocalCluster
+
+    layout.setdefault("progress", False)
+    c = LocalCluster(name="", **layout)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+__all__ = [
+    "CheckResult",
+    "classroom",
+    "cluster",
+    "exercise",
+    "failed",
+    "is_stub",
+    "passed",
+    "results",
+    "summary",
+]
