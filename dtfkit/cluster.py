@@ -70,6 +70,11 @@ class LocalCluster:
         progress: show a progress bar while starting.
         name: a cluster started with the name of an open one replaces it. In a
             notebook the default name is the cell's id.
+        pool: take the tasks from a warm pool (processes that imported TensorFlow
+            ahead of need, see ``dtfkit.pool``). ``None`` (default): on in a Jupyter
+            kernel, off elsewhere, as ``DTFKIT_POOL=0``/``1`` says if set. ``True``:
+            the process-wide pool; ``False``: start every task cold; or a
+            ``TaskPool``. ``cluster.pool_note`` says what happened.
 
     Example::
 
@@ -94,6 +99,7 @@ class LocalCluster:
         start_timeout: float = 120.0,
         progress: bool = True,
         name: str | None = None,
+        pool: bool | Any | None = None,
     ):
         layout = ClusterLayout.from_counts(ps=ps, workers=workers, chief=chief, evaluator=evaluator)
         self.name = name if name is not None else _cell_key()
@@ -112,6 +118,7 @@ class LocalCluster:
             start_timeout=start_timeout,
             progress=progress,
             setup_payload=None if setup is None else _pickle_call(setup, (), {}),
+            pool=_choose_pool(pool),
         )
         self._rt.start()
         if self.name:
@@ -152,6 +159,16 @@ class LocalCluster:
     def pids(self) -> dict[str, int]:
         """The pid of every process of the cluster."""
         return self._rt.pids()
+
+    @property
+    def pool_note(self) -> str:
+        """Whether the tasks came warm from a pool, or why they started cold."""
+        return self._rt.pool_note
+
+    @property
+    def adopted(self) -> dict[str, bool]:
+        """``{"worker:0": True, ...}``: which tasks were warm pool processes."""
+        return {p.task.name: p.adopted for p in self._rt.procs.values()}
 
     def status(self) -> dict[str, str]:
         """``{"worker:0": "running", "ps:0": "killed", ...}``."""
@@ -344,6 +361,21 @@ class LocalCluster:
             f"<table><tr>{head}</tr>{body}</table>"
             f"<small>logs: <code>{html.escape(rt.logbook.directory or '')}</code></small></div>"
         )
+
+
+def _choose_pool(pool):
+    """The TaskPool a new cluster adopts from, or None (see ``LocalCluster(pool=)``)."""
+    from dtfkit import pool as pools
+
+    if pool is None:
+        pool = pools.enabled_by_default()
+    if pool is True:
+        return pools.default_pool()
+    if pool is False:
+        return None
+    if isinstance(pool, pools.TaskPool):
+        return pool
+    raise DtfkitError(f"pool must be True, False, None or a dtfkit.pool.TaskPool, not {pool!r}")
 
 
 def _counts(layout: ClusterLayout) -> str:

@@ -74,6 +74,7 @@ class TaskProcess:
         self.start_error: str | None = None
         self.output_closed = threading.Event()  # set once every line it printed is in the log book
         self.identity = state.process_identity(popen.pid)
+        self.adopted = False  # True: it came warm from a TaskPool
 
     @property
     def pid(self) -> int:
@@ -132,6 +133,7 @@ class ClusterRuntime:
         echo: Callable[[str, str], None] | None = None,
         cwd: str | None = None,
         setup_payload: bytes | None = None,
+        pool=None,
     ):
         if mode not in TASK_MODES:
             raise DtfkitError(f"unknown task mode {mode!r}")
@@ -169,6 +171,9 @@ class ClusterRuntime:
         self._gens = itertools.count(1)
         self._client_ids = itertools.count(0)
         self._anchor: subprocess.Popen | None = None
+        self.pool = pool  # a dtfkit.pool.TaskPool to adopt warm processes from, or None
+        self.pool_note = "" if pool is not None else "no warm pool"
+        self._warm: list = []  # pool processes adopted but not yet given a task
         self._threads: list[threading.Thread] = []
         self._conns: list = []
         # Validated before anything is created on disk (an unknown policy raises).
@@ -210,8 +215,45 @@ class ClusterRuntime:
         except BaseException:
             self.close()
             raise
+        finally:
+            for warm in self._warm:  # more warm processes than tasks: they cannot serve elsewhere
+                _kill_warm(warm)
+            self._warm = []
+        if self.pool is not None:
+            self.pool.fill()
+
+    def _take_from_pool(self) -> bool:
+        """Adopt the pool's warm namespace (anchor and warm processes), if this cluster can."""
+        from dtfkit.pool import IMPORT_TIME_ENV
+
+        why = ""
+        if self.network_requested == "host":
+            why = "network='host' (the pool is for isolated clusters)"
+        elif self.show_tf_logs:
+            why = "show_tf_logs=True (TensorFlow reads its log level at import)"
+        elif set(self.extra_env) & IMPORT_TIME_ENV:
+            names = ", ".join(sorted(set(self.extra_env) & IMPORT_TIME_ENV))
+            why = f"env= sets {names}, which TensorFlow reads at import"
+        elif self._n_gpus:
+            why = "GPUs are visible (each task needs its own CUDA_VISIBLE_DEVICES before import)"
+        if why:
+            self.pool_note = f"started cold: {why}"
+            return False
+        space = self.pool.take(len(self.layout.tasks))
+        if space is None:
+            self.pool_note = "started cold: the warm pool was empty (it fills in the background)"
+            return False
+        self._anchor = space.anchor
+        self.namespace = space.namespace
+        self.isolated = True
+        self.isolation_note = f"isolated network namespace {self.namespace}"
+        self._warm = list(space.procs)
+        self.pool_note = f"adopted {len(self._warm)} warm process(es) from pool {self.pool.id}"
+        return True
 
     def _start_network(self) -> None:
+        if self.pool is not None and self._take_from_pool():
+            return
         if self.network_requested == "host":
             self.isolation_note = "host network (opted out): servers reachable from other machines"
             return
@@ -262,7 +304,37 @@ class ClusterRuntime:
             env["TF_CPP_MIN_LOG_LEVEL"] = "2"
         return env
 
+    def _adopt(self, task: TaskId, warm) -> TaskProcess:
+        """Make a warm pool process this cluster's ``task``: it then reports its port as a cold one would."""
+        gen = next(self._gens)
+        env = {
+            **self.extra_env,
+            state.CLUSTER_ENV: self.id,
+            "PYTHONPATH": self._base_env()["PYTHONPATH"],
+        }
+        adopt = {
+            "task": task.name,
+            "gen": gen,
+            "mode": "client" if task.job == "client" else self.mode if task.serves else "noserve",
+            "cwd": self.cwd,
+            "env": env,
+        }
+        if self.mode == "script":
+            adopt.update(mode="script", script=self.script, script_args=self.script_args)
+        proc = TaskProcess(task, gen, warm.popen, None)
+        proc.adopted = True
+        proc.identity["mark"] = warm.mark  # its environment names the pool, not this cluster
+        proc.conn = warm.conn
+        self.procs[task] = proc
+        self._conns.append(warm.conn)
+        self._spawn_thread(lambda: self._read_output(proc), f"dtfkit-log-{task.name}")
+        self._spawn_thread(lambda: self._read_adopted(warm.conn, task.name, gen), f"dtfkit-conn-{task.name}")
+        proc.send(("adopt", adopt))
+        return proc
+
     def _spawn(self, task: TaskId, port: int | None = None, mode: str | None = None) -> TaskProcess:
+        if self._warm and port is None and mode is None:
+            return self._adopt(task, self._warm.pop(0))
         gen = next(self._gens)
         mode = mode or self.mode
         cfg = {
@@ -376,6 +448,10 @@ class ClusterRuntime:
             return
         _, name, gen, _pid = hello
         self.events.put(Event("hello", name, gen, conn))
+        self._read_adopted(conn, name, gen)
+
+    def _read_adopted(self, conn, name: str, gen: int) -> None:
+        """Turn what one task sends into events (the connection is authenticated already)."""
         while True:
             try:
                 message = conn.recv()
@@ -629,6 +705,16 @@ class ClusterRuntime:
         if self._anchor is not None:
             out["netns"] = self._anchor.pid
         return out
+
+
+def _kill_warm(warm) -> None:
+    try:
+        os.killpg(warm.popen.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    warm.popen.wait(timeout=10)
+    warm.popen.stdout.close()
+    warm.conn.close()
 
 
 class _PortTaken(Exception):
