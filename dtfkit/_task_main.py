@@ -349,6 +349,15 @@ def main() -> None:
         code = _run_script(cfg, cluster, job, index)
         sys.stdout.flush()
         sys.stderr.flush()
+        if cfg.get("linger") and job != "ps":
+            # Stay, and keep serving, until the launcher ends the cluster: a seed-style
+            # peer without device_filters needs every task's server up until it is done
+            # itself, and would otherwise wait for this one for ever. The mark comes
+            # after every line the script printed.
+            from dtfkit.logs import SCRIPT_DONE_MARK
+
+            os.write(1, f"{SCRIPT_DONE_MARK}{code}\n".encode())
+            threading.Event().wait()  # the launcher kills us; EOF on the channel ends us too
         # TensorFlow leaves non-daemon threads behind; a normal interpreter exit can
         # wait on them for minutes. The script is done: leave now.
         os._exit(code)

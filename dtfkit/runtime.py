@@ -75,6 +75,7 @@ class TaskProcess:
         self.output_closed = threading.Event()  # set once every line it printed is in the log book
         self.identity = state.process_identity(popen.pid)
         self.adopted = False  # True: it came warm from a TaskPool
+        self.script_code: int | None = None  # a lingering launched script's exit code
 
     @property
     def pid(self) -> int:
@@ -130,6 +131,7 @@ class ClusterRuntime:
         progress: bool = True,
         script: str | None = None,
         script_args: list[str] | None = None,
+        linger: bool = False,
         echo: Callable[[str, str], None] | None = None,
         cwd: str | None = None,
         setup_payload: bytes | None = None,
@@ -152,6 +154,7 @@ class ClusterRuntime:
         self.progress = progress
         self.script = script
         self.script_args = list(script_args or [])
+        self.linger = linger
         self.cwd = cwd or os.getcwd()
         self.echo = echo or _print_line
         self.closed = False
@@ -174,6 +177,7 @@ class ClusterRuntime:
         self.pool = pool  # a dtfkit.pool.TaskPool to adopt warm processes from, or None
         self.pool_note = "" if pool is not None else "no warm pool"
         self._warm: list = []  # pool processes adopted but not yet given a task
+        self._anchor_mark = ""  # the pool id in an adopted anchor's environment
         self._threads: list[threading.Thread] = []
         self._conns: list = []
         # Validated before anything is created on disk (an unknown policy raises).
@@ -244,6 +248,7 @@ class ClusterRuntime:
             self.pool_note = "started cold: the warm pool was empty (it fills in the background)"
             return False
         self._anchor = space.anchor
+        self._anchor_mark = self.pool.id
         self.namespace = space.namespace
         self.isolated = True
         self.isolation_note = f"isolated network namespace {self.namespace}"
@@ -320,7 +325,7 @@ class ClusterRuntime:
             "env": env,
         }
         if self.mode == "script":
-            adopt.update(mode="script", script=self.script, script_args=self.script_args)
+            adopt.update(mode="script", script=self.script, script_args=self.script_args, linger=self.linger)
         proc = TaskProcess(task, gen, warm.popen, None)
         proc.adopted = True
         proc.identity["mark"] = warm.mark  # its environment names the pool, not this cluster
@@ -347,7 +352,7 @@ class ClusterRuntime:
             "port": port,
         }
         if mode == "script":
-            cfg.update(mode="script", script=self.script, script_args=self.script_args)
+            cfg.update(mode="script", script=self.script, script_args=self.script_args, linger=self.linger)
         env = self._base_env()
         env["DTFKIT_TASK"] = json.dumps(cfg)
         visible, growth = self._gpu_plan.get(task.name, ("", False))
@@ -470,7 +475,11 @@ class ClusterRuntime:
             if mark_at >= 0:
                 if mark_at:  # the call's last output had no newline
                     self.logbook.add(name, text[:mark_at])
-                done = ("output_done", int(text[mark_at + len(OUTPUT_DONE_MARK) :]))
+                rest = text[mark_at + len(OUTPUT_DONE_MARK) :]
+                if rest.startswith("script "):
+                    done = ("script_done", int(rest[len("script ") :]))
+                else:
+                    done = ("output_done", int(rest))
                 self.events.put(Event("msg", name, proc.gen, done))
                 continue
             # Progress bars redraw with carriage returns: keep the last state.
@@ -498,6 +507,8 @@ class ClusterRuntime:
                 proc.ready = True
             elif message[0] in ("result", "error"):
                 self.replies.setdefault(message[1], {})[proc.task] = message
+            elif message[0] == "script_done":
+                proc.script_code = message[1]
             elif message[0] == "output_done":
                 self.flushed.setdefault(message[1], set()).add(proc.task)
             elif message[0] == "stacks":
@@ -643,7 +654,10 @@ class ClusterRuntime:
             return
         processes = [p.identity for p in self.procs.values() if p.alive]
         if self._anchor is not None:
-            processes.append(state.process_identity(self._anchor.pid))
+            anchor = state.process_identity(self._anchor.pid)
+            if self._anchor_mark:
+                anchor["mark"] = self._anchor_mark
+            processes.append(anchor)
         state.write_state(self.dir, self.id, processes, _describe(list(self.layout.tasks)))
 
     def _check_open(self) -> None:
