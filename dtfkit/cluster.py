@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import html
 import itertools
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -399,11 +400,10 @@ def _pickle_call(fn: Callable, args: tuple, kwargs: dict) -> bytes:
 
 def _cell_key() -> str | None:
     """The id of the notebook cell running now (JupyterLab and nbclient send it)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
+    ipython = sys.modules.get("IPython")
+    if ipython is None:  # not in a kernel; importing IPython just to learn that costs ~2 s
         return None
-    shell = get_ipython()
+    shell = ipython.get_ipython()
     kernel = getattr(shell, "kernel", None)
     if kernel is None:
         return None
