@@ -287,7 +287,11 @@ def _wait_for_adoption(cfg: dict):
     _, adopt = channel.wait_for("adopt")
     cfg.update(adopt)
     for key, value in adopt.get("env", {}).items():
-        os.environ[key] = value  # putenv too: TensorFlow's C++ side reads these
+        # os.environ also calls putenv: TensorFlow's C++ side reads these.
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     if adopt.get("cwd"):
         os.chdir(adopt["cwd"])
         sys.path.insert(0, adopt["cwd"])

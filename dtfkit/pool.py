@@ -109,6 +109,7 @@ class WarmNamespace:
 
     anchor: subprocess.Popen
     namespace: str
+    env: dict[str, str] = field(default_factory=dict)  # what its processes were started with
     procs: list[WarmProcess] = field(default_factory=list)
 
     def warm(self) -> list[WarmProcess]:
@@ -242,12 +243,13 @@ class TaskPool:
         return env
 
     def _start_anchor(self) -> WarmNamespace | None:
+        env = self._env()
         anchor = subprocess.Popen(
             [sys.executable, "-m", "dtfkit.netns"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env=self._env(),
+            env=env,
             start_new_session=True,
         )
         from dtfkit.runtime import _read_line
@@ -258,10 +260,10 @@ class TaskPool:
             anchor.wait()
             self.note = f"no warm pool: the namespace could not be created ({line or 'no answer'})"
             return None
-        return WarmNamespace(anchor, line.split()[1])
+        return WarmNamespace(anchor, line.split()[1], env)
 
     def _spawn_warm(self, space: WarmNamespace) -> WarmProcess:
-        env = self._env()
+        env = dict(space.env)
         env["DTFKIT_TASK"] = json.dumps(
             {
                 "task": "pool:0",
@@ -318,6 +320,12 @@ class TaskPool:
             self._lock.notify_all()
 
     # ------------------------------------------------------------------- using
+    def warm_env(self) -> dict[str, str] | None:
+        """The environment the current warm processes started with (None: nothing warm)."""
+        with self._lock:
+            space = self._current
+            return dict(space.env) if space is not None and space.warm() else None
+
     def warm_count(self) -> int:
         """How many processes are warm (TensorFlow imported, waiting) now."""
         with self._lock:

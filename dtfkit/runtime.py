@@ -178,6 +178,7 @@ class ClusterRuntime:
         self.pool_note = "" if pool is not None else "no warm pool"
         self._warm: list = []  # pool processes adopted but not yet given a task
         self._anchor_mark = ""  # the pool id in an adopted anchor's environment
+        self._adopt_env: dict[str, str | None] = {}  # what adopted tasks must set (None: unset)
         self._threads: list[threading.Thread] = []
         self._conns: list = []
         # Validated before anything is created on disk (an unknown policy raises).
@@ -231,13 +232,15 @@ class ClusterRuntime:
         from dtfkit.pool import IMPORT_TIME_ENV
 
         why = ""
+        warm_env = self.pool.warm_env()
+        changed = _env_changes(warm_env or {}, self._base_env(), self.cwd)
+        late = sorted(set(changed) & IMPORT_TIME_ENV)
         if self.network_requested == "host":
             why = "network='host' (the pool is for isolated clusters)"
-        elif self.show_tf_logs:
-            why = "show_tf_logs=True (TensorFlow reads its log level at import)"
-        elif set(self.extra_env) & IMPORT_TIME_ENV:
-            names = ", ".join(sorted(set(self.extra_env) & IMPORT_TIME_ENV))
-            why = f"env= sets {names}, which TensorFlow reads at import"
+        elif warm_env is None:
+            why = "the warm pool was empty (it fills in the background)"
+        elif late:
+            why = f"{', '.join(late)} differs from the pool's, and TensorFlow reads it at import"
         elif self._n_gpus:
             why = "GPUs are visible (each task needs its own CUDA_VISIBLE_DEVICES before import)"
         if why:
@@ -253,6 +256,7 @@ class ClusterRuntime:
         self.isolated = True
         self.isolation_note = f"isolated network namespace {self.namespace}"
         self._warm = list(space.procs)
+        self._adopt_env = changed
         self.pool_note = f"adopted {len(self._warm)} warm process(es) from pool {self.pool.id}"
         return True
 
@@ -312,11 +316,7 @@ class ClusterRuntime:
     def _adopt(self, task: TaskId, warm) -> TaskProcess:
         """Make a warm pool process this cluster's ``task``: it then reports its port as a cold one would."""
         gen = next(self._gens)
-        env = {
-            **self.extra_env,
-            state.CLUSTER_ENV: self.id,
-            "PYTHONPATH": self._base_env()["PYTHONPATH"],
-        }
+        env = {**self._adopt_env, state.CLUSTER_ENV: self.id}
         adopt = {
             "task": task.name,
             "gen": gen,
@@ -719,6 +719,22 @@ class ClusterRuntime:
         if self._anchor is not None:
             out["netns"] = self._anchor.pid
         return out
+
+
+def _env_changes(old: dict[str, str], new: dict[str, str], cwd: str) -> dict[str, str | None]:
+    """What turns environment ``old`` into ``new`` (None: remove), ignoring per-process keys.
+
+    PYTHONPATH counts without the cluster's working directory, which an adopted task
+    puts on its sys.path itself.
+    """
+    skip = {state.CLUSTER_ENV, lifeline.PDEATHSIG_ENV, lifeline.OWNER_ENV, "DTFKIT_TASK", "PYTHONPATH"}
+    out: dict[str, str | None] = {k: v for k, v in new.items() if k not in skip and old.get(k) != v}
+    out.update({k: None for k in old if k not in skip and k not in new})
+    paths_old = [p for p in old.get("PYTHONPATH", "").split(os.pathsep) if p and p != cwd]
+    paths_new = [p for p in new.get("PYTHONPATH", "").split(os.pathsep) if p and p != cwd]
+    if paths_old != paths_new:
+        out["PYTHONPATH"] = new.get("PYTHONPATH", "")
+    return out
 
 
 def _kill_warm(warm) -> None:

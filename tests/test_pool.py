@@ -144,6 +144,21 @@ def test_an_env_variable_read_at_run_time_reaches_adopted_tasks(warm_pool):
         assert cluster.run(lambda: os.environ.get("GRPC_FAIL_FAST"), timeout=60) == {"worker:0": "use_caller"}
 
 
+def test_the_owner_environment_changed_after_warm_up_still_reaches_adopted_tasks(warm_pool, monkeypatch):
+    monkeypatch.setenv("DTFKIT_POOL_TEST_VAR", "late")
+    with dtfkit.LocalCluster(workers=1, pool=warm_pool, progress=False, name=None) as cluster:
+        assert cluster.adopted == {"worker:0": True}
+        got = cluster.run(lambda: os.environ.get("DTFKIT_POOL_TEST_VAR"), timeout=60)
+        assert got == {"worker:0": "late"}
+
+
+def test_an_import_time_variable_changed_after_warm_up_starts_cold(warm_pool, monkeypatch):
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    with dtfkit.LocalCluster(workers=1, pool=warm_pool, progress=False, name=None) as cluster:
+        assert cluster.adopted == {"worker:0": False}
+        assert "TF_ENABLE_ONEDNN_OPTS" in cluster.pool_note
+
+
 @pytest.mark.parametrize(
     "value, expected", [("0", False), ("off", False), ("1", True), ("", False)], ids=repr
 )
