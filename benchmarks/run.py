@@ -595,6 +595,30 @@ def goals(rows: list[Row]) -> list[str]:
     return out
 
 
+def write_results(path, info, load, rows, done, wanted, ns, seconds) -> None:
+    with open(path, "w") as f:
+        f.write("# Benchmark results\n\n")
+        f.write("Written by `python -m benchmarks` (benchmarks/run.py). Medians; ranges in parentheses.\n\n")
+        f.write("## Machine\n\n")
+        for k, v in info.items():
+            f.write(f"- {k}: {v}\n")
+        s = load.samples
+        f.write(
+            f"- 1-minute load average during the run: min {min(s):.1f}, median {statistics.median(s):.1f}, "
+            f"max {max(s):.1f} ({len(s)} samples, every 5 s); other jobs shared the machine\n"
+        )
+        f.write(
+            f"- benchmarks run: {', '.join(done)}; --repeat {ns.repeat}, --repeat-long {ns.repeat_long}, "
+        )
+        f.write(f"--hang-timeout {ns.hang_timeout:g}; {seconds:.0f} s so far\n")
+        missing = [w for w in wanted if w not in done]
+        if missing:
+            f.write(f"- not finished (yet): {', '.join(missing)}\n")
+        if "notebooks" not in wanted:
+            f.write("- the notebook suite (5) was not run this time (`--notebooks`)\n")
+        f.write("\n## Results\n\n" + table(rows) + "\n\n## Goals\n\n" + "\n".join(goals(rows)) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(ALL), help=f"comma-separated subset of {','.join(ALL)}")
@@ -620,35 +644,26 @@ def main(argv: list[str] | None = None) -> int:
     load = LoadSampler()
     rows: list[Row] = []
     started = time.monotonic()
-    if "ready" in chosen:
-        rows += bench_ready(ns.repeat, log)
-    if "import" in chosen:
-        rows += bench_import(ns.repeat, log)
-    if "shutdown" in chosen:
-        rows += bench_shutdown(ns.repeat, log)
-    if "seed" in chosen:
-        rows += bench_seed(ns.repeat_long, ns.hang_timeout, log)
-    if ns.notebooks or "notebooks" in chosen:
-        rows += bench_notebooks(log)
-    loadavg = load.stop()
+    steps = [
+        ("ready", lambda: bench_ready(ns.repeat, log)),
+        ("import", lambda: bench_import(ns.repeat, log)),
+        ("shutdown", lambda: bench_shutdown(ns.repeat, log)),
+        ("seed", lambda: bench_seed(ns.repeat_long, ns.hang_timeout, log)),
+        ("notebooks", lambda: bench_notebooks(log)),
+    ]
+    wanted = [name for name, _ in steps if name in chosen or (name == "notebooks" and ns.notebooks)]
+    done: list[str] = []
+    for name, bench in steps:
+        if name not in wanted:
+            continue
+        rows += bench()
+        done.append(name)
+        # Written after every benchmark, so that a long run cut short still leaves its results.
+        write_results(ns.output, info, load, rows, done, wanted, ns, time.monotonic() - started)
     text = table(rows)
     print("\n" + text)
-    met = goals(rows)
-    print("\n" + "\n".join(met))
-    with open(ns.output, "w") as f:
-        f.write("# Benchmark results\n\n")
-        f.write("Written by `python -m benchmarks` (benchmarks/run.py). Medians; ranges in parentheses.\n\n")
-        f.write("## Machine\n\n")
-        for k, v in info.items():
-            f.write(f"- {k}: {v}\n")
-        f.write(f"- 1-minute load average during the run: {loadavg}\n")
-        f.write(f"- benchmarks: {', '.join(chosen + (['notebooks'] if ns.notebooks else []))}; ")
-        f.write(
-            f"--repeat {ns.repeat}, --repeat-long {ns.repeat_long}; run took {time.monotonic() - started:.0f} s\n"
-        )
-        if not (ns.notebooks or "notebooks" in chosen):
-            f.write("- the notebook suite (5) was not run this time (`--notebooks`)\n")
-        f.write("\n## Results\n\n" + text + "\n\n## Goals\n\n" + "\n".join(met) + "\n")
+    print("\n" + "\n".join(goals(rows)))
+    load.stop()
     print(f"\nwrote {ns.output}")
     return 0
 
