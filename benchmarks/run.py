@@ -442,6 +442,23 @@ def bench_import(repeat: int, log: Callable[[str], None]) -> list[Row]:
             note=f"imported TensorFlow: {any(tf_flags)}",
         )
     ]
+    code = code.replace("import dtfkit;", "import dtfkit; dtfkit.LocalCluster;")
+    full, full_tf = [], []
+    for _ in range(max(repeat, 5)):
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+        )
+        s, tf = out.stdout.split()
+        full.append(float(s))
+        full_tf.append(tf == "True")
+    rows.append(
+        Row(
+            "import",
+            "import dtfkit + resolve dtfkit.LocalCluster",
+            full,
+            note=f"imported TensorFlow: {any(full_tf)}",
+        )
+    )
     import dtfkit
     from dtfkit.pool import TaskPool
 
@@ -634,7 +651,6 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(chosen) - set(ALL) - {"notebooks"}
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
-    os.environ.setdefault("DTFKIT_POOL", "0")  # only the warm-pool row uses a pool
     info = machine()
 
     def log(text: str) -> None:
