@@ -495,6 +495,11 @@ def bench_notebooks(log: Callable[[str], None]) -> list[Row]:
         capture_output=True,
         text=True,
         cwd=ROOT,
+        # The kernels must import this checkout's dtfkit, installed or not. DTFKIT_POOL is
+        # left as the caller has it: unset, each kernel uses its default warm pool.
+        env=dict(
+            os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+        ),
     )
     seconds = time.monotonic() - start
     summary = (out.stdout.strip().splitlines() or ["(no output)"])[-1]
