@@ -618,8 +618,14 @@ def goals(rows: list[Row]) -> list[str]:
 
 
 def write_results(path, info, load, rows, done, wanted, ns, seconds) -> None:
+    previous = ""
+    if ns.append and os.path.exists(path):
+        if not hasattr(ns, "_previous"):
+            with open(path) as f:
+                ns._previous = f.read().rstrip() + "\n\n# Another run, appended (`--append`)\n\n"
+        previous = ns._previous
     with open(path, "w") as f:
-        f.write("# Benchmark results\n\n")
+        f.write(previous or "# Benchmark results\n\n")
         f.write("Written by `python -m benchmarks` (benchmarks/run.py). Medians; ranges in parentheses.\n\n")
         f.write("## Machine\n\n")
         for k, v in info.items():
@@ -648,7 +654,15 @@ def main(argv: list[str] | None = None) -> int:
         "--repeat", type=int, default=3, help="repetitions of the short benchmarks (default 3)"
     )
     parser.add_argument("--repeat-long", type=int, default=1, help="repetitions of the seed runs (default 1)")
-    parser.add_argument("--hang-timeout", type=float, default=90.0, help="bound on a seed run in seconds")
+    parser.add_argument(
+        "--hang-timeout",
+        type=float,
+        default=200.0,
+        help="bound on a seed run in seconds (default 200: above the sync script's 120 s grace)",
+    )
+    parser.add_argument(
+        "--append", action="store_true", help="add this run to RESULTS.md instead of replacing it"
+    )
     parser.add_argument("--notebooks", action="store_true", help="also run the notebook suite under nbval")
     parser.add_argument("--output", default=os.path.join(ROOT, "benchmarks", "RESULTS.md"))
     ns = parser.parse_args(argv)
