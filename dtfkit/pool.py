@@ -355,9 +355,9 @@ class TaskPool:
         missing tasks itself, in the same namespace. A fresh namespace is filled in
         the background.
         """
+        if n is not None:
+            self.expect(n)
         with self._lock:
-            if n is not None:
-                self.want = max(1, min(n, self.size))
             space = self._current
             if self.closed or space is None or not space.warm():
                 return None
@@ -374,6 +374,12 @@ class TaskPool:
             _kill(p.popen)
         self._write_state()
         return space
+
+    def expect(self, n: int) -> None:
+        """Warm ``n`` processes (at most ``size``) from the next fill on: the size of the
+        clusters being started (a spare warm process cannot serve another cluster)."""
+        with self._lock:
+            self.want = max(1, min(n, self.size))
 
     def refill(self) -> None:
         """Fill a fresh namespace (after a ``take()``), in the background."""

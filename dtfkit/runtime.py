@@ -232,6 +232,7 @@ class ClusterRuntime:
         from dtfkit.pool import IMPORT_TIME_ENV
 
         why = ""
+        self.pool.expect(len(self.layout.tasks))
         warm_env = self.pool.warm_env()
         changed = _env_changes(warm_env or {}, self._base_env(), self.cwd)
         late = sorted(set(changed) & IMPORT_TIME_ENV)
@@ -257,7 +258,8 @@ class ClusterRuntime:
         self.isolation_note = f"isolated network namespace {self.namespace}"
         self._warm = list(space.procs)
         self._adopt_env = changed
-        self.pool_note = f"adopted {len(self._warm)} warm process(es) from pool {self.pool.id}"
+        used = min(len(self._warm), len(self.layout.tasks))
+        self.pool_note = f"adopted {used} warm process(es) from pool {self.pool.id}"
         return True
 
     def _start_network(self) -> None:
