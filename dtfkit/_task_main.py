@@ -28,15 +28,18 @@ CLUSTER_ENV = "DTFKIT_CLUSTER"
 class Channel:
     """The task's end of the control connection to its owner."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: dict, conn=None):
         from multiprocessing.connection import Client
 
-        self.conn = Client(cfg["socket"], family="AF_UNIX", authkey=bytes.fromhex(cfg["authkey"]))
         self.inbox: queue.Queue = queue.Queue()
         self.send_lock = threading.Lock()
         self.current_call: int | None = None
         self.cancelled: set[int] = set()
-        self.send(("hello", cfg["task"], cfg["gen"], os.getpid()))
+        if conn is None:
+            self.conn = Client(cfg["socket"], family="AF_UNIX", authkey=bytes.fromhex(cfg["authkey"]))
+            self.send(("hello", cfg["task"], cfg["gen"], os.getpid()))
+        else:  # a pool process: connected and greeted already
+            self.conn = conn
         threading.Thread(target=self._watch, name="dtfkit-control", daemon=True).start()
 
     def send(self, message) -> None:
@@ -232,17 +235,9 @@ def _run_script(cfg: dict, cluster: dict, job: str, index: int) -> int:
     return 0
 
 
-def main() -> None:
-    cfg = json.loads(os.environ[CONFIG_ENV])
-    lifeline.die_with_parent()
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # until the channel is up
-    if cfg.get("netns_pid"):
-        from dtfkit import netns
-
-        netns.enter(cfg["netns_pid"])
-    job, _, idx = cfg["task"].partition(":")
-    index = int(idx)
-    mode = cfg["mode"]  # "serve", "noserve", "script" or "client"
+def _start_cold(cfg: dict):
+    """Connect, reserve a port (reported at once), import TensorFlow."""
+    mode = cfg["mode"]
     channel = Channel(cfg)
     signal.signal(signal.SIGINT, channel.on_sigint)
 
@@ -265,6 +260,67 @@ def main() -> None:
         except BaseException:  # noqa: BLE001
             channel.send(("start_failed", "import", traceback.format_exc()))
             os._exit(3)
+    return channel, reserved, tf
+
+
+def _wait_for_adoption(cfg: dict):
+    """A pool process: import TensorFlow and reserve a port first, then connect to the
+    pool and wait until a cluster adopts this process as one of its tasks.
+
+    The pool reads nothing more from the connection after the "warm" message; the
+    adopting cluster takes the connection over and sends "adopt" with the task's
+    name, mode, working directory and extra environment.
+    """
+    try:
+        tf = _import_tensorflow()
+        reserved = _reserve_port(0)
+    except BaseException:  # noqa: BLE001 - the pool sees the exit and does not count us
+        traceback.print_exc()
+        os._exit(3)
+    from multiprocessing.connection import Client
+
+    conn = Client(cfg["socket"], family="AF_UNIX", authkey=bytes.fromhex(cfg["authkey"]))
+    conn.send(("warm", os.getpid(), reserved.getsockname()[1]))
+    # The connection is our lifeline from here on: EOF means the pool or the owner ended.
+    channel = Channel(cfg, conn=conn)
+    signal.signal(signal.SIGINT, channel.on_sigint)
+    _, adopt = channel.wait_for("adopt")
+    cfg.update(adopt)
+    for key, value in adopt.get("env", {}).items():
+        # os.environ also calls putenv: TensorFlow's C++ side reads these.
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    if adopt.get("cwd"):
+        os.chdir(adopt["cwd"])
+        sys.path.insert(0, adopt["cwd"])
+    from dtfkit import taskapi
+
+    taskapi.STATE.send = channel.send
+    if cfg["mode"] == "client":
+        reserved.close()
+        reserved = None
+    else:
+        channel.send(("port", reserved.getsockname()[1]))
+    return channel, reserved, tf
+
+
+def main() -> None:
+    cfg = json.loads(os.environ[CONFIG_ENV])
+    lifeline.die_with_parent()
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # until the channel is up
+    if cfg.get("netns_pid"):
+        from dtfkit import netns
+
+        netns.enter(cfg["netns_pid"])
+    if cfg["mode"] == "warm":
+        channel, reserved, tf = _wait_for_adoption(cfg)
+    else:
+        channel, reserved, tf = _start_cold(cfg)
+    job, _, idx = cfg["task"].partition(":")
+    index = int(idx)
+    mode = cfg["mode"]  # "serve", "noserve", "script" or "client"
 
     _, cluster, tf_config, setup = channel.wait_for("spec")
     if tf_config:
@@ -288,6 +344,8 @@ def main() -> None:
             channel.send(("start_failed", "bind", traceback.format_exc()))
             os._exit(3)
     target = _text(server.target) if server is not None else None
+    from dtfkit import taskapi
+
     taskapi.STATE.context = taskapi.TaskContext(job, index, cluster, target, server)
     channel.send(("ready", {"target": target, "pid": os.getpid()}))
 
@@ -295,6 +353,15 @@ def main() -> None:
         code = _run_script(cfg, cluster, job, index)
         sys.stdout.flush()
         sys.stderr.flush()
+        if cfg.get("linger") and job != "ps":
+            # Stay, and keep serving, until the launcher ends the cluster: a seed-style
+            # peer without device_filters needs every task's server up until it is done
+            # itself, and would otherwise wait for this one for ever. The mark comes
+            # after every line the script printed.
+            from dtfkit.logs import SCRIPT_DONE_MARK
+
+            os.write(1, f"{SCRIPT_DONE_MARK}{code}\n".encode())
+            threading.Event().wait()  # the launcher kills us; EOF on the channel ends us too
         # TensorFlow leaves non-daemon threads behind; a normal interpreter exit can
         # wait on them for minutes. The script is done: leave now.
         os._exit(code)

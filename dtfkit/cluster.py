@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import html
 import itertools
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -70,6 +71,11 @@ class LocalCluster:
         progress: show a progress bar while starting.
         name: a cluster started with the name of an open one replaces it. In a
             notebook the default name is the cell's id.
+        pool: take the tasks from a warm pool (processes that imported TensorFlow
+            ahead of need, see ``dtfkit.pool``). ``None`` (default): on in a Jupyter
+            kernel, off elsewhere, as ``DTFKIT_POOL=0``/``1`` says if set. ``True``:
+            the process-wide pool; ``False``: start every task cold; or a
+            ``TaskPool``. ``cluster.pool_note`` says what happened.
 
     Example::
 
@@ -94,6 +100,7 @@ class LocalCluster:
         start_timeout: float = 120.0,
         progress: bool = True,
         name: str | None = None,
+        pool: bool | Any | None = None,
     ):
         layout = ClusterLayout.from_counts(ps=ps, workers=workers, chief=chief, evaluator=evaluator)
         self.name = name if name is not None else _cell_key()
@@ -112,6 +119,7 @@ class LocalCluster:
             start_timeout=start_timeout,
             progress=progress,
             setup_payload=None if setup is None else _pickle_call(setup, (), {}),
+            pool=_choose_pool(pool),
         )
         self._rt.start()
         if self.name:
@@ -152,6 +160,16 @@ class LocalCluster:
     def pids(self) -> dict[str, int]:
         """The pid of every process of the cluster."""
         return self._rt.pids()
+
+    @property
+    def pool_note(self) -> str:
+        """Whether the tasks came warm from a pool, or why they started cold."""
+        return self._rt.pool_note
+
+    @property
+    def adopted(self) -> dict[str, bool]:
+        """``{"worker:0": True, ...}``: which tasks were warm pool processes."""
+        return {p.task.name: p.adopted for p in self._rt.procs.values()}
 
     def status(self) -> dict[str, str]:
         """``{"worker:0": "running", "ps:0": "killed", ...}``."""
@@ -346,6 +364,21 @@ class LocalCluster:
         )
 
 
+def _choose_pool(pool):
+    """The TaskPool a new cluster adopts from, or None (see ``LocalCluster(pool=)``)."""
+    from dtfkit import pool as pools
+
+    if pool is None:
+        pool = pools.enabled_by_default()
+    if pool is True:
+        return pools.default_pool()
+    if pool is False:
+        return None
+    if isinstance(pool, pools.TaskPool):
+        return pool
+    raise DtfkitError(f"pool must be True, False, None or a dtfkit.pool.TaskPool, not {pool!r}")
+
+
 def _counts(layout: ClusterLayout) -> str:
     counts = layout.counts()
     return ", ".join(f"{n} {job}" for job, n in counts.items())
@@ -367,11 +400,10 @@ def _pickle_call(fn: Callable, args: tuple, kwargs: dict) -> bytes:
 
 def _cell_key() -> str | None:
     """The id of the notebook cell running now (JupyterLab and nbclient send it)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
+    ipython = sys.modules.get("IPython")
+    if ipython is None:  # not in a kernel; importing IPython just to learn that costs ~2 s
         return None
-    shell = get_ipython()
+    shell = ipython.get_ipython()
     kernel = getattr(shell, "kernel", None)
     if kernel is None:
         return None

@@ -92,6 +92,7 @@ def launch(
         script=path,
         script_args=[str(a) for a in args],
         echo=echo,
+        linger=True,
     )
     started = time.monotonic()
     try:
@@ -121,10 +122,17 @@ def _supervise(
 
     def exited() -> list[TaskId]:
         # Process state, not events: an exit may have been seen while the cluster started.
-        gone = sorted(t for t in remaining if runtime.procs[t].popen.poll() is not None)
+        # A finished worker lingers (its server up for peers that need it) and says so
+        # with its exit code, after its last line of output.
+        gone = sorted(
+            t
+            for t in remaining
+            if runtime.procs[t].popen.poll() is not None or runtime.procs[t].script_code is not None
+        )
         for task in gone:
-            # Its last lines may still be in the pipe; bounded, as a grandchild may hold it open.
-            runtime.procs[task].output_closed.wait(OUTPUT_DRAIN_SECONDS)
+            if runtime.procs[task].script_code is None:
+                # Its last lines may still be in the pipe; bounded, as a grandchild may hold it open.
+                runtime.procs[task].output_closed.wait(OUTPUT_DRAIN_SECONDS)
         return gone
 
     with runtime._live_output():
@@ -132,7 +140,8 @@ def _supervise(
         while remaining:
             for task in exited():
                 remaining.discard(task)
-                code = runtime.procs[task].popen.returncode
+                proc = runtime.procs[task]
+                code = proc.script_code if proc.script_code is not None else proc.popen.returncode
                 codes[task] = code
                 if task == chief:
                     chief_done_at = time.monotonic()

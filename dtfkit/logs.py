@@ -43,6 +43,7 @@ NOISE_PATTERNS = [
 # the call's reply; the owner accepts the reply only after reading the line, so
 # every line the function printed is shown by the cell that made the call.
 OUTPUT_DONE_MARK = "\x00dtfkit-output-done "
+SCRIPT_DONE_MARK = OUTPUT_DONE_MARK + "script "  # a launched script ended; its exit code follows
 
 _NOISE = re.compile("|".join(f"(?:{p})" for p in NOISE_PATTERNS))
 

@@ -74,6 +74,8 @@ class TaskProcess:
         self.start_error: str | None = None
         self.output_closed = threading.Event()  # set once every line it printed is in the log book
         self.identity = state.process_identity(popen.pid)
+        self.adopted = False  # True: it came warm from a TaskPool
+        self.script_code: int | None = None  # a lingering launched script's exit code
 
     @property
     def pid(self) -> int:
@@ -129,9 +131,11 @@ class ClusterRuntime:
         progress: bool = True,
         script: str | None = None,
         script_args: list[str] | None = None,
+        linger: bool = False,
         echo: Callable[[str, str], None] | None = None,
         cwd: str | None = None,
         setup_payload: bytes | None = None,
+        pool=None,
     ):
         if mode not in TASK_MODES:
             raise DtfkitError(f"unknown task mode {mode!r}")
@@ -150,6 +154,7 @@ class ClusterRuntime:
         self.progress = progress
         self.script = script
         self.script_args = list(script_args or [])
+        self.linger = linger
         self.cwd = cwd or os.getcwd()
         self.echo = echo or _print_line
         self.closed = False
@@ -169,6 +174,11 @@ class ClusterRuntime:
         self._gens = itertools.count(1)
         self._client_ids = itertools.count(0)
         self._anchor: subprocess.Popen | None = None
+        self.pool = pool  # a dtfkit.pool.TaskPool to adopt warm processes from, or None
+        self.pool_note = "" if pool is not None else "no warm pool"
+        self._warm: list = []  # pool processes adopted but not yet given a task
+        self._anchor_mark = ""  # the pool id in an adopted anchor's environment
+        self._adopt_env: dict[str, str | None] = {}  # what adopted tasks must set (None: unset)
         self._threads: list[threading.Thread] = []
         self._conns: list = []
         # Validated before anything is created on disk (an unknown policy raises).
@@ -210,8 +220,51 @@ class ClusterRuntime:
         except BaseException:
             self.close()
             raise
+        finally:
+            for warm in self._warm:  # more warm processes than tasks: they cannot serve elsewhere
+                _kill_warm(warm)
+            self._warm = []
+        if self.pool is not None:
+            self.pool.fill()
+
+    def _take_from_pool(self) -> bool:
+        """Adopt the pool's warm namespace (anchor and warm processes), if this cluster can."""
+        from dtfkit.pool import IMPORT_TIME_ENV
+
+        why = ""
+        self.pool.expect(len(self.layout.tasks))
+        warm_env = self.pool.warm_env()
+        changed = _env_changes(warm_env or {}, self._base_env(), self.cwd)
+        late = sorted(set(changed) & IMPORT_TIME_ENV)
+        if self.network_requested == "host":
+            why = "network='host' (the pool is for isolated clusters)"
+        elif warm_env is None:
+            why = "the warm pool was empty (it fills in the background)"
+        elif late:
+            why = f"{', '.join(late)} differs from the pool's, and TensorFlow reads it at import"
+        elif self._n_gpus:
+            why = "GPUs are visible (each task needs its own CUDA_VISIBLE_DEVICES before import)"
+        if why:
+            self.pool_note = f"started cold: {why}"
+            return False
+        space = self.pool.take(len(self.layout.tasks))
+        if space is None:
+            self.pool_note = "started cold: the warm pool was empty (it fills in the background)"
+            return False
+        self._anchor = space.anchor
+        self._anchor_mark = self.pool.id
+        self.namespace = space.namespace
+        self.isolated = True
+        self.isolation_note = f"isolated network namespace {self.namespace}"
+        self._warm = list(space.procs)
+        self._adopt_env = changed
+        used = min(len(self._warm), len(self.layout.tasks))
+        self.pool_note = f"adopted {used} warm process(es) from pool {self.pool.id}"
+        return True
 
     def _start_network(self) -> None:
+        if self.pool is not None and self._take_from_pool():
+            return
         if self.network_requested == "host":
             self.isolation_note = "host network (opted out): servers reachable from other machines"
             return
@@ -262,7 +315,33 @@ class ClusterRuntime:
             env["TF_CPP_MIN_LOG_LEVEL"] = "2"
         return env
 
+    def _adopt(self, task: TaskId, warm) -> TaskProcess:
+        """Make a warm pool process this cluster's ``task``: it then reports its port as a cold one would."""
+        gen = next(self._gens)
+        env = {**self._adopt_env, state.CLUSTER_ENV: self.id}
+        adopt = {
+            "task": task.name,
+            "gen": gen,
+            "mode": "client" if task.job == "client" else self.mode if task.serves else "noserve",
+            "cwd": self.cwd,
+            "env": env,
+        }
+        if self.mode == "script":
+            adopt.update(mode="script", script=self.script, script_args=self.script_args, linger=self.linger)
+        proc = TaskProcess(task, gen, warm.popen, None)
+        proc.adopted = True
+        proc.identity["mark"] = warm.mark  # its environment names the pool, not this cluster
+        proc.conn = warm.conn
+        self.procs[task] = proc
+        self._conns.append(warm.conn)
+        self._spawn_thread(lambda: self._read_output(proc), f"dtfkit-log-{task.name}")
+        self._spawn_thread(lambda: self._read_adopted(warm.conn, task.name, gen), f"dtfkit-conn-{task.name}")
+        proc.send(("adopt", adopt))
+        return proc
+
     def _spawn(self, task: TaskId, port: int | None = None, mode: str | None = None) -> TaskProcess:
+        if self._warm and port is None and mode is None:
+            return self._adopt(task, self._warm.pop(0))
         gen = next(self._gens)
         mode = mode or self.mode
         cfg = {
@@ -275,7 +354,7 @@ class ClusterRuntime:
             "port": port,
         }
         if mode == "script":
-            cfg.update(mode="script", script=self.script, script_args=self.script_args)
+            cfg.update(mode="script", script=self.script, script_args=self.script_args, linger=self.linger)
         env = self._base_env()
         env["DTFKIT_TASK"] = json.dumps(cfg)
         visible, growth = self._gpu_plan.get(task.name, ("", False))
@@ -376,6 +455,10 @@ class ClusterRuntime:
             return
         _, name, gen, _pid = hello
         self.events.put(Event("hello", name, gen, conn))
+        self._read_adopted(conn, name, gen)
+
+    def _read_adopted(self, conn, name: str, gen: int) -> None:
+        """Turn what one task sends into events (the connection is authenticated already)."""
         while True:
             try:
                 message = conn.recv()
@@ -394,7 +477,11 @@ class ClusterRuntime:
             if mark_at >= 0:
                 if mark_at:  # the call's last output had no newline
                     self.logbook.add(name, text[:mark_at])
-                done = ("output_done", int(text[mark_at + len(OUTPUT_DONE_MARK) :]))
+                rest = text[mark_at + len(OUTPUT_DONE_MARK) :]
+                if rest.startswith("script "):
+                    done = ("script_done", int(rest[len("script ") :]))
+                else:
+                    done = ("output_done", int(rest))
                 self.events.put(Event("msg", name, proc.gen, done))
                 continue
             # Progress bars redraw with carriage returns: keep the last state.
@@ -422,6 +509,8 @@ class ClusterRuntime:
                 proc.ready = True
             elif message[0] in ("result", "error"):
                 self.replies.setdefault(message[1], {})[proc.task] = message
+            elif message[0] == "script_done":
+                proc.script_code = message[1]
             elif message[0] == "output_done":
                 self.flushed.setdefault(message[1], set()).add(proc.task)
             elif message[0] == "stacks":
@@ -567,7 +656,10 @@ class ClusterRuntime:
             return
         processes = [p.identity for p in self.procs.values() if p.alive]
         if self._anchor is not None:
-            processes.append(state.process_identity(self._anchor.pid))
+            anchor = state.process_identity(self._anchor.pid)
+            if self._anchor_mark:
+                anchor["mark"] = self._anchor_mark
+            processes.append(anchor)
         state.write_state(self.dir, self.id, processes, _describe(list(self.layout.tasks)))
 
     def _check_open(self) -> None:
@@ -629,6 +721,32 @@ class ClusterRuntime:
         if self._anchor is not None:
             out["netns"] = self._anchor.pid
         return out
+
+
+def _env_changes(old: dict[str, str], new: dict[str, str], cwd: str) -> dict[str, str | None]:
+    """What turns environment ``old`` into ``new`` (None: remove), ignoring per-process keys.
+
+    PYTHONPATH counts without the cluster's working directory, which an adopted task
+    puts on its sys.path itself.
+    """
+    skip = {state.CLUSTER_ENV, lifeline.PDEATHSIG_ENV, lifeline.OWNER_ENV, "DTFKIT_TASK", "PYTHONPATH"}
+    out: dict[str, str | None] = {k: v for k, v in new.items() if k not in skip and old.get(k) != v}
+    out.update({k: None for k in old if k not in skip and k not in new})
+    paths_old = [p for p in old.get("PYTHONPATH", "").split(os.pathsep) if p and p != cwd]
+    paths_new = [p for p in new.get("PYTHONPATH", "").split(os.pathsep) if p and p != cwd]
+    if paths_old != paths_new:
+        out["PYTHONPATH"] = new.get("PYTHONPATH", "")
+    return out
+
+
+def _kill_warm(warm) -> None:
+    try:
+        os.killpg(warm.popen.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    warm.popen.wait(timeout=10)
+    warm.popen.stdout.close()
+    warm.conn.close()
 
 
 class _PortTaken(Exception):

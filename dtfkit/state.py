@@ -150,7 +150,8 @@ def cleanup(*, everything: bool = False, dry_run: bool = False, keep_logs: bool 
         orphaned.add(cluster_id)
         for ident in data.get("processes", []):
             proc = _same_process(ident)
-            if proc is not None and _belongs_to(proc, cluster_id):
+            # "mark": a process adopted from a warm pool names the pool in its environment.
+            if proc is not None and _belongs_to(proc, ident.get("mark") or cluster_id):
                 report.killed.append((cluster_id, proc.pid))
                 if not dry_run:
                     _kill_tree(proc)

@@ -1,0 +1,1 @@
+"""dtfkit benchmarks: ``python -m benchmarks`` (see ``benchmarks/run.py``)."""

@@ -1,0 +1,517 @@
+"""A warm pool: task processes started ahead of need, TensorFlow already imported.
+
+Importing TensorFlow takes seconds (about 4 s alone, 7 s for three at once on two
+cores); a student who reruns a cell should not wait for it again. A ``TaskPool``
+keeps one *warm namespace* ready: a network-namespace anchor (``dtfkit.netns``) and
+up to ``size`` processes inside it that have joined the namespace, imported
+TensorFlow, reserved a port and connected to the pool. The next isolated cluster
+adopts the whole warm namespace: its processes become the cluster's tasks (any
+role: they learn their task name, ClusterSpec and port only then) and the anchor
+becomes the cluster's anchor, so the cluster is as isolated as a cold one and
+shares its namespace with nobody. The pool then fills a fresh namespace in the
+background.
+
+Why whole namespaces: ``setns`` into a user namespace is refused once a process
+has threads, and importing TensorFlow starts threads, so a warm process must
+already live in the namespace it will serve in.
+
+Bounds: at most ``size`` warm processes (``DTFKIT_POOL_SIZE``, default 4), fewer
+when the machine lacks the memory (``WARM_RSS_BYTES`` each, measured: a process
+that imported TensorFlow 2.21 CPU holds about 0.5-0.6 GB resident).
+
+Lifetime: the pool belongs to the process that created it. Its processes die with
+it (``PR_SET_PDEATHSIG`` from the pool's spawner thread, which lives as long as the
+process, and EOF on their control connection); ``close()`` ends them; the pool
+has a state file like a cluster's, so ``python -m dtfkit cleanup`` reaps them after a
+crash.
+
+On by default in a Jupyter/IPython kernel, off elsewhere. ``LocalCluster(pool=False)``
+or ``DTFKIT_POOL=0`` turn it off; ``DTFKIT_POOL=1`` turns it on outside a kernel.
+
+Example::
+
+    >>> from dtfkit.pool import TaskPool
+    >>> with TaskPool(size=3) as pool:                                   # doctest: +SKIP
+    ...     pool.wait_warm(3, timeout=60)
+    ...     with dtfkit.LocalCluster(ps=1, workers=2, pool=pool) as cluster:
+    ...         cluster.adopted       # {'ps:0': True, 'worker:0': True, 'worker:1': True}
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Listener, answer_challenge, deliver_challenge
+
+from dtfkit import lifeline, netns, state
+
+POOL_ENV = "DTFKIT_POOL"
+SIZE_ENV = "DTFKIT_POOL_SIZE"
+DEFAULT_SIZE = 4
+WARM_RSS_BYTES = 650 * 1024 * 1024  # measured peak RSS of `import tensorflow` (TF 2.21 CPU): ~605 MB
+# Environment variables TensorFlow (or Keras) reads once, at import or first use: a
+# cluster that sets one of them cannot use processes that imported TensorFlow already.
+IMPORT_TIME_ENV = frozenset(
+    {
+        "TF_CPP_MIN_LOG_LEVEL",
+        "TF_CPP_MAX_VLOG_LEVEL",
+        "TF_CPP_MIN_VLOG_LEVEL",
+        "TF_CPP_VMODULE",
+        "CUDA_VISIBLE_DEVICES",
+        "TF_FORCE_GPU_ALLOW_GROWTH",
+        "TF_ENABLE_ONEDNN_OPTS",
+        "TF_USE_LEGACY_KERAS",
+        "KERAS_BACKEND",
+        "KERAS_HOME",
+        "OMP_NUM_THREADS",
+        "TF_NUM_INTEROP_THREADS",
+        "TF_NUM_INTRAOP_THREADS",
+        "PYTHONPATH",
+        "PYTHONHASHSEED",
+        "LD_LIBRARY_PATH",
+        "LD_PRELOAD",
+    }
+)
+
+
+@dataclass
+class WarmProcess:
+    """One warm process: TensorFlow imported, a port reserved, connected to the pool."""
+
+    popen: subprocess.Popen
+    conn: object = None
+    port: int | None = None
+    mark: str = ""  # the DTFKIT_CLUSTER value in its environment (the pool's id)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+
+@dataclass
+class WarmNamespace:
+    """An anchor holding a fresh user + network namespace, and the processes inside it."""
+
+    anchor: subprocess.Popen
+    namespace: str
+    env: dict[str, str] = field(default_factory=dict)  # what its processes were started with
+    procs: list[WarmProcess] = field(default_factory=list)
+
+    def warm(self) -> list[WarmProcess]:
+        return [p for p in self.procs if p.conn is not None and p.alive]
+
+
+class _Spawner:
+    """One thread that starts every pool process, for as long as this process lives.
+
+    ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child ends; this
+    thread ends only with the process, so pool processes (and the tasks adopted from
+    them) die with their owner even if it is SIGKILLed.
+    """
+
+    _instance: _Spawner | None = None
+    _lock = threading.Lock()
+
+    def __init__(self):
+        self.jobs: queue.Queue = queue.Queue()
+        threading.Thread(target=self._loop, name="dtfkit-pool-spawner", daemon=True).start()
+
+    @classmethod
+    def get(cls) -> _Spawner:
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = _Spawner()
+            return cls._instance
+
+    def _loop(self) -> None:
+        while True:
+            fn, done = self.jobs.get()
+            try:
+                done.put((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                done.put((False, exc))
+
+    def call(self, fn: Callable[[], object]):
+        done: queue.Queue = queue.Queue()
+        self.jobs.put((fn, done))
+        ok, value = done.get()
+        if not ok:
+            raise value
+        return value
+
+
+class TaskPool:
+    """Keeps up to ``size`` task processes warm (TensorFlow imported) in a fresh namespace.
+
+    Args:
+        size: how many warm processes to keep (``DTFKIT_POOL_SIZE``; default 4),
+            lowered to what the available memory allows.
+        start: begin filling at once (else at the first ``fill()``).
+
+    Example::
+
+        >>> pool = TaskPool(size=3)                                       # doctest: +SKIP
+        >>> pool.wait_warm(3, timeout=60)                                 # doctest: +SKIP
+        >>> cluster = dtfkit.LocalCluster(ps=1, workers=2, pool=pool)     # doctest: +SKIP
+        >>> pool.close()                                                  # doctest: +SKIP
+    """
+
+    def __init__(self, size: int | None = None, *, start: bool = True):
+        if size is None:
+            size = int(os.environ.get(SIZE_ENV, DEFAULT_SIZE))
+        if not (isinstance(size, int) and size >= 1):
+            raise ValueError(f"size must be a positive number of processes, not {size!r}")
+        self.size = _affordable(size)
+        self.want = self.size  # how many to warm next: the size of the last cluster served
+        self.closed = False
+        self.note = ""  # why the pool is not filling, if it is not
+        self.id, self.dir = state.new_cluster_dir()
+        self.id_mark = self.id
+        self._authkey = secrets.token_bytes(16)
+        self._socket_path = os.path.join(self.dir, "pool.sock")
+        self._listener = Listener(self._socket_path, family="AF_UNIX")
+        self._lock = threading.Condition()
+        self._current: WarmNamespace | None = None
+        self._filling = False
+        self.taken = 0  # namespaces handed to clusters
+        self._pending: dict[int, WarmProcess] = {}  # pid -> process not yet connected
+        threading.Thread(target=self._accept_loop, name="dtfkit-pool-accept", daemon=True).start()
+        _OPEN.add(self)
+        if start:
+            self.fill()
+
+    # ------------------------------------------------------------------ filling
+    def fill(self) -> None:
+        """Start filling a fresh warm namespace in the background (no-op if one exists)."""
+        with self._lock:
+            if self.closed or self._current is not None or self._filling:
+                return
+            self._filling = True
+        threading.Thread(target=self._fill, name="dtfkit-pool-fill", daemon=True).start()
+
+    def _fill(self) -> None:
+        try:
+            ok, why = netns.isolation_available()
+            if not ok:
+                self.note = f"no warm pool: {why}"
+                return
+            spawner = _Spawner.get()
+            space = spawner.call(self._start_anchor)
+            if space is None:
+                return
+            with self._lock:
+                if self.closed:
+                    _end(space)
+                    return
+                self._current = space
+            for _ in range(self.want):
+                with self._lock:
+                    if self.closed or self._current is not space:
+                        return
+                    proc = spawner.call(lambda: self._spawn_warm(space))
+                    space.procs.append(proc)
+                    self._pending[proc.pid] = proc
+                self._write_state()
+        finally:
+            with self._lock:
+                self._filling = False
+                self._lock.notify_all()
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        env[state.CLUSTER_ENV] = self.id
+        env[lifeline.OWNER_ENV] = str(os.getpid())
+        env[lifeline.PDEATHSIG_ENV] = "1"  # spawned from _Spawner's thread, which lives as long as we do
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        return env
+
+    def _start_anchor(self) -> WarmNamespace | None:
+        env = self._env()
+        anchor = subprocess.Popen(
+            [sys.executable, "-m", "dtfkit.netns"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        from dtfkit.runtime import _read_line
+
+        line = _read_line(anchor.stdout, timeout=30)
+        if not line.startswith("ready "):
+            anchor.kill()
+            anchor.wait()
+            self.note = f"no warm pool: the namespace could not be created ({line or 'no answer'})"
+            return None
+        return WarmNamespace(anchor, line.split()[1], env)
+
+    def _spawn_warm(self, space: WarmNamespace) -> WarmProcess:
+        env = dict(space.env)
+        env["DTFKIT_TASK"] = json.dumps(
+            {
+                "task": "pool:0",
+                "gen": 0,
+                "mode": "warm",
+                "socket": self._socket_path,
+                "authkey": self._authkey.hex(),
+                "netns_pid": space.anchor.pid,
+                "port": None,
+            }
+        )
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "dtfkit._task_main"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        return WarmProcess(popen, mark=self.id)
+
+    def _accept_loop(self) -> None:
+        while not self.closed:
+            try:
+                conn = self._listener.accept()
+            except Exception:  # noqa: BLE001 - a failed accept must not stop the pool
+                if self.closed:
+                    return
+                continue
+            if self.closed:
+                conn.close()
+                return
+            threading.Thread(target=self._greet, args=(conn,), name="dtfkit-pool-conn", daemon=True).start()
+
+    def _greet(self, conn) -> None:
+        try:
+            deliver_challenge(conn, self._authkey)
+            answer_challenge(conn, self._authkey)
+            message = conn.recv()
+        except (EOFError, OSError, AuthenticationError):
+            conn.close()
+            return
+        # ("warm", pid, port): sent once TensorFlow is imported and a port is reserved.
+        if not (isinstance(message, tuple) and message[0] == "warm"):
+            conn.close()
+            return
+        _, pid, port = message
+        with self._lock:
+            proc = self._pending.pop(pid, None)
+            if proc is None or self.closed:
+                conn.close()
+                return
+            proc.conn, proc.port = conn, port
+            self._lock.notify_all()
+
+    # ------------------------------------------------------------------- using
+    def warm_env(self) -> dict[str, str] | None:
+        """The environment the current warm processes started with (None: nothing warm)."""
+        with self._lock:
+            space = self._current
+            return dict(space.env) if space is not None and space.warm() else None
+
+    def warm_count(self) -> int:
+        """How many processes are warm (TensorFlow imported, waiting) now."""
+        with self._lock:
+            return len(self._current.warm()) if self._current is not None else 0
+
+    def wait_warm(self, n: int | None = None, timeout: float = 120.0) -> bool:
+        """Wait (bounded) until ``n`` (default: ``size``) processes are warm."""
+        n = self.size if n is None else min(n, self.size)
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                if self._current is not None and len(self._current.warm()) >= n:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0 or self.closed or (self._current is None and not self._filling):
+                    return False
+                self._lock.wait(min(left, 0.5))
+
+    def take(self, n: int | None = None) -> WarmNamespace | None:
+        """Hand the current warm namespace over to a cluster of ``n`` tasks (None if nothing is warm).
+
+        The next namespace is filled with ``n`` processes (at most ``size``): a
+        notebook tends to start clusters of one shape, and a spare warm process
+        cannot serve in another cluster's namespace.
+
+        Processes still importing TensorFlow are ended: the cluster starts its
+        missing tasks itself, in the same namespace. A fresh namespace is filled in
+        the background.
+        """
+        if n is not None:
+            self.expect(n)
+        with self._lock:
+            space = self._current
+            if self.closed or space is None or not space.warm():
+                return None
+            if space.anchor.poll() is not None:
+                return None
+            self._current = None
+            warm = space.warm()
+            cold = [p for p in space.procs if p not in warm]
+            for p in cold:
+                self._pending.pop(p.pid, None)
+            space.procs = warm
+            self.taken += 1
+        for p in cold:
+            _kill(p.popen)
+        self._write_state()
+        return space
+
+    def expect(self, n: int) -> None:
+        """Warm ``n`` processes (at most ``size``) from the next fill on: the size of the
+        clusters being started (a spare warm process cannot serve another cluster)."""
+        with self._lock:
+            self.want = max(1, min(n, self.size))
+
+    def refill(self) -> None:
+        """Fill a fresh namespace (after a ``take()``), in the background."""
+        self.fill()
+
+    # --------------------------------------------------------------- lifecycle
+    def pids(self) -> list[int]:
+        """Pids of the pool's own processes now (the anchor first)."""
+        with self._lock:
+            space = self._current
+            if space is None:
+                return []
+            return [space.anchor.pid, *(p.pid for p in space.procs)]
+
+    def _write_state(self) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            space = self._current
+            procs = [] if space is None else [space.anchor, *(p.popen for p in space.procs)]
+            idents = [state.process_identity(p.pid) for p in procs if p.poll() is None]
+        state.write_state(self.dir, self.id, idents, f"warm pool of {self.size}")
+
+    def close(self) -> None:
+        """End every warm process and the pool's namespace. Safe to call more than once."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            space, self._current = self._current, None
+            self._pending.clear()
+            self._lock.notify_all()
+        if space is not None:
+            _end(space)
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(1.0)
+                sock.connect(self._socket_path)
+        except OSError:
+            pass
+        self._listener.close()
+        state.remove_state(self.dir)
+        _OPEN.discard(self)
+
+    def __enter__(self) -> TaskPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        what = "closed" if self.closed else f"{self.warm_count()}/{self.size} warm"
+        return f"TaskPool {self.id}: {what}" + (f"; {self.note}" if self.note else "")
+
+
+def _kill(popen: subprocess.Popen) -> None:
+    if popen.poll() is None:
+        try:
+            os.killpg(popen.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        popen.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    if popen.stdout is not None:
+        popen.stdout.close()
+
+
+def _end(space: WarmNamespace) -> None:
+    for p in space.procs:
+        _kill(p.popen)
+        if p.conn is not None:
+            p.conn.close()
+    try:
+        space.anchor.stdin.close()
+    except OSError:
+        pass
+    _kill(space.anchor)
+
+
+def _affordable(size: int) -> int:
+    """``size``, lowered so that warm processes take at most half the available memory."""
+    try:
+        import psutil
+
+        available = psutil.virtual_memory().available
+    except Exception:  # noqa: BLE001 - no psutil answer: trust the caller
+        return size
+    return max(1, min(size, int(available // 2 // WARM_RSS_BYTES)))
+
+
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_OPEN: set[TaskPool] = set()
+_DEFAULT: TaskPool | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    for pool in list(_OPEN):
+        pool.close()
+
+
+def in_kernel() -> bool:
+    """True inside a Jupyter/IPython kernel (where the pool is on by default)."""
+    shell_module = sys.modules.get("IPython")
+    if shell_module is None:
+        return False
+    try:
+        shell = shell_module.get_ipython()
+    except Exception:  # noqa: BLE001
+        return False
+    return getattr(shell, "kernel", None) is not None
+
+
+def enabled_by_default() -> bool:
+    """``DTFKIT_POOL`` (``0``/``1``) if set, else whether we run in a kernel."""
+    value = os.environ.get(POOL_ENV, "").strip().lower()
+    if value in ("0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    return in_kernel()
+
+
+def default_pool(create: bool = True) -> TaskPool | None:
+    """The process-wide pool used by ``LocalCluster(pool=True)`` (created on first use)."""
+    global _DEFAULT
+    with _DEFAULT_LOCK:
+        if _DEFAULT is not None and _DEFAULT.closed:
+            _DEFAULT = None
+        if _DEFAULT is None and create:
+            _DEFAULT = TaskPool(start=False)
+        return _DEFAULT
