@@ -51,10 +51,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing import AuthenticationError
-from multiprocessing.connection import Listener, answer_challenge, deliver_challenge
+from multiprocessing.connection import Listener
 
-from dtfkit import lifeline, netns, state
+from dtfkit import control, lifeline, netns, state
 
 POOL_ENV = "DTFKIT_POOL"
 SIZE_ENV = "DTFKIT_POOL_SIZE"
@@ -286,30 +285,13 @@ class TaskPool:
         return WarmProcess(popen, mark=self.id)
 
     def _accept_loop(self) -> None:
-        while not self.closed:
-            try:
-                conn = self._listener.accept()
-            except Exception:  # noqa: BLE001 - a failed accept must not stop the pool
-                if self.closed:
-                    return
-                continue
-            if self.closed:
-                conn.close()
-                return
-            threading.Thread(target=self._greet, args=(conn,), name="dtfkit-pool-conn", daemon=True).start()
+        control.serve(self._listener, lambda: self.closed, self._greet, "dtfkit-pool-conn")
 
     def _greet(self, conn) -> None:
-        try:
-            deliver_challenge(conn, self._authkey)
-            answer_challenge(conn, self._authkey)
-            message = conn.recv()
-        except (EOFError, OSError, AuthenticationError):
-            conn.close()
+        message = control.first_message(conn, self._authkey, "warm")
+        if message is None:
             return
         # ("warm", pid, port): sent once TensorFlow is imported and a port is reserved.
-        if not (isinstance(message, tuple) and message[0] == "warm"):
-            conn.close()
-            return
         _, pid, port = message
         with self._lock:
             proc = self._pending.pop(pid, None)

@@ -24,11 +24,10 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing import AuthenticationError
-from multiprocessing.connection import Listener, answer_challenge, deliver_challenge
+from multiprocessing.connection import Listener
 from typing import Any
 
-from dtfkit import gpu, lifeline, netns, state
+from dtfkit import control, gpu, lifeline, netns, state
 from dtfkit.errors import ClusterStartError, DtfkitError, TaskNotRunning
 from dtfkit.logs import OUTPUT_DONE_MARK, LogBook
 from dtfkit.metrics import MetricLog
@@ -428,30 +427,12 @@ class ClusterRuntime:
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
 
     def _accept_loop(self) -> None:
-        while not self.closed:
-            try:
-                conn = self._listener.accept()
-            except Exception:  # noqa: BLE001 - a failed handshake must not stop accepting
-                if self.closed:
-                    return
-                continue
-            if self.closed:
-                conn.close()
-                return
-            self._conns.append(conn)
-            self._spawn_thread(lambda c=conn: self._read_messages(c), "dtfkit-conn")
+        control.serve(self._listener, lambda: self.closed, self._read_messages, "dtfkit-conn")
 
     def _read_messages(self, conn) -> None:
-        try:
-            # What Listener(authkey=...).accept() would do, the same way round as Client().
-            deliver_challenge(conn, self._authkey)
-            answer_challenge(conn, self._authkey)
-            hello = conn.recv()
-        except (EOFError, OSError, AuthenticationError):
-            conn.close()
-            return
-        if not (isinstance(hello, tuple) and hello[0] == "hello"):
-            conn.close()
+        self._conns.append(conn)  # close() shuts it down, a stalled handshake's included
+        hello = control.first_message(conn, self._authkey, "hello")
+        if hello is None:
             return
         _, name, gen, _pid = hello
         self.events.put(Event("hello", name, gen, conn))
