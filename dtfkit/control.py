@@ -1,0 +1,54 @@
+"""The owner's side of a control socket: authenticate each connection, read its first message.
+
+A cluster (``runtime``) and a warm pool (``pool``) both listen on a Unix socket for
+their task processes. Each accepted connection is authenticated in its own thread,
+so a stalled or foreign peer holds up nobody.
+
+Example::
+
+    >>> listener = Listener(path, family="AF_UNIX")              # doctest: +SKIP
+    >>> serve(listener, lambda: closed, lambda conn: ..., "dtfkit-accept")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Connection, Listener, answer_challenge, deliver_challenge
+
+
+def serve(
+    listener: Listener, is_closed: Callable[[], bool], handle: Callable[[Connection], None], name: str
+) -> None:
+    """Accept until ``is_closed()``; run ``handle(conn)`` for each connection in a daemon thread."""
+    while not is_closed():
+        try:
+            conn = listener.accept()
+        except Exception:  # noqa: BLE001 - a failed accept must not stop accepting
+            if is_closed():
+                return
+            continue
+        if is_closed():
+            conn.close()
+            return
+        threading.Thread(target=handle, args=(conn,), name=name, daemon=True).start()
+
+
+def first_message(conn: Connection, authkey: bytes, kind: str) -> tuple | None:
+    """Authenticate both ways (what ``Listener(authkey=...).accept()`` would do, the same way
+    round as ``Client()``), then read the peer's first message: a tuple starting with ``kind``.
+
+    Returns None, with the connection closed, for a peer that fails any of that.
+    """
+    try:
+        deliver_challenge(conn, authkey)
+        answer_challenge(conn, authkey)
+        message = conn.recv()
+    except (EOFError, OSError, AuthenticationError):
+        conn.close()
+        return None
+    if not (isinstance(message, tuple) and message and message[0] == kind):
+        conn.close()
+        return None
+    return message
