@@ -306,7 +306,20 @@ def _wait_for_adoption(cfg: dict):
     return channel, reserved, tf
 
 
+def _whole_lines_out() -> None:
+    """Write every line of stdout and stderr in one piece.
+
+    Both streams share one pipe. Unbuffered (``-u``), print() writes its text and its
+    newline separately, and a thread's traceback on stderr can land between them,
+    garbling the line. Line-buffered, a whole line goes out in one write, which a pipe
+    keeps in one piece (up to 4 KiB).
+    """
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True, write_through=False)
+
+
 def main() -> None:
+    _whole_lines_out()
     cfg = json.loads(os.environ[CONFIG_ENV])
     lifeline.die_with_parent()
     signal.signal(signal.SIGINT, signal.default_int_handler)  # until the channel is up

@@ -185,8 +185,9 @@ def _supervise(
             runtime._handle(event)
             if event.kind == "log":
                 last_output[event.task] = now
-
-    runtime.close()
+        # Inside the live output: a stopped task's last lines reach the log book while
+        # close() waits for its reader, and are shown when the block ends.
+        runtime.close()
     seconds = time.monotonic() - started
     ordered = {t.name: codes[t] for t in layout.tasks}
     return LaunchResult(ordered, failed, timed_out, seconds, runtime.logbook.directory or "", messages)

@@ -72,9 +72,9 @@ FAILING = textwrap.dedent(
     opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
     me = f"{opts['job_name']}:{opts['task_index']}"
     folder = opts["pid_dir"]
+    print(f"{me} running", flush=True)  # before the pid file: a task that is counted has printed
     with open(os.path.join(folder, me.replace(":", "-") + ".pid"), "w") as f:
         f.write(str(os.getpid()))
-    print(f"{me} running", flush=True)
     if me == opts.get("fail", "-"):
         deadline = time.monotonic() + 60  # bounded wait for the other tasks
         while len(os.listdir(folder)) < int(opts["tasks"]) and time.monotonic() < deadline:

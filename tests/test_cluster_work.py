@@ -124,6 +124,20 @@ def say(token, lines=1):
     return token
 
 
+def print_on_both_streams_at_once(n):
+    # A thread writing stderr (as TensorFlow's queue runners do with their tracebacks)
+    # while the main thread prints: the two share the task's one output pipe.
+    def to_stderr():
+        for k in range(n):
+            print("E" * 40 + f" {k}", file=sys.stderr)
+
+    thread = threading.Thread(target=to_stderr)
+    thread.start()
+    for k in range(n):
+        print("O" * 40 + f" {k}")
+    thread.join()
+
+
 def report_many(n):
     start = time.perf_counter()
     for i in range(n):
@@ -365,6 +379,18 @@ def test_everything_a_task_prints_before_returning_is_shown_by_that_call(cluster
             assert got == n, f"the call returned having shown {got} of {name}'s {n} lines"
         kept = cluster.logs("worker", 1).splitlines()
         assert sum(f"worker:1 says {token} #{k}" in kept for k in range(n)) == n
+
+
+def test_stdout_and_stderr_lines_written_at_once_stay_whole(cluster, capsys):
+    n = 2000
+    cluster.run(print_on_both_streams_at_once, args=(n,), on="worker:0", timeout=60)
+    capsys.readouterr()
+    with open(os.path.join(cluster.log_dir, "worker-0.log")) as f:
+        lines = [line for line in f.read().splitlines() if "OOOO" in line or "EEEE" in line]
+    whole = re.compile(r"^(O{40}|E{40}) \d+$")
+    garbled = [line for line in lines if not whole.match(line)]
+    assert garbled == [], f"{len(garbled)} lines mixed stdout and stderr, e.g. {garbled[:3]}"
+    assert len(lines) == 2 * n
 
 
 def test_tensorflow_start_up_noise_is_hidden_unless_asked_for(cluster):
