@@ -135,7 +135,8 @@ def _supervise(
                 runtime.procs[task].output_closed.wait(OUTPUT_DRAIN_SECONDS)
         return gone
 
-    with runtime._live_output():
+    # Everything not shown yet: a script may print between start() and here.
+    with runtime._live_output(since=runtime.printed_seq):
         remaining = set(finishing)
         while remaining:
             for task in exited():

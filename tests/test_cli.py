@@ -10,7 +10,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import REPO, cluster_processes, processes_of, subprocess_env, wait_gone
+from conftest import REPO, cluster_processes, processes_of, subprocess_env, wait_gone, wait_until
 
 import dtfkit
 
@@ -150,6 +150,34 @@ def test_launch_api_reports_each_task(tmp_path):
     assert ("worker:1", "worker:1 fails now") in lines
     assert ("worker:0", "worker:0 running") in lines
     assert wait_gone(processes_of(_pids_in(pid_dir)), 10) == []
+
+
+def test_launch_shows_lines_printed_before_it_starts_supervising(tmp_path, monkeypatch):
+    # A script starts as soon as its task has the ClusterSpec, so it may print while
+    # launch() is between starting the cluster and watching it. Make that certain:
+    # start() returns only once worker:0's first line is in the log book.
+    from dtfkit.runtime import ClusterRuntime
+
+    script = tmp_path / "early.py"
+    script.write_text(
+        "import sys\n"
+        "opts = dict(a[2:].split('=', 1) for a in sys.argv[1:] if a.startswith('--') and '=' in a)\n"
+        "print(f\"{opts['job_name']}:{opts['task_index']} early\", flush=True)\n"
+        "if opts['job_name'] == 'ps':\n"
+        "    import threading; threading.Event().wait()\n"
+    )
+    real_start = ClusterRuntime.start
+
+    def start_then_let_worker_0_print(runtime):
+        real_start(runtime)
+        assert wait_until(lambda: "worker:0 early" in runtime.logbook.lines("worker:0"), 60)
+
+    monkeypatch.setattr(ClusterRuntime, "start", start_then_let_worker_0_print)
+    lines: list[tuple[str, str]] = []
+    result = dtfkit.launch(str(script), ps=1, workers=2, echo=lambda task, line: lines.append((task, line)))
+    assert result.ok, result.summary()
+    assert ("worker:0", "worker:0 early") in lines
+    assert ("worker:1", "worker:1 early") in lines
 
 
 def test_demo_trains_both_workers_and_ends_every_process(tmp_path):
