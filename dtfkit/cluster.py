@@ -337,11 +337,19 @@ class LocalCluster:
     def __repr__(self) -> str:
         state = "closed" if self.closed else self._rt.isolation_note
         lines = [f"LocalCluster {self.id}: {_counts(self._rt.layout)}; {state}"]
+        start = self._start_note()
+        if start:
+            lines.append(f"  start: {start}")
         lines += [
             f"  {name:<12} {address:<18} pid {pid:<8} {status}"
             for name, _, address, pid, status in self._rows()
         ]
         return "\n".join(lines)
+
+    def _start_note(self) -> str:
+        """How the tasks started (warm from the pool, or cold and why); empty without a pool."""
+        note = self._rt.pool_note
+        return "" if self.closed or note in ("", "no warm pool") else note
 
     def _repr_html_(self) -> str:
         rt = self._rt
@@ -355,10 +363,12 @@ class LocalCluster:
             "<tr>" + "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in row) + "</tr>"
             for row in self._rows()
         )
+        start = self._start_note()
+        start_line = f"<br><span>start: {html.escape(start)}</span>" if start else ""
         return (
             f"<div><b>dtfkit.LocalCluster</b> <code>{html.escape(self.id)}</code> "
             f"— {html.escape(_counts(rt.layout))}<br>"
-            f"<span style='{style}'>network: {note}</span>"
+            f"<span style='{style}'>network: {note}</span>{start_line}"
             f"<table><tr>{head}</tr>{body}</table>"
             f"<small>logs: <code>{html.escape(rt.logbook.directory or '')}</code></small></div>"
         )

@@ -83,6 +83,8 @@ def test_a_cluster_adopts_the_warm_processes_as_its_tasks(warm_pool):
         assert pids["netns"] == anchor_pid
         assert cluster.adopted == {"ps:0": True, "worker:0": True, "worker:1": True}
         assert "adopted 3 warm process(es)" in cluster.pool_note
+        assert f"start: {cluster.pool_note}" in repr(cluster)
+        assert "start: adopted 3 warm process(es)" in cluster._repr_html_()
         # They took their roles after adoption, serve, and run work like cold tasks.
         facts = cluster.run(task_facts, on="all", timeout=60)
         assert {n: f["name"] for n, f in facts.items()} == {n: n for n in cluster.tasks}
@@ -124,6 +126,7 @@ def test_pool_false_starts_every_task_cold(warm_pool):
     with dtfkit.LocalCluster(workers=1, pool=False, progress=False, name=None) as cluster:
         assert cluster.adopted == {"worker:0": False}
         assert cluster.pool_note == "no warm pool"
+        assert "start:" not in repr(cluster)
         assert not set(cluster.pids().values()) & warm
     assert set(warm_pool.pids()) == warm  # untouched
 
@@ -134,6 +137,7 @@ def test_a_cluster_that_sets_an_import_time_variable_starts_cold_and_says_why(wa
     with dtfkit.LocalCluster(workers=1, pool=warm_pool, env=env, progress=False, name=None) as cluster:
         assert cluster.adopted == {"worker:0": False}
         assert "TF_CPP_MIN_LOG_LEVEL" in cluster.pool_note
+        assert "start: started cold:" in repr(cluster)  # the repr says why it was slow
     assert set(warm_pool.pids()) == warm
 
 
