@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dtfkit.errors import DtfkitError, TaskExited, TaskFailed, TaskNotRunning, TaskTimeout
+from dtfkit.logs import OUTPUT_DRAIN_SECONDS
 from dtfkit.spec import TaskId
 
 if TYPE_CHECKING:
@@ -172,6 +173,8 @@ class RunHandle:
                     _, _, exc_type, message, tb = reply
                     self._fail(task, (exc_type, message, tb))
             elif not proc.alive:
+                # Its last lines may still be in the pipe: they belong in this cell and in the message.
+                proc.output_closed.wait(OUTPUT_DRAIN_SECONDS)
                 self._pending.pop(task)
                 proc.busy_with = None
                 if proc.killed:

@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass, field
 
 from dtfkit.errors import DtfkitError
+from dtfkit.logs import OUTPUT_DRAIN_SECONDS
 from dtfkit.runtime import ClusterRuntime
 from dtfkit.spec import ClusterLayout, TaskId
 
 HANG_HINT_AFTER = 30.0
-OUTPUT_DRAIN_SECONDS = 5.0
 
 
 @dataclass

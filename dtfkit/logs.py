@@ -44,6 +44,8 @@ NOISE_PATTERNS = [
 # every line the function printed is shown by the cell that made the call.
 OUTPUT_DONE_MARK = "\x00dtfkit-output-done "
 SCRIPT_DONE_MARK = OUTPUT_DONE_MARK + "script "  # a launched script ended; its exit code follows
+# How long to wait for the rest of an exited task's output (a grandchild may hold its pipe open).
+OUTPUT_DRAIN_SECONDS = 5.0
 
 _NOISE = re.compile("|".join(f"(?:{p})" for p in NOISE_PATTERNS))
 

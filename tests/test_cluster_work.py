@@ -138,6 +138,13 @@ def print_on_both_streams_at_once(n):
     thread.join()
 
 
+def exit_1_on_worker_1():
+    if dtfkit.this_task().name == "worker:1":
+        print("worker:1 leaves without a word to the owner")
+        os._exit(1)
+    return "stayed"
+
+
 def report_many(n):
     start = time.perf_counter()
     for i in range(n):
@@ -342,6 +349,18 @@ def test_kill_during_a_call_then_restart_on_the_same_address(cluster):
     assert cluster.run(task_name, on="worker:1", timeout=60) == {"worker:1": "worker:1"}
     # The other tasks reach it again at its old address.
     assert cluster.run(on_worker_1_through_this_task, on="worker:0", timeout=60) == {"worker:0": 42.0}
+
+
+def test_a_task_that_exits_during_a_call_is_named_with_its_last_line(cluster, capsys):
+    with pytest.raises(dtfkit.TaskExited) as info:
+        cluster.run(exit_1_on_worker_1, on="worker:1", timeout=60)
+    text = str(info.value)
+    assert "worker:1 exited with code 1 while running exit_1_on_worker_1" in text
+    assert "worker:1 leaves without a word to the owner" in text  # read before the verdict
+    assert "cluster.restart('worker:1')" in text
+    assert "[worker:1] worker:1 leaves without a word to the owner" in capsys.readouterr().out
+    cluster.restart("worker", 1)
+    assert cluster.run(task_name, on="worker:1", timeout=60) == {"worker:1": "worker:1"}
 
 
 def test_restarted_ps_serves_a_session_again(cluster):
