@@ -31,7 +31,7 @@ RUN_ALL_TIMEOUT = 600.0
 PANEL_TIMEOUT = 120.0
 ASYNC_RUN_TIMEOUT = 300.0
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timing, pytest.mark.timeout(1800)]
 
 _PANEL_STATE_JS = """(root) => {
     const status = root.querySelector('.dtfkit-lab-status');

@@ -42,6 +42,7 @@ def assert_no_process_of(cluster_id: str) -> None:
     assert alive == [], f"processes of {cluster_id} still running: {[p.pid for p in alive]}"
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize(
     "extra",
     [["--train_steps=200"], ["--train_steps=200", "--is_sync=True", "--stop_grace_secs=2"]],
@@ -131,6 +132,7 @@ def test_launch_timeout_stops_workers_that_never_finish(tmp_path):
     assert_no_process_of(cluster_id_from(out.stdout))
 
 
+@pytest.mark.timing
 def test_launch_api_reports_each_task(tmp_path):
     script, pid_dir = tmp_path / "fails.py", tmp_path / "pids"
     script.write_text(FAILING)

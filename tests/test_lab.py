@@ -4,8 +4,13 @@ The fast tests need no TensorFlow (settings, records built by hand, the panel's 
 and CSS classes). The slow ones press Run through the panel and the API on one shared
 1 ps + 2 worker cluster and check what happened in the tasks: sync aggregates exactly
 ``replicas_to_aggregate`` gradients per update in lockstep, async interleaves with
-staleness, a straggler loses its share in async and sets the pace in sync, Stop ends a
-run promptly, and nothing a run prints lands outside the panel."""
+staleness, a straggler loses its share in async while sync still averages exactly R
+gradients per update (whichever of its two regimes the run meets), Stop ends a run
+promptly, and nothing a run prints lands outside the panel.
+
+What is asserted about a real run is what TensorFlow guarantees (counts, the ledger) or
+an ordering with a wide margin, never a timing outcome: ``python tests/under_load.py``
+runs these tests with two CPU burners beside them."""
 
 from __future__ import annotations
 
@@ -17,6 +22,9 @@ from conftest import LineReader, processes_of, share_cluster, start_script, wait
 from dtfkit.errors import DtfkitError
 from dtfkit.lab import Lab, RunRecord, Settings
 from dtfkit.lab.panel import Panel
+
+# Real runs whose timing varies: tests/under_load.py runs them beside CPU burners.
+pytestmark = pytest.mark.timing
 
 W2 = ["worker:0", "worker:1"]
 
@@ -112,6 +120,29 @@ def test_the_panel_honours_the_browser_contract():
     panel.close()
 
 
+def test_exercise_8_1_fails_wrong_settings_before_starting_anything(no_spawn):
+    from dtfkit import check
+
+    def answer(aggregate):
+        return lambda workers, straggler_ms: {
+            "mode": "sync",
+            "workers": workers,
+            "straggler_ms": straggler_ms,
+            "replicas_to_aggregate": aggregate(workers),
+        }
+
+    for wrong, says in [
+        (answer(lambda n: n), "no worker is a backup"),
+        (answer(lambda n: 0), "no worker is a backup"),  # 0: as many as workers
+        (answer(lambda n: 2), "2 backup workers"),  # hard-coded for 3 workers: wrong for 4
+        (answer(lambda n: 1), "backup workers, not one"),
+        (lambda workers, straggler_ms: {"mode": "async", "workers": workers}, "synchronous"),
+        (lambda workers, straggler_ms: None, "return a dict"),
+    ]:
+        result = check.ch08.backup_settings(wrong)
+        assert not result.passed and says in str(result), str(result)
+
+
 # ------------------------------------------------------------- real TensorFlow
 @pytest.fixture(scope="module")
 def lab():
@@ -134,10 +165,10 @@ def test_sync_through_the_panel_aggregates_exactly_r_gradients_in_lockstep(lab, 
     assert record.state == "finished", record.error
     # Every applied update averaged exactly replicas_to_aggregate = 2 gradients (the ledger).
     assert record.global_step() == 30 and record.update_sizes() == {2}
-    # Lockstep: every aggregated gradient was computed on the parameters of the step it
-    # was applied to (staleness 0; stale ones are dropped), and both workers supplied them.
+    # Every aggregated gradient was computed on the parameters of the step it was applied
+    # to (staleness 0; stale ones are dropped). Who supplied them is timing, not checked.
     assert record.staleness() and set(record.staleness()) == {0}
-    assert all(0.25 <= share <= 0.75 for share in record.shares().values()), record.shares()
+    assert record.sync.totals()["aggregated"] == 2 * 30
     assert record.accuracy > 0.2
     # The panel shows it: status, a plot, one history row; and nothing was printed here.
     assert panel.status.value.startswith("finished: sync, 2 workers")
@@ -154,7 +185,7 @@ def test_async_steps_interleave_and_updates_are_stale(lab):
     assert record.state == "finished" and record.global_step() >= 60
     assert record.interleavings() >= 5, [r["task"] for r in record.rows]
     assert record.max_staleness() >= 1, sorted(record.staleness())
-    assert all(share > 0.2 for share in record.shares().values()), record.shares()
+    assert all(share > 0 for share in record.shares().values()), record.shares()
     # The staleness is measured, not assumed: every update read a step before the one it made.
     for steps in record.pushes().values():
         assert all(applied > read for _, _, read, applied, _ in steps)
@@ -162,28 +193,34 @@ def test_async_steps_interleave_and_updates_are_stale(lab):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_straggler_loses_its_share_in_async_and_sets_the_pace_in_sync(lab):
+def test_a_straggler_loses_its_share_in_async_and_sync_still_averages_r_gradients(lab):
     delay = 150
     fast = lab.run(mode="async", steps=40, straggler_ms=0)
-    slow_async = lab.run(mode="async", steps=40, straggler_ms=delay)
+    slow_async = lab.run(mode="async", steps=100, straggler_ms=delay)
     slow_sync = lab.run(mode="sync", steps=30, straggler_ms=delay)
     straggler = slow_async.settings.straggler
     assert straggler == "worker:1"
-    # Async: the others do not wait, so the straggler applies few updates, and stale ones.
-    assert slow_async.shares()[straggler] < 0.25, slow_async.shares()
-    assert slow_async.shares()[straggler] < fast.shares()[straggler]
+    # Async: the others do not wait, so the straggler applies few updates (150 ms per step
+    # against a few ms: a wide margin), and its own are stale (its delay sits between
+    # reading the parameters and writing its update, and the peer updates meanwhile).
+    shares = slow_async.shares()
+    assert shares[straggler] < 0.5 * shares["worker:0"], shares
     straggler_steps = slow_async.pushes()[straggler]
     assert max(applied - read - 1 for _, _, read, applied, _ in straggler_steps[1:]) >= 1
-    # Sync: every update needs 2 gradients. Once the start-up tokens are used up (the fast
-    # worker runs ahead on them), the updates wait for the straggler: it sets the pace.
+    # Sync: whichever regime the run met (the updates waited for the straggler, or the fast
+    # worker took every token while the straggler was busy, filled the updates alone, and
+    # the straggler's gradients came for old steps and were dropped),
+    # every update averaged exactly 2 gradients and each gradient was applied whole or not at all.
+    ledger = slow_sync.sync
     assert slow_sync.update_sizes() == {2}
-    # (Not every one: a token left over lets the fast worker supply both gradients now and
-    # then; replicas_to_aggregate counts gradients, not workers.) In async it is in few.
-    updates = slow_sync.sync.updates()
-    assert slow_sync.participation(straggler, last=0.5) >= 0.5, updates
-    assert slow_sync.shares()[straggler] > slow_async.shares()[straggler]
-    # Its updates need one of its delayed steps each, and those come one after another.
-    assert slow_sync.update_interval(last=0.5, how="mean") >= 0.4 * delay / 1000, updates
+    assert ledger.totals()["aggregated"] == 2 * ledger.global_step == 60
+    lr = slow_sync.settings.learning_rate
+    for row in ledger.ledger:
+        assert all(abs(v) < 1e-4 * lr or abs(v + lr / 2) < 1e-4 * lr for v in row), row
+    regime = slow_sync.straggler_regime()
+    assert regime == ("waited" if slow_sync.participation(straggler, last=0.5) >= 0.5 else "filled")
+    if regime == "filled":  # the straggler's gradients were computed for old steps and dropped
+        assert ledger.counts()[straggler]["dropped"] > 0, ledger.table()
     assert [r.number for r in lab.history[-3:]] == [fast.number, slow_async.number, slow_sync.number]
 
 
@@ -212,8 +249,8 @@ def test_a_new_shape_starts_a_new_cluster_and_close_ends_every_process(lab):
     first_procs = processes_of(first.pids().values())
     record = lab.run(mode="sync", workers=3, replicas_to_aggregate=2, straggler_ms=0, steps=15)
     # One backup worker: an update waits for 2 of the 3 gradients (it averages every gradient
-    # that has arrived by then, so now and then all 3).
-    assert min(record.update_sizes()) == 2 and record.update_sizes() <= {2, 3}
+    # that has arrived by then, so now and then more): never fewer than 2.
+    assert min(record.update_sizes()) >= 2 and record.sync.totals()["aggregated"] >= 2 * 15
     assert lab.cluster is not first and first.closed
     assert wait_gone(first_procs, 10) == []
     second_procs = processes_of(lab.cluster.pids().values())

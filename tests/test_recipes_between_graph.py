@@ -14,6 +14,9 @@ from conftest import share_cluster
 import dtfkit
 from dtfkit.recipes import between_graph as bg
 
+# Real runs whose timing varies: tests/under_load.py runs them beside CPU burners.
+pytestmark = pytest.mark.timing
+
 
 # ------------------------------------------------------------------ no TensorFlow
 def test_greedy_strategy_gives_each_variable_to_the_lightest_ps():

@@ -13,6 +13,9 @@ import pytest
 
 from dtfkit.recipes import fault
 
+# Real runs whose timing varies: tests/under_load.py runs them beside CPU burners.
+pytestmark = pytest.mark.timing
+
 
 # ------------------------------------------------------------------ no TensorFlow
 class FakeUnavailable(Exception):

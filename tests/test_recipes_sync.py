@@ -11,6 +11,9 @@ import pytest
 from dtfkit.errors import DtfkitError
 from dtfkit.recipes import sync
 
+# Real runs whose timing varies: tests/under_load.py runs them beside CPU burners.
+pytestmark = pytest.mark.timing
+
 W2 = ["worker:0", "worker:1"]
 LR = 0.1
 

@@ -18,43 +18,67 @@ from dtfkit.lab import Lab
 DELAY_MS = 150
 
 
+def _sync_settings(backup_settings: Callable, workers: int) -> tuple[dict | None, CheckResult | None]:
+    """The answer's settings for ``workers`` workers, or a failed result saying what is wrong."""
+    settings = backup_settings(workers=workers, straggler_ms=DELAY_MS)
+    if not isinstance(settings, dict):
+        return None, failed(f"backup_settings returned {settings!r:.80}", "return a dict of Lab settings")
+    if settings.get("mode") != "sync":
+        return None, failed(
+            f"mode={settings.get('mode')!r}: the question is about synchronous training",
+            "set mode='sync'; backup workers are a SyncReplicasOptimizer feature",
+        )
+    aggregate = settings.get("replicas_to_aggregate") or workers  # Lab: 0 means "as many as workers"
+    if aggregate >= workers:
+        return None, failed(
+            f"with {workers} workers your run aggregates {aggregate} gradients per update: one from "
+            "every worker, so no worker is a backup",
+            "an update that needs a gradient for every worker has to wait for the slowest one's; "
+            "how many should it need with one backup worker?",
+        )
+    if aggregate != workers - 1:
+        return None, failed(
+            f"with {workers} workers your run aggregates {aggregate} gradient(s) per update: that is "
+            f"{workers - aggregate} backup workers, not one",
+            "one backup worker: the update goes ahead as soon as all but one of the gradients are in",
+        )
+    return settings, None
+
+
 @exercise("8.1", "A backup worker beats the straggler")
 def backup_settings(backup_settings: Callable, *, hidden: bool = False) -> CheckResult:
-    """Run the lab with ``backup_settings(workers=3, straggler_ms=150)`` (worker:2 straggles).
+    """Check ``backup_settings(workers, straggler_ms)`` for 3 and 4 workers, then run the lab
+    with 3 (worker:2 straggles) and check what ``SyncReplicasOptimizer`` guarantees.
+
+    What is graded never depends on timing: the settings (one backup worker for any
+    number of workers) and the run's ledger (every update averaged at least
+    ``replicas_to_aggregate`` gradients). How many updates went ahead without the
+    straggler is measured and shown, not graded: it depends on the machine's load.
 
     Example::
 
         check.ch08.backup_settings(backup_settings)
     """
-    settings = backup_settings(workers=3, straggler_ms=DELAY_MS)
-    if not isinstance(settings, dict):
-        return failed(f"backup_settings returned {settings!r}", "return a dict of Lab settings")
-    if settings.get("mode") != "sync":
-        return failed(
-            f"mode={settings.get('mode')!r}: the question is about synchronous training",
-            "set mode='sync'; backup workers are a SyncReplicasOptimizer feature",
-        )
+    for workers in (4, 3):  # 4: a hard-coded answer for 3 workers fails
+        settings, failure = _sync_settings(backup_settings, workers)
+        if failure is not None:
+            return failure
     settings = {**settings, "workers": 3, "straggler_ms": DELAY_MS, "ps": 1}
     with Lab(steps=classroom.scaled(30, minimum=12), run_timeout=classroom.timeout(180)) as lab:
         lab.echo = lambda task, line: None
         run = lab.run(**settings)
-    sizes, waited = run.update_sizes(), run.participation("worker:2", last=0.5)
-    if min(sizes) >= 3:
+    sizes, aggregate = run.update_sizes(), run.settings.aggregate
+    if min(sizes) < aggregate:
         return failed(
-            f"every update averaged 3 gradients, and {waited:.0%} of the later ones waited for worker:2",
-            "an update that needs every worker's gradient waits for the slowest: aggregate fewer than 3",
+            f"some updates averaged only {min(sizes)} gradient(s), fewer than replicas_to_aggregate={aggregate}",
+            "this should never happen: look at the lab's settings your function returned",
         )
-    if min(sizes) != 2:
-        return failed(
-            f"some updates averaged only {min(sizes)} gradient(s)",
-            "one backup worker: an update waits for 2 of the 3 gradients",
-        )
-    if waited >= 0.75:
-        return failed(
-            f"{waited:.0%} of the later updates still used a gradient of the straggler worker:2",
-            "with replicas_to_aggregate=2 the two fast workers should fill most updates",
-        )
-    return passed("updates went ahead with 2 of the 3 gradients, most of them without the straggler worker:2")
+    without = 1 - run.participation("worker:2", last=1.0)
+    return passed(
+        f"every update went ahead as soon as {aggregate} of the 3 gradients were in, so none had to wait "
+        "for the straggler worker:2",
+        f"measured on this machine: {without:.0%} of the updates were made without worker:2's gradient",
+    )
 
 
 @exercise("8.2", "Staleness from the step records")
@@ -85,12 +109,8 @@ def staleness(staleness_of: Callable, *, hidden: bool = False) -> CheckResult:
                 "a step read the global step `read` and its update made step `applied`: how many "
                 "other updates landed in between?",
             )
-    worst = max(pushes, key=lambda t: max(answer[t][1:] or [0]))
-    if worst != "worker:1":
-        return failed(
-            f"the stalest updates came from {worst}, not the straggler worker:1",
-            "look at the step records: was the straggler's delay inside its steps?",
-        )
+    worst = {task: max(answer[task][1:] or [0]) for task in sorted(pushes)}
     return passed(
-        "your staleness matches the lab's for every update; the straggler worker:1's were the stalest"
+        "your staleness matches the lab's for every update",
+        f"the largest staleness per worker in this run: {worst} (worker:1 is the straggler)",
     )

@@ -106,6 +106,35 @@ def plot_timeline(record: RunRecord, ax) -> None:
     ax.set_title("step timeline", fontsize="medium")
 
 
+def update_times(record: RunRecord) -> list[float]:
+    """When each update (global step) was made, in order: sync from the ledger (the first
+    token that carried it), async from the step records."""
+    if record.sync is not None:
+        return sorted(record.sync.update_times().values())
+    return sorted(e for steps in record.pushes().values() for _, e, _, a, _ in steps if a is not None)
+
+
+def zoomed_timeline(record: RunRecord, updates: int = 8, title: str = ""):
+    """The step timeline of ``updates`` consecutive updates from the middle of the run, with
+    a grey line at each update: close enough to see which steps end together (sync) or
+    overlap (async). Returns a Figure."""
+    times = update_times(record)
+    fig = _figure(12, 0.9 + 0.5 * len(record.workers))
+    ax = fig.subplots()
+    plot_timeline(record, ax)
+    if len(times) > updates:
+        t0 = _t0(record)
+        first = (len(times) - updates) // 2
+        lo, hi = times[first] - t0, times[first + updates] - t0
+        pad = 0.02 * (hi - lo)
+        ax.set_xlim(lo - pad, hi + pad)
+        for t in times[first : first + updates + 1]:
+            ax.axvline(t - t0, color="0.6", lw=0.8, zorder=0)
+        ax.set_xlabel(f"wall time (s); grey lines: updates {first + 1}–{first + updates + 1}")
+    ax.set_title(title or f"run {record.number} — {record.settings.describe()}: {updates} updates, zoomed in")
+    return fig
+
+
 def plot_throughput(record: RunRecord, ax, label: str = "", **line) -> None:
     """The global step against wall time: the slope is the throughput."""
     rows = sorted(_rows(record), key=lambda r: r["time"])
@@ -200,10 +229,17 @@ def compare(records: Sequence[RunRecord]):
     axes[0, 0].legend(fontsize="small")
     plot_shares(records, axes[1, 1])
     axes[1, 1].set_title("share of updates per worker")
+    # Gradients per second, not steps per second: a sync step averages R gradients.
     names = [f"{r.number}" for r in records]
-    rates = [r.steps_per_sec() for r in records]
-    axes[1, 2].bar(names, rates, color=[f"C{i}" for i in range(len(records))])
-    axes[1, 2].set(xlabel="run", ylabel="global steps/s", title="steps per second")
+    rates = [r.gradient_rates() for r in records]
+    xs = np.arange(len(records))
+    axes[1, 2].bar(xs - 0.2, [r["computed"] for r in rates], width=0.4, color="0.7", label="computed")
+    axes[1, 2].bar(
+        xs + 0.2, [r["applied"] for r in rates], width=0.4, color=[f"C{i}" for i in xs], label="applied"
+    )
+    axes[1, 2].set_xticks(xs, names)
+    axes[1, 2].set(xlabel="run", ylabel="gradients/s", title="gradients per second (all workers)")
+    axes[1, 2].legend(fontsize="small")
     return fig
 
 

@@ -200,6 +200,22 @@ class RunRecord:
             return float("nan")
         return gaps[len(gaps) // 2] if how == "median" else sum(gaps) / len(gaps)
 
+    def straggler_regime(self) -> str:
+        """Sync with a straggler: which of the two regimes ``SyncReplicasOptimizer`` met.
+
+        ``"waited"``: most later updates averaged a gradient of the straggler, so they
+        waited for it and it set the pace. ``"filled"``: the faster workers supplied the
+        later updates' gradients themselves (``replicas_to_aggregate`` counts gradients,
+        not workers): tokens go to whoever asks first, so while the straggler was busy in
+        its step they took every token, and its gradients, computed for the older step
+        its token carried, came too late and were dropped. Every run starts in the second
+        regime; how long it lasts is timing. That every update averaged R gradients is not.
+        """
+        self._need_sync()
+        if self.settings.straggler is None:
+            raise DtfkitError(f"run {self.number} has no straggler (straggler_ms=0)")
+        return "waited" if self.participation(self.settings.straggler, last=0.5) >= 0.5 else "filled"
+
     def _need_sync(self) -> None:
         if self.sync is None:
             raise DtfkitError(f"run {self.number} is {self.settings.mode}, not a finished sync run")
@@ -236,6 +252,25 @@ class RunRecord:
         base = max(r["step"] for r in rows if r["time"] <= t0)
         span = rows[-1]["time"] - t0
         return (rows[-1]["step"] - base) / span if span > 0 else float("nan")
+
+    def gradient_rates(self) -> dict[str, float]:
+        """Gradients per second from the moment every worker had made its first step:
+        ``computed`` (every local step: one gradient each) and ``applied`` (the ones that
+        changed the parameters; sync drops stale ones). Unlike steps per second this is a
+        fair comparison of sync (R gradients per global step) with async (one)."""
+        t0 = self.steady_time()
+        ends = [
+            (e, a is not None and fate in ("applied", "aggregated"))
+            for steps in self.pushes().values()
+            for _, e, _, a, fate in steps
+            if e is not None and e > t0
+        ]
+        if len(ends) < 2:
+            return {"computed": float("nan"), "applied": float("nan")}
+        span = max(e for e, _ in ends) - t0
+        if span <= 0:
+            return {"computed": float("nan"), "applied": float("nan")}
+        return {"computed": len(ends) / span, "applied": sum(1 for _, ok in ends if ok) / span}
 
     @property
     def final_loss(self) -> float:
@@ -278,6 +313,12 @@ class RunRecord:
         from dtfkit.lab import plots
 
         return plots.dashboard(self)
+
+    def plot_zoomed(self, updates: int = 8):
+        """``updates`` consecutive updates from the middle of the run, step by step (a Figure)."""
+        from dtfkit.lab import plots
+
+        return plots.zoomed_timeline(self, updates)
 
     def __repr__(self) -> str:
         return f"<RunRecord {self.number} {self.describe()}>"

@@ -132,9 +132,11 @@ def train_between_graph(
     before it reads the parameters (a control dependency), and reads it again once its
     own update is applied. The summary then has ``pushes``, one ``[start, end, read,
     applied]`` per local step, and each report carries ``read_step`` and ``start``;
-    ``applied - read - 1`` is how many other updates landed between this step's read of
-    the parameters and its write (an update landing between this step's increment of the
-    global step and the read just after it counts too). It also creates the global
+    ``applied - read - 1`` counts the other updates that landed between this step's read
+    of the global step and its read just after its own update: an upper bound on the
+    step's staleness (an update that lands after the step read the global step but before
+    its variables were fetched, or after its own increment but before the second read, is
+    counted without having made the gradient stale). It also creates the global
     step before the model, so the variables land on other ps tasks than without it.
 
     ``start_barrier=True``: after its first step, each worker waits until every worker
@@ -142,9 +144,9 @@ def train_between_graph(
     a second; without the barrier a short async run is over before the others join).
 
     ``straggler_in_step=True`` (with ``record_steps``): a straggler's delay happens inside
-    its step, after it read the global step and before it reads the parameters, as a
-    slow computation would, so other workers' updates land meanwhile and its own update
-    arrives stale.
+    its step, after the forward pass has read the parameters and before the gradient is
+    applied, as a slow computation would, so other workers' updates land meanwhile and
+    its own update arrives stale.
     """
     import tensorflow as tf
 
@@ -169,13 +171,7 @@ def train_between_graph(
             if record_steps:
                 global_step = tf.compat.v1.train.get_or_create_global_step()
                 read_step = global_step.read_value()
-                after_read = [read_step]
-                if straggler_in_step and delay:
-                    with tf.control_dependencies([read_step]):
-                        after_read = [
-                            tf.compat.v1.py_func(lambda: _sleep(delay), [], tf.int64, stateful=True)
-                        ]
-                with tf.control_dependencies(after_read):  # the parameters are read after it
+                with tf.control_dependencies([read_step]):  # the parameters are read after it
                     images, labels, logits, loss = classifier(tf, hidden)
             else:
                 images, labels, logits, loss = classifier(tf, hidden)
@@ -194,7 +190,14 @@ def train_between_graph(
                     total_num_replicas=total_num_replicas or workers,
                 )
                 hooks.append(opt.make_session_run_hook(ctx.is_chief))
-            train_op = opt.minimize(loss, global_step=global_step)
+            slow_part = []
+            if straggler_in_step and record_steps and delay:
+                # The slow computation sits between reading the parameters (the forward
+                # pass needs them) and writing the update: other workers' updates that
+                # land meanwhile really make this gradient stale.
+                slow_part = [tf.compat.v1.py_func(lambda _: _sleep(delay), [loss], tf.int64, stateful=True)]
+            with tf.control_dependencies(slow_part):
+                train_op = opt.minimize(loss, global_step=global_step)
             fetch_step = global_step
             if record_steps:
                 with tf.control_dependencies([train_op]):
