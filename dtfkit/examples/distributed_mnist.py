@@ -16,7 +16,7 @@ A minimal port of the ``distributed_mnist.py`` script from the tutorial
   downloader are gone); each worker trains on its own shard with its own
   shuffle seed.
 
-The structure is the seed's: ps tasks create a server and ``join()`` forever
+The structure is the tutorial's: ps tasks create a server and ``join()`` forever
 (they never exit; kill them), workers build the graph, optionally wrap the
 optimizer in ``SyncReplicasOptimizer(replicas_to_aggregate=total_num_replicas=
 num_workers)`` plus its hook, and train in a ``MonitoredTrainingSession`` with
@@ -44,20 +44,20 @@ Flags and behaviours (measured with 2 ps + 2 workers on one 2-core host):
 - default (async): both workers train (e.g. ``local_steps`` 186 and 215) and
   exit about 1 s after their last step; the global step may overshoot
   ``train_steps`` by one or two (steps in flight).
-- ``--poll_chief_secs=0`` restores the seed's start-up: a non-chief that
+- ``--poll_chief_secs=0`` restores the tutorial's start-up: a non-chief that
   starts before the chief has initialized the variables (the usual case: the
   chief has more to do) logs ``Waiting for model to be ready`` and checks
   again only 30 s later (SessionManager's ``recovery_wait_secs``, which
   MonitoredTrainingSession does not expose). By then the chief has run every
   step alone; the non-chief runs one step and exits. The default (0.5) polls
   for the chief's initialization before opening the MonitoredTrainingSession.
-- ``--device_filters=False --poll_chief_secs=0`` reproduces the seed's hang:
+- ``--device_filters=False --poll_chief_secs=0`` reproduces the tutorial's hang:
   without a device filter a worker's session needs every task of the
   cluster, so the late non-chief, once the chief has exited, hangs forever,
   silently. The default ``--device_filters=True`` restricts each worker's
   session to ``/job:ps`` and itself.
 - ``--is_sync=True`` (SyncReplicasOptimizer) with the default
-  ``--stop_grace_secs=120`` (TF's default, as in the seed): the chief exits
+  ``--stop_grace_secs=120`` (TF's default, as in the tutorial): the chief exits
   about 121 s after its last step. Its token queue-runner thread is blocked in
   the gradient accumulators' ``take_grad``, waiting for gradients nobody will
   send; ``MonitoredSession.close()`` waits the whole grace period
@@ -87,8 +87,8 @@ import tensorflow as tf
 from dtfkit.datasets import batches, load_digits, shard
 
 flags = tf.compat.v1.app.flags
-# The seed's flags. Defaults of None mean "take it from TF_CONFIG, else the
-# seed's default" (localhost:2222 / localhost:2223,localhost:2224 / worker / 0).
+# The tutorial's flags. Defaults of None mean "take it from TF_CONFIG, else the
+# tutorial's default" (localhost:2222 / localhost:2223,localhost:2224 / worker / 0).
 flags.DEFINE_string("ps_hosts", None, "Comma-separated ps hosts (default: TF_CONFIG)")
 flags.DEFINE_string("worker_hosts", None, "Comma-separated worker hosts (default: TF_CONFIG)")
 flags.DEFINE_string("job_name", None, "'ps' or 'worker' (default: TF_CONFIG task type)")
@@ -109,14 +109,14 @@ flags.DEFINE_integer(
 flags.DEFINE_boolean(
     "device_filters",
     True,
-    "Restrict each worker's session to /job:ps and itself (False = the seed: non-chief hangs)",
+    "Restrict each worker's session to /job:ps and itself (False = as in the tutorial: non-chief hangs)",
 )
 
 flags.DEFINE_float(
     "poll_chief_secs",
     0.5,
     "Non-chief: poll this often (s) for the chief's initialization before starting its "
-    "session (0 = the seed: MonitoredTrainingSession checks only every 30 s)",
+    "session (0 = as in the tutorial: MonitoredTrainingSession checks only every 30 s)",
 )
 
 FLAGS = flags.FLAGS
@@ -178,7 +178,7 @@ def dense(x, units, name, activation=None):
 
 
 def model(images, hidden_units):
-    """Define a simple digits classifier (the seed's MLP)."""
+    """Define a simple digits classifier (the tutorial's MLP)."""
     net = dense(images, hidden_units, "dense_1", tf.nn.relu)
     net = dense(net, hidden_units, "dense_2", tf.nn.relu)
     return dense(net, NUM_CLASSES, "dense_3")

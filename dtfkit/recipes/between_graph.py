@@ -9,7 +9,7 @@ is meant for ``cluster.run(...)``; the rest is plain Python the notebook may cal
   keeps only the round-robin strategy (``device_setter._RoundRobinStrategy``).
 - ``place_variables``: where round-robin and greedy put the variables of a model with
   uneven layers, and how many bytes each ps holds.
-- ``seed_worker``: the seed tutorial's worker, as written (no ``wait_for_chief_init``),
+- ``seed_worker``: the worker of Ye Hu's tutorial, as written (no ``wait_for_chief_init``),
   to reproduce the non-chief hang and its fix with ``device_filters``.
 - ``train_in_graph``: in-graph replication, one client driving a tower on every worker.
 - ``sparse_vs_dense_read``: an embedding table on a ps, read by row lookup or whole,
@@ -149,7 +149,7 @@ def place_variables(
     return out
 
 
-# ------------------------------------------------- the seed's worker, as written
+# --------------------------------------------- the tutorial's worker, as written
 def seed_worker(
     *,
     steps: int = 200,
@@ -160,11 +160,11 @@ def seed_worker(
     run_name: str = "seed",
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Run in a worker: the seed tutorial's between-graph worker, asynchronous.
+    """Run in a worker: the between-graph worker of Ye Hu's tutorial, asynchronous.
 
     Unlike ``tf1.train_between_graph`` it does not poll for the chief's init: a
-    non-chief goes straight into ``MonitoredTrainingSession``, like the seed script.
-    ``device_filters=False`` (the seed's default) makes the session need every task
+    non-chief goes straight into ``MonitoredTrainingSession``, like the tutorial's script.
+    ``device_filters=False`` (the tutorial's default) makes the session need every task
     of the cluster. Trains until the global step reaches ``steps``; every call with
     the same ``run_name`` shares one model on the ps tasks.
     """

@@ -1,6 +1,6 @@
 """Between-graph replicated training, TF1 style (graph mode, ``tf.compat.v1``), run in a task.
 
-The seed tutorial's recipe with the pitfalls defused by default: each worker's
+The recipe of Ye Hu's tutorial *分布式TensorFlow入门教程* (2018), with its pitfalls defused by default: each worker's
 session only needs the ps tasks and itself (``device_filters``), the
 ``MonitoredTrainingSession`` grace period is short, and every step is reported
 with ``dtfkit.report`` so the notebook can plot it.
@@ -41,7 +41,7 @@ def dense(tf, x, units: int, name: str, activation=None):
 
 
 def mlp(tf, images, hidden: int):
-    """The seed's classifier: two hidden ReLU layers and a linear output."""
+    """The tutorial's classifier: two hidden ReLU layers and a linear output."""
     net = dense(tf, images, hidden, "dense_1", tf.nn.relu)
     net = dense(tf, net, hidden, "dense_2", tf.nn.relu)
     return dense(tf, net, NUM_CLASSES, "dense_3")
