@@ -11,6 +11,7 @@ Usage, from the repository root::
     python tests/under_load.py                 # two burners, one round
     python tests/under_load.py --rounds 3      # three rounds in a row
     python tests/under_load.py --burners 0     # the same selection on a quiet machine
+    python tests/under_load.py --tests tests/test_lab.py --no-chapters
     python tests/under_load.py -- -x -q        # extra arguments for pytest
 
 Exits non-zero when any part failed.
@@ -63,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burners", type=int, default=2, help="CPU-burning processes (default 2)")
     parser.add_argument("--rounds", type=int, default=1, help="how many times to run everything")
     parser.add_argument("--no-chapters", action="store_true", help="only the tests marked timing")
+    parser.add_argument(
+        "--tests", default="tests", help="where to look for tests marked timing (default tests)"
+    )
     parser.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments")
     opts = parser.parse_args(argv)
     if opts.burners < 0 or opts.rounds < 1:
@@ -75,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         for round_no in range(1, opts.rounds + 1):
             results.append(
                 run_part(
-                    f"round {round_no}: tests marked timing", ["-m", "timing", "tests", *opts.pytest_args]
+                    f"round {round_no}: tests marked timing", ["-m", "timing", opts.tests, *opts.pytest_args]
                 )
             )
             if not opts.no_chapters:
