@@ -70,12 +70,12 @@ def test_interleavings_and_overlap_from_metric_rows():
 def test_stack_excerpt_keeps_the_frames_that_matter():
     text = "\n".join(
         [
-            "worker:1 did not return from seed_worker within 10 s. Where each one was:",
+            "worker:1 did not return from tutorial_worker within 10 s. Where each one was:",
             "--- worker:1 ---",
             "Thread MainThread:",
             '  File "/x/_task_main.py", line 118, in _run_call',
             "    value = fn(*args, **kwargs)",
-            '  File "/x/dtfkit/recipes/between_graph.py", line 186, in seed_worker',
+            '  File "/x/dtfkit/recipes/between_graph.py", line 186, in tutorial_worker',
             "    with tf.compat.v1.train.MonitoredTrainingSession(",
             '  File "/tf/monitored_session.py", line 1264, in _create_session',
             "    return self._sess_creator.create_session()",
@@ -86,7 +86,7 @@ def test_stack_excerpt_keeps_the_frames_that_matter():
         ]
     )
     assert bg.stack_excerpt(text).splitlines() == [
-        '  File "between_graph.py", line 186, in seed_worker',
+        '  File "between_graph.py", line 186, in tutorial_worker',
         "    with tf.compat.v1.train.MonitoredTrainingSession(",
         "  ...",
         '  File "session_manager.py", line 457, in wait_for_session',
@@ -200,11 +200,11 @@ def test_in_graph_replication_one_client_drives_every_task(ps2):
 @pytest.mark.timeout(240)
 def test_non_chief_hangs_once_the_chief_is_gone_unless_device_filters(ps2):
     """Kills worker:0 and worker:1: keep this test last in the module."""
-    chief = ps2.run(bg.seed_worker, kwargs={"steps": 20, "run_name": "t_hang"}, on="worker:0", timeout=60)
+    chief = ps2.run(bg.tutorial_worker, kwargs={"steps": 20, "run_name": "t_hang"}, on="worker:0", timeout=60)
     assert chief["worker:0"] == {"local_steps": 20, "global_step": 20}
     ps2.kill("worker", 0)
     with pytest.raises(dtfkit.TaskTimeout) as info:
-        ps2.run(bg.seed_worker, kwargs={"steps": 20, "run_name": "t_hang"}, on="worker:1", timeout=8)
+        ps2.run(bg.tutorial_worker, kwargs={"steps": 20, "run_name": "t_hang"}, on="worker:1", timeout=8)
     text = str(info.value)
     assert "in wait_for_session" in text and "in _extend_graph" in text
     assert "in _extend_graph" in bg.stack_excerpt(text)
@@ -212,7 +212,7 @@ def test_non_chief_hangs_once_the_chief_is_gone_unless_device_filters(ps2):
 
     ps2.restart("worker", 1)
     fixed = ps2.run(
-        bg.seed_worker,
+        bg.tutorial_worker,
         kwargs={"steps": 40, "run_name": "t_hang", "device_filters": True},
         on="worker:1",
         timeout=60,

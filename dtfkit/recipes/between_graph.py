@@ -9,7 +9,7 @@ is meant for ``cluster.run(...)``; the rest is plain Python the notebook may cal
   keeps only the round-robin strategy (``device_setter._RoundRobinStrategy``).
 - ``place_variables``: where round-robin and greedy put the variables of a model with
   uneven layers, and how many bytes each ps holds.
-- ``seed_worker``: the worker of Ye Hu's tutorial, as written (no ``wait_for_chief_init``),
+- ``tutorial_worker``: the worker of Ye Hu's tutorial, as written (no ``wait_for_chief_init``),
   to reproduce the non-chief hang and its fix with ``device_filters``.
 - ``train_in_graph``: in-graph replication, one client driving a tower on every worker.
 - ``sparse_vs_dense_read``: an embedding table on a ps, read by row lookup or whole,
@@ -150,14 +150,14 @@ def place_variables(
 
 
 # --------------------------------------------- the tutorial's worker, as written
-def seed_worker(
+def tutorial_worker(
     *,
     steps: int = 200,
     device_filters: bool = False,
     batch_size: int = 32,
     learning_rate: float = 0.1,
     hidden: int = 64,
-    run_name: str = "seed",
+    run_name: str = "tutorial",
     seed: int = 0,
 ) -> dict[str, Any]:
     """Run in a worker: the between-graph worker of Ye Hu's tutorial, asynchronous.
@@ -382,7 +382,7 @@ def overlap_seconds(rows: Iterable[dict[str, Any]], a: str = "worker:0", b: str 
 def stack_excerpt(
     text: str,
     keep: Sequence[str] = (
-        "in seed_worker",
+        "in tutorial_worker",
         "in MonitoredTrainingSession",
         "in wait_for_session",
         "in _ready",
