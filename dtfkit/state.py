@@ -32,6 +32,7 @@ HOME_ENV = "DTFKIT_HOME"
 CLUSTER_ENV = "DTFKIT_CLUSTER"
 BASE_ENV = "DTFKIT_BASE"  # every task's environment names the base folder its cluster lives in
 STATE_FILE = "state.json"
+KEEP_CLOSED_FOLDERS = 20  # log folders of closed clusters kept (the newest); older ones go
 # A Unix socket path holds at most 107 bytes; the longest one dtfkit makes is
 # "<base>/<pid>-<8 hex>/control.sock" (a pid has at most 7 digits on Linux).
 SOCKET_PATH_MAX = 107
@@ -117,10 +118,43 @@ def _verify_private(base: str, source: str) -> None:
 
 def new_cluster_dir() -> tuple[str, str]:
     """A fresh, private folder for one cluster: (cluster id, path)."""
+    base = base_dir()
+    prune_closed(base)
     cluster_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    path = os.path.join(base_dir(), cluster_id)
+    path = os.path.join(base, cluster_id)
     os.mkdir(path, 0o700)  # fails rather than reuse anything already there
     return cluster_id, path
+
+
+def prune_closed(base: str, keep: int = KEEP_CLOSED_FOLDERS) -> list[str]:
+    """Remove the folders (logs) of closed clusters beyond the newest ``keep``; their names.
+
+    A closed cluster's folder has no state file; the newest are kept so that recent
+    logs stay readable, the rest would otherwise pile up until ``cleanup``.
+    """
+    closed = []
+    uid = os.getuid()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+            continue
+        if os.path.lexists(os.path.join(path, STATE_FILE)):
+            continue  # open (or its owner crashed: cleanup's business)
+        closed.append((st.st_mtime, name))
+    closed.sort(reverse=True)
+    removed = []
+    for _, name in closed[keep:]:
+        shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        removed.append(name)
+    return removed
 
 
 def process_identity(pid: int) -> dict:

@@ -276,6 +276,23 @@ def test_memory_and_files_are_bounded_in_bytes(tmp_path):
     assert sum(p.stat().st_size for p in tmp_path.iterdir()) <= 2 * 200_000 + 20_000
 
 
+def test_only_the_newest_closed_cluster_folders_are_kept(home):
+    home.mkdir(mode=0o700)
+    for i in range(state.KEEP_CLOSED_FOLDERS + 5):
+        folder = home / f"1-{i:08x}"
+        (folder / "logs").mkdir(parents=True)
+        os.utime(folder, (1000 + i, 1000 + i))
+    open_one = home / "1-0pen0000"
+    open_one.mkdir()
+    (open_one / state.STATE_FILE).write_text("{}")
+    os.utime(open_one, (1, 1))
+    cluster_id, path = state.new_cluster_dir()
+    left = sorted(p.name for p in home.iterdir())
+    assert len(left) == state.KEEP_CLOSED_FOLDERS + 2  # the newest closed ones, the open one, the new one
+    assert "1-00000000" not in left and f"1-{state.KEEP_CLOSED_FOLDERS + 4:08x}" in left
+    assert "1-0pen0000" in left and cluster_id in left
+
+
 def test_lines_since_leave_out_earlier_output():
     book = logs.LogBook(None)
     book.add("worker:0", "earlier")
@@ -504,3 +521,13 @@ def test_run_on_a_number_and_an_unknown_address_are_clear_errors(cluster):
     with pytest.raises(DtfkitError, match="no task ps:3"):
         cluster.address("ps:3")
     assert cluster.address("ps:0").startswith("localhost:")
+
+
+def test_cli_launch_of_500_workers_fails_at_once(no_spawn, tmp_path, capsys):
+    from dtfkit.cli import main
+
+    script = tmp_path / "s.py"
+    script.write_text("print('hi')\n")
+    assert main(["launch", "--workers", "500", str(script)]) == 2
+    assert "max_tasks=501" in capsys.readouterr().err
+    assert no_spawn == []
