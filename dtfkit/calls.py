@@ -108,7 +108,8 @@ class RunHandle:
 
     def stop(self) -> None:
         """Interrupt the call in every task still running it; kill those that do not
-        return within the grace period. ``result()`` then raises ``TaskFailed``."""
+        return within the grace period. ``result()`` then raises ``TaskFailed`` (``TaskExited``
+        when a task had to be killed)."""
         if self._outcome is None and self._pending:
             with self._rt.waiting(f"{self.fn_name} (handle.stop())"):
                 self._interrupt("it was stopped")
@@ -274,7 +275,7 @@ class RunHandle:
         if frozen:
             text[0] = (
                 f"{', '.join(sorted(t.name for t in frozen))}: process STOPPED (state T), not stuck in "
-                f"the function; someone sent it SIGSTOP or Ctrl-Z (SIGCONT resumes it). " + text[0]
+                f"the function (someone sent it SIGSTOP or Ctrl-Z; it was killed all the same). " + text[0]
             )
         for task in self._pending:
             if task in frozen:

@@ -59,7 +59,11 @@ def task_limit() -> tuple[int, str]:
         try:
             value = int(raw)
         except ValueError:
-            raise DtfkitError(f"{MAX_TASKS_ENV}={raw!r} is not a whole number of tasks") from None
+            value = 0
+        if value < 1:
+            raise DtfkitError(
+                f"{MAX_TASKS_ENV}={raw!r} is not a positive whole number of tasks; unset it or fix it"
+            )
         return value, f"{MAX_TASKS_ENV}={value}"
     import psutil
 
