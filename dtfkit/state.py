@@ -223,8 +223,9 @@ def _same_process(ident: dict) -> psutil.Process | None:
 
 
 def _belongs_to(proc: psutil.Process, cluster_id: str) -> bool:
+    """True for a process of this user whose environment names ``cluster_id``."""
     try:
-        return proc.environ().get(CLUSTER_ENV) == cluster_id
+        return proc.uids().real == os.getuid() and proc.environ().get(CLUSTER_ENV) == cluster_id
     except psutil.Error:
         return False
 
