@@ -56,6 +56,7 @@ class RunHandle:
         self._results: dict[TaskId, Any] = {}
         self._failures: list[tuple[TaskId, Any]] = []
         self._notes: dict[TaskId, str] = {}
+        self._killed: set[TaskId] = set()  # killed after the grace period: their note says it all
         self._on_error = on_error
         self._grace = grace
         self._timeout = timeout
@@ -79,14 +80,15 @@ class RunHandle:
     def done(self) -> bool:
         """True once every task has answered (or died). Never blocks."""
         if self._outcome is None:
-            while True:
-                event = self._rt._next_event(time.monotonic())
-                if event is None:
-                    break
-                self._rt._handle(event)
-            self._collect()
-            if not self._pending:
-                self._finish()
+            with self._rt.waiting(f"{self.fn_name} (handle.done())"):
+                while True:
+                    event = self._rt._next_event(time.monotonic())
+                    if event is None:
+                        break
+                    self._rt._handle(event)
+                self._collect()
+                if not self._pending:
+                    self._finish()
         return self._outcome is not None
 
     def result(self, timeout: float | None = None) -> dict[str, Any]:
@@ -97,7 +99,8 @@ class RunHandle:
         a ``TimeoutError`` if the call is still running then (it keeps running).
         """
         if self._outcome is None:
-            self._wait(None if timeout is None else time.monotonic() + timeout)
+            with self._rt.waiting(f"{self.fn_name} (handle.result())"):
+                self._wait(None if timeout is None else time.monotonic() + timeout)
         kind, value = self._outcome
         if kind == "error":
             raise value
@@ -105,11 +108,13 @@ class RunHandle:
 
     def stop(self) -> None:
         """Interrupt the call in every task still running it; kill those that do not
-        return within the grace period. ``result()`` then raises ``TaskFailed``."""
+        return within the grace period. ``result()`` then raises ``TaskFailed`` (``TaskExited``
+        when a task had to be killed)."""
         if self._outcome is None and self._pending:
-            self._interrupt("it was stopped")
-            self._await_stop()
-            self._finish()
+            with self._rt.waiting(f"{self.fn_name} (handle.stop())"):
+                self._interrupt("it was stopped")
+                self._await_stop()
+                self._finish()
 
     @property
     def elapsed(self) -> float:
@@ -178,12 +183,13 @@ class RunHandle:
                 self._pending.pop(task)
                 proc.busy_with = None
                 if proc.killed:
-                    text = f"{task} was killed while running {self.fn_name}; cluster.restart('{task}') starts it again."
+                    text = f"{task} was killed while running {self.fn_name}; {self._restart_hint(task)}."
                 else:
+                    # Only this call's lines: earlier calls' output would mislead.
                     text = (
                         f"{task} exited with code {proc.popen.returncode} while running {self.fn_name}; "
-                        f"last log lines:\n{self._rt._tails([task.name])}\n"
-                        f"Next step: fix the cause above, then cluster.restart('{task}')."
+                        f"its last lines during this call:\n{self._rt._tails([task.name], since=self._log_start)}\n"
+                        f"Next step: fix the cause above; {self._restart_hint(task)}."
                     )
                 self._fail(task, TaskExited(text))
 
@@ -215,18 +221,35 @@ class RunHandle:
         self._kill_pending()
 
     def _kill_pending(self) -> None:
+        """Kill the tasks still running after the grace period; each counts as failed."""
         pending = list(self._pending.values())
         for proc in pending:
             proc.kill()
-            self._notes[proc.task] = (
+            why = self._why_interrupted(proc.task)
+            note = (
                 f"{proc.task} was still running {self._grace:g} s after the interrupt and was killed; "
-                f"cluster.restart('{proc.task}') starts it again"
+                f"{self._restart_hint(proc.task)}"
             )
+            self._notes[proc.task] = note
+            self._killed.add(proc.task)
+            self._failures.append((proc.task, TaskExited(f"{why}: {note}.")))
         self._rt._reap(pending)
         for proc in pending:
             proc.busy_with = None
         self._pending.clear()
         self._rt._write_state()
+
+    def _restart_hint(self, task: TaskId) -> str:
+        """How to get the task back; says so when it was started again since (restart())."""
+        now = self._rt.procs.get(task)
+        if now is not None and now is not self._procs.get(task) and now.alive:
+            return "it has been started again since (by cluster.restart())"
+        return f"cluster.restart('{task}') starts it again"
+
+    def _why_interrupted(self, task: TaskId) -> str:
+        note = self._notes.get(task, "")
+        reason = note[note.find("(") + 1 : note.rfind(")")] if "(" in note else "it was interrupted"
+        return f"{self.fn_name} on {task} was interrupted ({reason})"
 
     def _time_out(self) -> None:
         rt = self._rt
@@ -235,8 +258,10 @@ class RunHandle:
                 proc.send(("dump_stacks", self.call_id))
             except TaskNotRunning:
                 pass
+        frozen = {task for task, proc in self._pending.items() if _is_stopped(proc)}
         end = time.monotonic() + STACK_DUMP_WAIT
-        while len(rt.stacks.get(self.call_id, {})) < len(self._pending):
+        # A stopped process (state T) cannot answer: do not wait for its stack.
+        while len(rt.stacks.get(self.call_id, {})) < len(self._pending) - len(frozen):
             event = rt._next_event(end)
             if event is None:
                 break
@@ -247,8 +272,20 @@ class RunHandle:
             f"{names} did not return from {self.fn_name} within {self._timeout:g} s. The stuck task(s) "
             "were killed; cluster.restart() starts them again. Where each one was:"
         ]
+        if frozen:
+            text[0] = (
+                f"{', '.join(sorted(t.name for t in frozen))}: process STOPPED (state T), not stuck in "
+                f"the function (someone sent it SIGSTOP or Ctrl-Z; it was killed all the same). " + text[0]
+            )
         for task in self._pending:
-            text.append(f"--- {task} ---\n{stacks.get(task, '(no stack received)').rstrip()}")
+            if task in frozen:
+                where = (
+                    "(its process was STOPPED (state T: SIGSTOP, Ctrl-Z or a debugger), so it could "
+                    "not run at all; nothing in the function is to blame)"
+                )
+            else:
+                where = stacks.get(task, "(no stack received)").rstrip()
+            text.append(f"--- {task} ---\n{where}")
         self._kill_pending()
         self._outcome = ("error", TaskTimeout("\n".join(text)))
         self._cleanup()
@@ -279,9 +316,8 @@ class RunHandle:
                 continue
             failure = later.pop(t, None)
             stopped = isinstance(failure, tuple) and failure[0] == "KeyboardInterrupt"
-            others.append(
-                note + (" and stopped" if stopped else "" if failure is None else ", then failed too")
-            )
+            quiet = failure is None or t in self._killed
+            others.append(note + (" and stopped" if stopped else "" if quiet else ", then failed too"))
         others += [_describe_failure(t, f) for t, f in later.items()]
         other_text = "What happened to the other tasks: " + "; ".join(others) + "." if others else ""
         if isinstance(first, tuple):
@@ -290,6 +326,16 @@ class RunHandle:
         if other_text:
             first.args = (f"{first.args[0]}\n{other_text}",)
         return first
+
+
+def _is_stopped(proc: TaskProcess) -> bool:
+    """True when the task's process is stopped (state T), so it cannot run or answer."""
+    import psutil
+
+    try:
+        return psutil.Process(proc.pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
 
 
 def _describe_failure(task: TaskId, failure: Any) -> str:

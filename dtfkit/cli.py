@@ -32,6 +32,7 @@ def _launch(ns: argparse.Namespace) -> int:
         network=ns.network,
         timeout=ns.timeout,
         show_tf_logs=ns.show_tf_logs,
+        max_tasks=ns.max_tasks,
     )
     print(f"[dtfkit] {result.summary()}", flush=True)
     return 0 if result.ok else 1
@@ -70,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--network", choices=["auto", "isolated", "host"], default="auto")
     p.add_argument("--timeout", type=float, default=None, help="seconds before every task is stopped")
     p.add_argument("--show-tf-logs", action="store_true", help="show TensorFlow's C++ start-up messages")
+    p.add_argument(
+        "--max-tasks",
+        type=int,
+        default=None,
+        help="allow more tasks than this machine's limit (DTFKIT_MAX_TASKS)",
+    )
     p.add_argument("script", help="the script each task runs")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments after -- go to the script")
     p.set_defaults(func=_launch)

@@ -29,7 +29,7 @@ from typing import Any
 from dtfkit.calls import ERROR_POLICIES, RunHandle
 from dtfkit.errors import DtfkitError, TaskNotRunning
 from dtfkit.metrics import MetricLog
-from dtfkit.runtime import ClusterRuntime
+from dtfkit.runtime import ClusterRuntime, check_task_count
 from dtfkit.spec import ClusterLayout, TaskId
 
 _BY_NAME: dict[str, LocalCluster] = {}
@@ -76,6 +76,10 @@ class LocalCluster:
             kernel, off elsewhere, as ``DTFKIT_POOL=0``/``1`` says if set. ``True``:
             the process-wide pool; ``False``: start every task cold; or a
             ``TaskPool``. ``cluster.pool_note`` says what happened.
+        max_tasks: the most tasks this cluster may have. ``None`` (default): what the
+            machine allows (``dtfkit.runtime.task_limit()``: available memory and CPU
+            cores; ``DTFKIT_MAX_TASKS`` overrides it). A larger cluster fails at once,
+            before any process starts.
 
     Example::
 
@@ -101,8 +105,10 @@ class LocalCluster:
         progress: bool = True,
         name: str | None = None,
         pool: bool | Any | None = None,
+        max_tasks: int | None = None,
     ):
         layout = ClusterLayout.from_counts(ps=ps, workers=workers, chief=chief, evaluator=evaluator)
+        check_task_count(len(layout.tasks), max_tasks)  # before anything starts, a pool included
         self.name = name if name is not None else _cell_key()
         previous = _BY_NAME.get(self.name) if self.name else None
         if previous is not None and not previous.closed:
@@ -120,6 +126,7 @@ class LocalCluster:
             progress=progress,
             setup_payload=None if setup is None else _pickle_call(setup, (), {}),
             pool=_choose_pool(pool),
+            max_tasks=max_tasks,
         )
         self._rt.start()
         if self.name:
@@ -177,7 +184,10 @@ class LocalCluster:
 
     def address(self, task: str, index: int | None = None) -> str:
         """``"localhost:PORT"`` of a task."""
-        return self._rt.addresses[TaskId.parse(task, index)]
+        proc = self._rt.task_process(task, index)  # an unknown task is a clear error
+        if proc.task not in self._rt.addresses:
+            raise DtfkitError(f"{proc.task} has no address: it runs no server ({proc.task.job} tasks do not)")
+        return self._rt.addresses[proc.task]
 
     # ------------------------------------------------------------------ work
     def run(
@@ -217,7 +227,11 @@ class LocalCluster:
 
             results = cluster.run(train, args=(0.01,), on="workers", timeout=60)
         """
-        return self.submit(fn, args, kwargs, on=on, timeout=timeout, on_error=on_error, grace=grace).result()
+        name = getattr(fn, "__qualname__", "the function")
+        # Claimed before anything is sent: a refused call must not leave work in the tasks.
+        with self._rt.waiting(f"run({name})"):
+            handle = self.submit(fn, args, kwargs, on=on, timeout=timeout, on_error=on_error, grace=grace)
+            return handle.result()
 
     def submit(
         self,
@@ -344,6 +358,9 @@ class LocalCluster:
             f"  {name:<12} {address:<18} pid {pid:<8} {status}"
             for name, _, address, pid, status in self._rows()
         ]
+        dropped = self._rt.logbook.dropped_note()
+        if dropped:
+            lines.append(f"  logs: {dropped}")
         return "\n".join(lines)
 
     def _start_note(self) -> str:
@@ -365,12 +382,14 @@ class LocalCluster:
         )
         start = self._start_note()
         start_line = f"<br><span>start: {html.escape(start)}</span>" if start else ""
+        lost = rt.logbook.dropped_note()
+        dropped = f"<br><span style='color:#b60'>{html.escape(lost)}</span>" if lost else ""
         return (
             f"<div><b>dtfkit.LocalCluster</b> <code>{html.escape(self.id)}</code> "
             f"— {html.escape(_counts(rt.layout))}<br>"
             f"<span style='{style}'>network: {note}</span>{start_line}"
             f"<table><tr>{head}</tr>{body}</table>"
-            f"<small>logs: <code>{html.escape(rt.logbook.directory or '')}</code></small></div>"
+            f"<small>logs: <code>{html.escape(rt.logbook.directory or '')}</code>{dropped}</small></div>"
         )
 
 

@@ -68,6 +68,7 @@ def launch(
     start_timeout: float = 60.0,
     progress: bool = False,
     echo=None,
+    max_tasks: int | None = None,
 ) -> LaunchResult:
     """Start a cluster whose every task runs ``script``; wait for the workers; end the rest.
 
@@ -93,6 +94,7 @@ def launch(
         script_args=[str(a) for a in args],
         echo=echo,
         linger=True,
+        max_tasks=max_tasks,
     )
     started = time.monotonic()
     try:

@@ -46,6 +46,55 @@ OUTPUT_DONE_MARK = "\x00dtfkit-output-done "
 SCRIPT_DONE_MARK = OUTPUT_DONE_MARK + "script "  # a launched script ended; its exit code follows
 # How long to wait for the rest of an exited task's output (a grandchild may hold its pipe open).
 OUTPUT_DRAIN_SECONDS = 5.0
+# Bounds, in bytes, so that a task printing without end cannot fill the notebook's
+# memory or the disk: one line is cut after MAX_LINE_BYTES (its end is kept, where a
+# done mark may be); each task keeps its newest lines up to TASK_MEMORY_BYTES in
+# memory (RECENT_MEMORY_BYTES for all tasks' lines not yet shown); a log file is
+# rotated to "<name>.log.1" at LOG_FILE_BYTES, so each task has at most twice that on disk.
+MAX_LINE_BYTES = 64 * 1024
+LINE_END_BYTES = 256
+TASK_MEMORY_BYTES = 4 * 1024 * 1024
+RECENT_MEMORY_BYTES = 16 * 1024 * 1024
+LOG_FILE_BYTES = 16 * 1024 * 1024
+# A done mark: the mark, "script " for a launched script's end, the number, at the end of a line.
+DONE_MARK_RE = re.compile(re.escape(OUTPUT_DONE_MARK) + r"(script )?(\d{1,18})$")
+
+
+def parse_done_mark(text: str) -> tuple[str, str, int] | None:
+    """``(text before the mark, "output_done" | "script_done", number)`` for a line that
+    ends with a well-formed done mark, else None (the line is plain output, even if a
+    function printed the mark's text itself)."""
+    match = DONE_MARK_RE.search(text)
+    if match is None:
+        return None
+    kind = "script_done" if match.group(1) else "output_done"
+    return text[: match.start()], kind, int(match.group(2))
+
+
+def read_line(stream, limit: int = MAX_LINE_BYTES) -> bytes:
+    """One line from a binary stream, at most about ``limit`` bytes of it kept.
+
+    A longer line keeps its first ``limit`` bytes and its last ``LINE_END_BYTES``,
+    with a note of how much was cut between them. Returns b"" at the end of the stream.
+    """
+    head = stream.readline(limit)
+    if not head or head.endswith(b"\n") or len(head) < limit:
+        return head
+    end = b""
+    cut = 0
+    while True:
+        more = stream.readline(limit)
+        if not more:
+            break
+        joined = end + more
+        cut += max(0, len(joined) - LINE_END_BYTES)
+        end = joined[-LINE_END_BYTES:]
+        if more.endswith(b"\n"):
+            break
+    if not cut:
+        return head + end
+    return head + f" [... {cut} bytes cut by dtfkit ...] ".encode() + end
+
 
 _NOISE = re.compile("|".join(f"(?:{p})" for p in NOISE_PATTERNS))
 
@@ -56,21 +105,38 @@ def is_noise(line: str) -> bool:
 
 
 class LogBook:
-    """Lines printed by each task, in memory (bounded) and in one file per task."""
+    """Lines printed by each task, in memory (bounded in lines and bytes) and in one
+    file per task (rotated, so bounded too)."""
 
-    def __init__(self, directory: str | None, keep: int = 5000):
+    def __init__(
+        self,
+        directory: str | None,
+        keep: int = 5000,
+        *,
+        task_bytes: int = TASK_MEMORY_BYTES,
+        recent_bytes: int = RECENT_MEMORY_BYTES,
+        file_bytes: int = LOG_FILE_BYTES,
+    ):
         self.directory = directory
         self._keep = keep
-        self._lines: dict[str, collections.deque[tuple[bool, str]]] = {}
+        self._task_bytes = task_bytes
+        self._recent_bytes = recent_bytes
+        self._file_bytes = file_bytes
+        self._lines: dict[str, collections.deque[tuple[int, bool, str]]] = {}
+        self._sizes: dict[str, int] = {}
+        self.dropped: dict[str, int] = {}  # task -> lines dropped from memory (oldest first)
+        self.rotated: dict[str, int] = {}  # task -> times its log file was rotated
         # Every line in arrival order, numbered, so a waiter can print what it missed.
         self.seq = 0
         self._recent: collections.deque[tuple[int, str, bool, str]] = collections.deque(maxlen=keep * 4)
+        self._recent_size = 0
         self._files: dict[str, object] = {}
+        self._file_sizes: dict[str, int] = {}
         self._lock = threading.Lock()
         self.listener: Callable[[int, str, str], None] | None = None
         self.show_noise = False
         if directory:
-            os.makedirs(directory, exist_ok=True)
+            os.makedirs(directory, mode=0o700, exist_ok=True)
 
     def path(self, task: str) -> str | None:
         """The log file of a task (``None`` when logs are not written to disk)."""
@@ -80,28 +146,74 @@ class LogBook:
 
     def add(self, task: str, line: str) -> None:
         noise = is_noise(line)
+        size = len(line) + 64  # the text, and roughly what Python spends on each line
         with self._lock:
             self.seq += 1
             seq = self.seq
-            self._recent.append((seq, task, noise, line))
-            self._lines.setdefault(task, collections.deque(maxlen=self._keep)).append((noise, line))
+            recent = self._recent
+            if len(recent) == recent.maxlen:
+                self._recent_size -= len(recent[0][3]) + 64
+            recent.append((seq, task, noise, line))
+            self._recent_size += size
+            while self._recent_size > self._recent_bytes and len(recent) > 1:
+                self._recent_size -= len(recent.popleft()[3]) + 64
+            lines = self._lines.setdefault(task, collections.deque())
+            lines.append((seq, noise, line))
+            total = self._sizes.get(task, 0) + size
+            while len(lines) > 1 and (total > self._task_bytes or len(lines) > self._keep):
+                total -= len(lines.popleft()[2]) + 64
+                self.dropped[task] = self.dropped.get(task, 0) + 1
+            self._sizes[task] = total
             if self.directory:
-                f = self._files.get(task)
-                if f is None:
-                    f = self._files[task] = open(self.path(task), "a", encoding="utf-8")  # noqa: SIM115
-                f.write(line + "\n")
-                f.flush()
+                self._write(task, line)
             # Under the lock, so listeners get lines in the order they are numbered.
             listener = self.listener
             if listener is not None and (self.show_noise or not noise):
                 listener(seq, task, line)
 
-    def lines(self, task: str, *, everything: bool = False, tail: int | None = None) -> list[str]:
-        """The lines a task printed; TF start-up noise left out unless ``everything``."""
+    def _write(self, task: str, line: str) -> None:
+        f = self._files.get(task)
+        if f is not None and self._file_sizes.get(task, 0) >= self._file_bytes:
+            f.close()  # rotate: keep the newest and the previous file, nothing older
+            os.replace(self.path(task), self.path(task) + ".1")
+            self.rotated[task] = self.rotated.get(task, 0) + 1
+            f = None
+        if f is None:
+            # Never through a link someone planted in place of the file.
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+            fd = os.open(self.path(task), flags, 0o600)
+            f = self._files[task] = os.fdopen(fd, "a", encoding="utf-8", errors="replace")
+            self._file_sizes[task] = os.fstat(fd).st_size
+        data = line + "\n"
+        f.write(data)
+        f.flush()
+        self._file_sizes[task] += len(data)
+
+    def lines(
+        self, task: str, *, everything: bool = False, tail: int | None = None, since: int = 0
+    ) -> list[str]:
+        """The lines a task printed (after line number ``since``, if given); TF start-up
+        noise left out unless ``everything``."""
         with self._lock:
             items = list(self._lines.get(task, ()))
-        out = [line for noise, line in items if everything or self.show_noise or not noise]
+        out = [
+            line for seq, noise, line in items if seq > since and (everything or self.show_noise or not noise)
+        ]
         return out[-tail:] if tail else out
+
+    def dropped_note(self) -> str:
+        """A sentence on lines no longer kept in memory or on disk, or "" when none were dropped."""
+        with self._lock:
+            dropped, rotated = dict(self.dropped), dict(self.rotated)
+        parts = [
+            f"{task}: {n} oldest line(s) dropped from memory (the log file keeps them)"
+            for task, n in sorted(dropped.items())
+        ]
+        parts += [
+            f"{task}: log file rotated {n} time(s), older lines dropped"
+            for task, n in sorted(rotated.items())
+        ]
+        return "; ".join(parts)
 
     def since(self, seq: int) -> list[tuple[int, str, str]]:
         """(number, task, line) of every shown line after line number ``seq``."""

@@ -236,6 +236,7 @@ class TaskPool:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         env["PYTHONUNBUFFERED"] = "1"
         env[state.CLUSTER_ENV] = self.id
+        env[state.BASE_ENV] = os.path.dirname(self.dir)
         env[lifeline.OWNER_ENV] = str(os.getpid())
         env[lifeline.PDEATHSIG_ENV] = "1"  # spawned from _Spawner's thread, which lives as long as we do
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -9,6 +9,7 @@ asked for the work and never lands in another cell.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import json
 import os
@@ -29,7 +30,7 @@ from typing import Any
 
 from dtfkit import control, gpu, lifeline, netns, state
 from dtfkit.errors import ClusterStartError, DtfkitError, TaskNotRunning
-from dtfkit.logs import OUTPUT_DONE_MARK, LogBook
+from dtfkit.logs import LogBook, parse_done_mark, read_line
 from dtfkit.metrics import MetricLog
 from dtfkit.spec import ClusterLayout, TaskId, cluster_dict, tf_config
 
@@ -38,6 +39,75 @@ TASK_MODES = ("serve", "noserve", "script", "client")
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START_ATTEMPTS = 3
 LAST_LINES = 15
+MAX_TASKS_ENV = "DTFKIT_MAX_TASKS"
+# What one idle task costs: a Python interpreter that imported TensorFlow holds about
+# 0.6 GB resident, of which about half is shared libraries (measured PSS ~0.3 GB).
+TASK_MEMORY_BYTES = 300 * 1024 * 1024
+TASKS_PER_CORE = 4
+MIN_TASK_LIMIT = 8
+
+
+def task_limit() -> tuple[int, str]:
+    """How many tasks one cluster may have on this machine, and why.
+
+    ``DTFKIT_MAX_TASKS`` if set; else the smaller of what the available memory holds
+    (``TASK_MEMORY_BYTES`` each) and ``TASKS_PER_CORE`` per CPU core (at least
+    ``MIN_TASK_LIMIT``).
+    """
+    raw = os.environ.get(MAX_TASKS_ENV)
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise DtfkitError(
+                f"{MAX_TASKS_ENV}={raw!r} is not a positive whole number of tasks; unset it or fix it"
+            )
+        return value, f"{MAX_TASKS_ENV}={value}"
+    import psutil
+
+    cores = os.cpu_count() or 1
+    by_cores = max(MIN_TASK_LIMIT, TASKS_PER_CORE * cores)
+    available = psutil.virtual_memory().available
+    by_memory = max(1, int(available // TASK_MEMORY_BYTES))
+    if by_memory < by_cores:
+        why = (
+            f"{available / 2**30:.1f} GB of memory is available and each task "
+            f"(a TensorFlow process) needs about {TASK_MEMORY_BYTES / 2**30:.1f} GB"
+        )
+        return by_memory, why
+    return (
+        by_cores,
+        f"this machine has {cores} CPU core(s), and {TASKS_PER_CORE} tasks per core is the most it runs well",
+    )
+
+
+def check_task_count(n: int, max_tasks: int | None = None) -> None:
+    """Refuse a cluster of ``n`` tasks beyond the machine's limit (``max_tasks`` overrides it)."""
+    if max_tasks is not None:
+        if isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1:
+            raise DtfkitError(f"max_tasks must be a positive whole number or None, not {max_tasks!r}")
+        return  # if n > max_tasks, the caller's own limit applies
+    limit, why = task_limit()
+    if n > limit:
+        raise DtfkitError(
+            f"a cluster of {n} tasks is more than this machine allows ({limit}): {why}. "
+            "Every task is its own TensorFlow process, so too many can exhaust a shared "
+            "machine. Next step: ask for fewer tasks (a typo in workers=?), or if you are sure, "
+            f"raise the limit with max_tasks={n} or the {MAX_TASKS_ENV} environment variable."
+        )
+
+
+HOST_NETWORK_WARNING = (
+    "dtfkit: network='host': every TensorFlow server of this cluster listens on every "
+    "network interface of this machine without authentication (TensorFlow offers no way "
+    "to bind one address), so anyone who can reach its ports can run operations in the "
+    "tasks: read and write files as you, read the tasks' environment. Only the control "
+    "channel (a private Unix socket with a secret key) is protected. Use it only on a "
+    "trusted network or behind a firewall; the default network='auto' keeps the servers "
+    "in a private network namespace."
+)
 
 _OPEN: set[ClusterRuntime] = set()
 _OPEN_LOCK = threading.Lock()
@@ -135,7 +205,14 @@ class ClusterRuntime:
         cwd: str | None = None,
         setup_payload: bytes | None = None,
         pool=None,
+        max_tasks: int | None = None,
     ):
+        check_task_count(len(layout.tasks), max_tasks)
+        if max_tasks is not None and len(layout.tasks) > max_tasks:
+            raise DtfkitError(
+                f"a cluster of {len(layout.tasks)} tasks is more than max_tasks={max_tasks} allows; "
+                "ask for fewer tasks or raise max_tasks"
+            )
         if mode not in TASK_MODES:
             raise DtfkitError(f"unknown task mode {mode!r}")
         if network not in NETWORK_MODES:
@@ -146,7 +223,7 @@ class ClusterRuntime:
         self.mode = mode
         self.network_requested = network
         self.gpu_policy = gpus
-        self.extra_env = {str(k): str(v) for k, v in (env or {}).items()}
+        self.extra_env = _check_env(env)
         self.setup_payload = setup_payload
         self.show_tf_logs = show_tf_logs
         self.start_timeout = float(start_timeout)
@@ -180,6 +257,8 @@ class ClusterRuntime:
         self._adopt_env: dict[str, str | None] = {}  # what adopted tasks must set (None: unset)
         self._threads: list[threading.Thread] = []
         self._conns: list = []
+        self._wait_lock = threading.RLock()  # see waiting()
+        self._wait_holder: tuple[str, str] | None = None
         # Validated before anything is created on disk (an unknown policy raises).
         self._n_gpus = gpu.count_gpus()  # may ask nvidia-smi: once per cluster, not per task
         self._gpu_plan = gpu.plan_visible_devices([t.name for t in layout.tasks], self._n_gpus, gpus)
@@ -266,6 +345,7 @@ class ClusterRuntime:
             return
         if self.network_requested == "host":
             self.isolation_note = "host network (opted out): servers reachable from other machines"
+            warnings.warn(HOST_NETWORK_WARNING, stacklevel=4)
             return
         ok, why = netns.isolation_available()
         if not ok:
@@ -307,6 +387,7 @@ class ClusterRuntime:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, self.cwd, user_path) if p)
         env["PYTHONUNBUFFERED"] = "1"
         env[state.CLUSTER_ENV] = self.id
+        env[state.BASE_ENV] = os.path.dirname(self.dir)
         env[lifeline.OWNER_ENV] = str(os.getpid())
         if threading.current_thread() is threading.main_thread():
             env[lifeline.PDEATHSIG_ENV] = "1"
@@ -377,10 +458,22 @@ class ClusterRuntime:
 
     def _start_tasks(self, tasks: tuple[TaskId, ...] | list[TaskId], restart: bool = False) -> None:
         """Spawn ``tasks``, gather their ports, send the ClusterSpec, wait until all serve."""
+        with self.waiting(f"the start of {_describe(list(tasks))}"):
+            self._start_tasks_now(tasks, restart)
+
+    def _start_tasks_now(self, tasks: tuple[TaskId, ...] | list[TaskId], restart: bool) -> None:
         deadline = time.monotonic() + self.start_timeout
-        pending = {
-            t: self._spawn(t, port=self.addresses.get(t) and _port_of(self.addresses[t])) for t in tasks
-        }
+        pending: dict[TaskId, TaskProcess] = {}
+        for t in tasks:
+            if time.monotonic() >= deadline:
+                # Spawning counts: on a loaded machine starting processes alone can take long.
+                raise ClusterStartError(
+                    f"only {len(pending)} of {len(tasks)} tasks were started within "
+                    f"{self.start_timeout:g} s (spawning the processes took that long; the machine "
+                    f"is busy); {t} and the rest were not started. Next step: start fewer tasks, "
+                    "or pass a larger start_timeout."
+                )
+            pending[t] = self._spawn(t, port=self.addresses.get(t) and _port_of(self.addresses[t]))
         bar = _progress_bar(len(pending), f"starting {_describe(list(pending))}", self.progress)
         try:
             with self._live_output():
@@ -452,25 +545,34 @@ class ClusterRuntime:
 
     def _read_output(self, proc: TaskProcess) -> None:
         name = proc.task.name
-        for raw in iter(proc.popen.stdout.readline, b""):
-            text = raw.decode("utf-8", errors="replace").rstrip("\n")
-            mark_at = text.find(OUTPUT_DONE_MARK)
-            if mark_at >= 0:
-                if mark_at:  # the call's last output had no newline
-                    self.logbook.add(name, text[:mark_at])
-                rest = text[mark_at + len(OUTPUT_DONE_MARK) :]
-                if rest.startswith("script "):
-                    done = ("script_done", int(rest[len("script ") :]))
-                else:
-                    done = ("output_done", int(rest))
-                self.events.put(Event("msg", name, proc.gen, done))
-                continue
-            # Progress bars redraw with carriage returns: keep the last state.
-            self.logbook.add(name, text.split("\r")[-1] if "\r" in text else text)
+        stream = proc.popen.stdout
+        while True:
+            try:
+                raw = read_line(stream)
+            except (OSError, ValueError):  # the pipe was closed under us
+                break
+            if not raw:
+                break
+            try:
+                self._take_line(proc, raw.decode("utf-8", errors="replace").rstrip("\n"))
+            except Exception as exc:  # noqa: BLE001 - one odd line must not end the reader
+                self.logbook.add(name, f"[dtfkit: could not take a line of output: {exc!r}]")
         proc.output_closed.set()
-        proc.popen.stdout.close()
+        stream.close()
         code = proc.popen.wait()
         self.events.put(Event("exit", name, proc.gen, code))
+
+    def _take_line(self, proc: TaskProcess, text: str) -> None:
+        name = proc.task.name
+        done = parse_done_mark(text)
+        if done is not None:
+            before, kind, number = done
+            if before:  # the call's last output had no newline
+                self.logbook.add(name, before)
+            self.events.put(Event("msg", name, proc.gen, (kind, number)))
+            return
+        # Progress bars redraw with carriage returns: keep the last state.
+        self.logbook.add(name, text.split("\r")[-1] if "\r" in text else text)
 
     def _handle(self, event: Event) -> TaskProcess | None:
         """Apply an event to the task it concerns; returns that task (current generation only)."""
@@ -552,17 +654,46 @@ class ClusterRuntime:
                 return
             self._handle(event)
 
-    def _tails(self, names: list[str]) -> str:
+    def _tails(self, names: list[str], since: int | None = None) -> str:
+        """The last lines of each task (only those after line number ``since``, if given)."""
         parts = []
         for name in names:
-            lines = self.logbook.lines(name, tail=LAST_LINES)
+            lines = self.logbook.lines(name, tail=LAST_LINES, since=since or 0)
             if lines:
                 parts.append("\n".join(f"  [{name}] {line}" for line in lines))
+            elif since is not None:
+                parts.append(
+                    f"  [{name}] (it printed nothing during this call; see {self.logbook.path(name)})"
+                )
             else:
                 parts.append(
                     f"  [{name}] (nothing besides TensorFlow's start-up messages; see {self.logbook.path(name)})"
                 )
         return "\n".join(parts)
+
+    @contextlib.contextmanager
+    def waiting(self, what: str):
+        """Claim the cluster's event queue for this thread while it waits for ``what``.
+
+        One thread at a time: two threads waiting on the one queue would take each
+        other's events, and one of them would wait for ever. A second thread is refused.
+        """
+        if not self._wait_lock.acquire(blocking=False):
+            holder = self._wait_holder
+            raise DtfkitError(
+                f"cluster {self.id} is already waiting for {holder[1] if holder else 'something'} in "
+                f"thread {holder[0] if holder else '?'!r}; dtfkit waits for one thing at a time per "
+                f"cluster, so {what} cannot wait in thread {threading.current_thread().name!r} too. "
+                "Next step: wait from the thread that is already waiting (handle.result()), one call "
+                "after another, or start a separate cluster for this thread."
+            )
+        outer = self._wait_holder
+        self._wait_holder = (threading.current_thread().name, what)
+        try:
+            yield
+        finally:
+            self._wait_holder = outer
+            self._wait_lock.release()
 
     class _LiveOutput:
         """While the caller waits, print task output in the caller's thread (its cell).
@@ -613,17 +744,18 @@ class ClusterRuntime:
     def restart(self, task: str | TaskId | None = None, index: int | None = None) -> None:
         """Start a task again on its old address (all dead tasks when ``task`` is None)."""
         self._check_open()
-        if task is None:
-            targets = [t for t, p in self.procs.items() if not p.alive]
-        else:
-            targets = [self.task_process(task, index).task]
-        for t in targets:
-            old = self.procs[t]
-            old.kill()
-            self._reap([old])
-        if targets:
-            self._start_tasks(targets, restart=True)
-            self._write_state()
+        with self.waiting("restart()"):  # before anything is killed: a refusal changes nothing
+            if task is None:
+                targets = [t for t, p in self.procs.items() if not p.alive]
+            else:
+                targets = [self.task_process(task, index).task]
+            for t in targets:
+                old = self.procs[t]
+                old.kill()
+                self._reap([old])
+            if targets:
+                self._start_tasks(targets, restart=True)
+                self._write_state()
 
     def _reap(self, procs: list[TaskProcess], timeout: float = 10.0) -> None:
         for proc in procs:
@@ -662,6 +794,9 @@ class ClusterRuntime:
                 pass
             self._anchor.kill()
         self._reap(procs)
+        # What a task started in a session of its own escaped its process group; its
+        # environment still names this cluster.
+        state.end_marked_processes(self.id)
         if self._anchor is not None:
             self._anchor.wait(timeout=10)
             self._anchor.stdout.close()
@@ -717,6 +852,30 @@ def _env_changes(old: dict[str, str], new: dict[str, str], cwd: str) -> dict[str
     paths_new = [p for p in new.get("PYTHONPATH", "").split(os.pathsep) if p and p != cwd]
     if paths_old != paths_new:
         out["PYTHONPATH"] = new.get("PYTHONPATH", "")
+    return out
+
+
+def _check_env(env: dict[str, str] | None) -> dict[str, str]:
+    """``env=`` as strings; refuse what would silently become a wrong value (None, objects)."""
+    if env is None:
+        return {}
+    if not isinstance(env, dict):
+        raise DtfkitError(f"env must be a dict of variable names to strings, not {type(env).__name__}")
+    out = {}
+    for key, value in env.items():
+        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+            raise DtfkitError(f"env: {key!r} is not a valid environment variable name")
+        if isinstance(value, bool) or not isinstance(value, (str, int, float, os.PathLike)):
+            raise DtfkitError(
+                f"env[{key!r}] is {value!r}: environment variables hold strings. Next step: pass a "
+                "string (e.g. '1'), or leave the variable out to keep the notebook's value"
+            )
+        text = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
+        if "\0" in text:
+            raise DtfkitError(
+                f"env[{key!r}] contains a NUL character, which no environment variable can hold"
+            )
+        out[key] = text
     return out
 
 

@@ -66,6 +66,8 @@ class TaskId:
             job = text
         if job not in ROLES:
             raise DtfkitError(f"unknown role {job!r}: the roles are {', '.join(ROLES)}")
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise DtfkitError(f"the index of a {job} task must be a whole number, not {index!r}")
         return cls(job, int(index))
 
     def __str__(self) -> str:
@@ -120,8 +122,13 @@ class ClusterLayout:
             chosen = [t for t in self.tasks if t.job == which]
         elif isinstance(which, (str, TaskId)):
             chosen = [TaskId.parse(which)]
-        else:
+        elif isinstance(which, (list, tuple, set, frozenset)):
             chosen = [TaskId.parse(w) for w in which]
+        else:
+            raise DtfkitError(
+                f"cannot select tasks with {which!r}: use 'workers', 'all', a role such as 'ps', "
+                "a task such as 'worker:1', or a list of tasks"
+            )
         missing = [t.name for t in chosen if t not in self.tasks]
         if missing:
             have = ", ".join(t.name for t in self.tasks)

@@ -109,17 +109,39 @@ def write_student_copies(source: str | Path, output: str | Path) -> list[Path]:
         write_student_copies("notebooks", "student")
     """
     source, output = Path(source), Path(output)
+    if not source.exists():
+        raise DtfkitError(f"{source} does not exist: give a folder of notebooks or one notebook")
     notebooks = [source] if source.is_file() else sorted(source.glob("*.ipynb"))
     if not notebooks:
         raise DtfkitError(f"no notebook (*.ipynb) in {source}")
     if output.resolve() in {p.parent.resolve() for p in notebooks}:
         raise DtfkitError(f"the output folder {output} holds the instructor notebooks: choose another one")
+    # Every notebook is read and converted before anything is written or created.
+    students = [(path, student_notebook(_read_notebook(path), path.name)) for path in notebooks]
     output.mkdir(parents=True, exist_ok=True)
     written = []
-    for path in notebooks:
-        nb = json.loads(path.read_text(encoding="utf-8"))
-        student = student_notebook(nb, path.name)
+    for path, student in students:
         target = output / path.name
         target.write_text(json.dumps(student, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         written.append(target)
     return written
+
+
+def _read_notebook(path: Path) -> dict[str, Any]:
+    """A notebook's JSON; a clear error for anything that is not an nbformat 4 notebook."""
+    if path.suffix != ".ipynb":
+        raise DtfkitError(f"{path} is not a notebook (*.ipynb): nothing was written")
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DtfkitError(f"cannot read {path}: {exc}; nothing was written") from None
+    except ValueError as exc:
+        raise DtfkitError(
+            f"{path} is not valid JSON ({exc}); nothing was written. Next step: open and save it "
+            "in Jupyter, or restore it from version control"
+        ) from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise DtfkitError(f"{path} is JSON but not a notebook (no list of cells); nothing was written")
+    if not all(isinstance(c, dict) for c in nb["cells"]):
+        raise DtfkitError(f"{path}: a cell is not a JSON object; nothing was written")
+    return nb
