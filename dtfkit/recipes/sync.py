@@ -429,6 +429,29 @@ class SyncRun:
         times = np.sort(list(self.update_times().values()))
         return float(np.median(np.diff(times))) if len(times) > 1 else float("nan")
 
+    def median_step_interval(self, task: str) -> float:
+        """Median seconds between the starts of one worker's consecutive local steps,
+        its first step left out (TensorFlow sets the step up during it). Compare it with
+        ``median_update_interval()``: both are medians over the same run."""
+        starts = np.sort([g["start"] for g in self.gradients_of(task) if g["index"] > 0])
+        return float(np.median(np.diff(starts))) if len(starts) > 1 else float("nan")
+
+    def tokens_handed_out(self) -> int:
+        """Tokens the chief put into the token queue: ``replicas_to_aggregate`` at the start,
+        then ``max(total_num_replicas, replicas_to_aggregate)`` per update. Each completed
+        local step took one, so the workers' local steps can never add up to more."""
+        per_update = max(self.total_num_replicas, self.replicas_to_aggregate)
+        return self.replicas_to_aggregate + per_update * self.global_step
+
+    def update_window(self, first: int, last: int, skip_first: bool = True) -> tuple[float, float]:
+        """The x range of ``plot_timeline`` (same origin) from just before update ``first``
+        to just after update ``last``: ``ax.set_xlim(*run.update_window(20, 24))`` zooms in."""
+        times = self.update_times()
+        t0 = self._t0(skip_first)
+        lo, hi = times[first - 1] if first > 1 else t0, times[last]
+        pad = 0.15 * (hi - lo)
+        return lo - t0 - pad, hi - t0 + pad
+
     def exit_lags(self) -> dict[str, float]:
         """Per worker, seconds from its last step to its session being closed."""
         return {
