@@ -443,6 +443,10 @@ class SyncRun:
         per_update = max(self.total_num_replicas, self.replicas_to_aggregate)
         return self.replicas_to_aggregate + per_update * self.global_step
 
+    def time_origin(self, skip_first: bool = True) -> float:
+        """The wall time ``plot_timeline`` puts at x = 0 (the same ``skip_first``)."""
+        return self._t0(skip_first)
+
     def update_window(self, first: int, last: int, skip_first: bool = True) -> tuple[float, float]:
         """The x range of ``plot_timeline`` (same origin) from just before update ``first``
         to just after update ``last``: ``ax.set_xlim(*run.update_window(20, 24))`` zooms in."""
