@@ -90,7 +90,7 @@ def train_sync(
             long pause, a busy machine) before it sends its next gradient.
         variables_on: put the variables (and the sync queues and accumulators) on
             this worker task instead of the ps tasks: a worker that is also a ps,
-            as when the seed's ps shares a machine with one worker.
+            as when the ps shares a machine with one worker (分布式TensorFlow 采坑记).
         stop_grace_secs: ``MonitoredTrainingSession``'s ``stop_grace_period_secs``
             (TensorFlow's default is 120; the chief waits that long on exit).
         start_barrier: after its first step, each worker waits until every worker has
