@@ -90,7 +90,7 @@ def train_sync(
             long pause, a busy machine) before it sends its next gradient.
         variables_on: put the variables (and the sync queues and accumulators) on
             this worker task instead of the ps tasks: a worker that is also a ps,
-            as when the seed's ps shares a machine with one worker.
+            as when the ps shares a machine with one worker (分布式TensorFlow 采坑记).
         stop_grace_secs: ``MonitoredTrainingSession``'s ``stop_grace_period_secs``
             (TensorFlow's default is 120; the chief waits that long on exit).
         start_barrier: after its first step, each worker waits until every worker has
@@ -428,6 +428,33 @@ class SyncRun:
         """Median seconds between consecutive updates."""
         times = np.sort(list(self.update_times().values()))
         return float(np.median(np.diff(times))) if len(times) > 1 else float("nan")
+
+    def median_step_interval(self, task: str) -> float:
+        """Median seconds between the starts of one worker's consecutive local steps,
+        its first step left out (TensorFlow sets the step up during it). Compare it with
+        ``median_update_interval()``: both are medians over the same run."""
+        starts = np.sort([g["start"] for g in self.gradients_of(task) if g["index"] > 0])
+        return float(np.median(np.diff(starts))) if len(starts) > 1 else float("nan")
+
+    def tokens_handed_out(self) -> int:
+        """Tokens the chief put into the token queue: ``replicas_to_aggregate`` at the start,
+        then ``max(total_num_replicas, replicas_to_aggregate)`` per update. Each completed
+        local step took one, so the workers' local steps can never add up to more."""
+        per_update = max(self.total_num_replicas, self.replicas_to_aggregate)
+        return self.replicas_to_aggregate + per_update * self.global_step
+
+    def time_origin(self, skip_first: bool = True) -> float:
+        """The wall time ``plot_timeline`` puts at x = 0 (the same ``skip_first``)."""
+        return self._t0(skip_first)
+
+    def update_window(self, first: int, last: int, skip_first: bool = True) -> tuple[float, float]:
+        """The x range of ``plot_timeline`` (same origin) from just before update ``first``
+        to just after update ``last``: ``ax.set_xlim(*run.update_window(20, 24))`` zooms in."""
+        times = self.update_times()
+        t0 = self._t0(skip_first)
+        lo, hi = times[first - 1] if first > 1 else t0, times[last]
+        pad = 0.15 * (hi - lo)
+        return lo - t0 - pad, hi - t0 + pad
 
     def exit_lags(self) -> dict[str, float]:
         """Per worker, seconds from its last step to its session being closed."""
