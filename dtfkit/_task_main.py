@@ -214,10 +214,10 @@ def _text(value) -> str:
 def _run_script(cfg: dict, cluster: dict, job: str, index: int) -> int:
     import runpy
 
-    from dtfkit.spec import TaskId, seed_flags
+    from dtfkit.spec import TaskId, tutorial_flags
 
     script = cfg["script"]
-    sys.argv = [script, *seed_flags(cluster, TaskId(job, index)), *cfg.get("script_args", [])]
+    sys.argv = [script, *tutorial_flags(cluster, TaskId(job, index)), *cfg.get("script_args", [])]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
         runpy.run_path(script, run_name="__main__")
@@ -367,7 +367,7 @@ def main() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         if cfg.get("linger") and job != "ps":
-            # Stay, and keep serving, until the launcher ends the cluster: a seed-style
+            # Stay, and keep serving, until the launcher ends the cluster: a tutorial-style
             # peer without device_filters needs every task's server up until it is done
             # itself, and would otherwise wait for this one for ever. The mark comes
             # after every line the script printed.

@@ -63,7 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dtfkit", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("launch", help="run a seed-style script as every task of a local cluster")
+    p = sub.add_parser(
+        "launch",
+        help="run a TF1 script with --ps_hosts/--worker_hosts/--job_name/--task_index flags (as in Ye Hu's tutorial) as every task of a local cluster",
+    )
     p.add_argument("--ps", type=int, default=1, help="number of ps tasks (default 1)")
     p.add_argument("--workers", type=int, default=2, help="number of worker tasks (default 2)")
     p.add_argument("--chief", type=int, default=0, help="1 to add a chief task")

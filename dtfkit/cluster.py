@@ -207,7 +207,7 @@ class LocalCluster:
             on: ``"workers"`` (chief and workers: between-graph replication), ``"all"``,
                 a role (``"ps"``), a task (``"worker:1"``), a list of tasks, or
                 ``"client"``: a fresh client process that joins the cluster's network
-                but runs no server (the seed tutorial's separate client).
+                but runs no server (the separate client of Ye Hu's tutorial).
             timeout: seconds before the call is abandoned. The stuck tasks' Python
                 stacks are shown in the ``TaskTimeout`` error, then those tasks are
                 killed (``restart()`` brings them back).

@@ -1,4 +1,4 @@
-"""Run an unmodified seed-style script as every task of a local cluster.
+"""Run an unmodified tutorial-style TF1 script (`--ps_hosts --worker_hosts --job_name --task_index`) as every task of a local cluster.
 
 Each task runs ``script.py --ps_hosts=... --worker_hosts=... --job_name=... --task_index=...``
 (plus ``TF_CONFIG`` and any extra arguments). ps tasks, which ``join()`` forever,

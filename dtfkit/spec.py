@@ -155,7 +155,7 @@ def tf_config(cluster: dict[str, list[str]], task: TaskId) -> str:
     return json.dumps({"cluster": cluster, "task": {"type": task.job, "index": task.index}})
 
 
-def seed_flags(cluster: dict[str, list[str]], task: TaskId) -> list[str]:
-    """The command-line flags of the seed tutorial's scripts (``--ps_hosts`` ...)."""
+def tutorial_flags(cluster: dict[str, list[str]], task: TaskId) -> list[str]:
+    """The command-line flags of the scripts in Ye Hu's tutorial (``--ps_hosts`` ...)."""
     flags = [f"--{job}_hosts={','.join(hosts)}" for job, hosts in cluster.items()]
     return flags + [f"--job_name={task.job}", f"--task_index={task.index}"]

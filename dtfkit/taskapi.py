@@ -24,7 +24,7 @@ from dtfkit.errors import DtfkitError
 
 @dataclass
 class TaskContext:
-    """The seed tutorial's view of the cluster, for the task this code runs in."""
+    """The view of the cluster that Ye Hu's tutorial scripts have, for the task this code runs in."""
 
     job_name: str
     task_index: int

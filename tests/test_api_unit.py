@@ -14,7 +14,7 @@ from conftest import subprocess_env
 import dtfkit
 from dtfkit import gpu
 from dtfkit.errors import DtfkitError
-from dtfkit.spec import ClusterLayout, TaskId, cluster_dict, seed_flags, tf_config
+from dtfkit.spec import ClusterLayout, TaskId, cluster_dict, tf_config, tutorial_flags
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -108,7 +108,7 @@ def test_cluster_dict_orders_tasks_and_leaves_out_the_evaluator():
         "worker": ["localhost:12", "localhost:13"],
     }
     assert list(spec) == ["chief", "ps", "worker"]
-    assert seed_flags(spec, TaskId("worker", 1))[-2:] == ["--job_name=worker", "--task_index=1"]
+    assert tutorial_flags(spec, TaskId("worker", 1))[-2:] == ["--job_name=worker", "--task_index=1"]
 
 
 def test_layout_names_every_task():
