@@ -126,6 +126,23 @@ def new_cluster_dir() -> tuple[str, str]:
     return cluster_id, path
 
 
+def _own_folders(base: str):
+    """``(name, path)`` of each real folder (not a link) in ``base`` that this user owns, by name."""
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return
+    uid = os.getuid()
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == uid:
+            yield name, path
+
+
 def prune_closed(base: str, keep: int = KEEP_CLOSED_FOLDERS) -> list[str]:
     """Remove the folders (logs) of closed clusters beyond the newest ``keep``; their names.
 
@@ -133,22 +150,13 @@ def prune_closed(base: str, keep: int = KEEP_CLOSED_FOLDERS) -> list[str]:
     logs stay readable, the rest would otherwise pile up until ``cleanup``.
     """
     closed = []
-    uid = os.getuid()
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return []
-    for name in names:
-        path = os.path.join(base, name)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
-            continue
+    for name, path in _own_folders(base):
         if os.path.lexists(os.path.join(path, STATE_FILE)):
             continue  # open (or its owner crashed: cleanup's business)
-        closed.append((st.st_mtime, name))
+        try:
+            closed.append((os.lstat(path).st_mtime, name))
+        except OSError:
+            continue
     closed.sort(reverse=True)
     removed = []
     for _, name in closed[keep:]:
@@ -299,18 +307,10 @@ def cleanup(*, everything: bool = False, dry_run: bool = False, keep_logs: bool 
     """
     report = CleanupReport()
     base = base_dir()
-    uid = os.getuid()
     orphaned: set[str] = set()
     known: set[str] = set()
     marked = _marked_processes()
-    for cluster_id in sorted(os.listdir(base)):
-        path = os.path.join(base, cluster_id)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
-            continue
+    for cluster_id, path in _own_folders(base):
         known.add(cluster_id)
         data = read_state(path)
         if data is None:
