@@ -9,7 +9,7 @@ Benchmarks (``--only`` takes these names):
 ready     cluster ready, 1 ps + 2 workers: (a) hand-launched servers, polling their
           ports; (b) the TF docs pattern, background processes + sleep(10); (c) dtfkit
           cold; (d) dtfkit warm pool. Interleaved, ``--repeat`` times.
-seed      the seed's MNIST script (dtfkit/examples/distributed_mnist.py with the seed's
+seed      the tutorial's MNIST script (dtfkit/examples/distributed_mnist.py with the tutorial's
           behaviour: ``--device_filters=False --poll_chief_secs=0``, TF's default 120 s
           stop grace), 2 ps + 2 workers, 400 steps, async and sync: hand-launched vs
           ``python -m dtfkit launch``; start to every process gone, and last step to
