@@ -41,9 +41,12 @@ def ports_of(cluster) -> set[int]:
 @pytest.fixture(scope="module")
 def host_clusters():
     """Two clusters on the host network, started one after the other by this process."""
-    first = dtfkit.LocalCluster(workers=1, network="host", progress=False, name=None)
+    # Each start warns that the servers are exposed (tests/test_hardening.py checks the text).
+    with pytest.warns(UserWarning, match="network='host'"):
+        first = dtfkit.LocalCluster(workers=1, network="host", progress=False, name=None)
     with share_cluster(first):
-        second = dtfkit.LocalCluster(workers=1, network="host", progress=False, name=None)
+        with pytest.warns(UserWarning, match="network='host'"):
+            second = dtfkit.LocalCluster(workers=1, network="host", progress=False, name=None)
         with share_cluster(second):
             yield first, second
 
