@@ -123,6 +123,9 @@ def new_cluster_dir() -> tuple[str, str]:
     cluster_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     path = os.path.join(base, cluster_id)
     os.mkdir(path, 0o700)  # fails rather than reuse anything already there
+    # A state file from the start: a folder without one counts as closed, and another
+    # process of ours pruning closed folders must not take this one while it starts.
+    write_state(path, cluster_id, [], "starting")
     return cluster_id, path
 
 

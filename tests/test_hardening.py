@@ -293,6 +293,21 @@ def test_only_the_newest_closed_cluster_folders_are_kept(home):
     assert "1-0pen0000" in left and cluster_id in left
 
 
+def test_a_cluster_folder_that_is_still_starting_is_never_pruned(home):
+    # Another process of the same user may close many clusters while this one starts
+    # (its tasks import TensorFlow for seconds): the new folder must not count as closed.
+    home.mkdir(mode=0o700)
+    starting, path = state.new_cluster_dir()
+    os.utime(path, (1, 1))  # older than everything below
+    for i in range(state.KEEP_CLOSED_FOLDERS + 5):
+        folder = home / f"2-{i:08x}"
+        folder.mkdir()
+        os.utime(folder, (1000 + i, 1000 + i))
+    removed = state.prune_closed(str(home))
+    assert len(removed) == 5 and starting not in removed
+    assert state.read_state(path)["description"] == "starting"
+
+
 def test_lines_since_leave_out_earlier_output():
     book = logs.LogBook(None)
     book.add("worker:0", "earlier")
