@@ -106,19 +106,11 @@ def plot_timeline(record: RunRecord, ax) -> None:
     ax.set_title("step timeline", fontsize="medium")
 
 
-def update_times(record: RunRecord) -> list[float]:
-    """When each update (global step) was made, in order: sync from the ledger (the first
-    token that carried it), async from the step records."""
-    if record.sync is not None:
-        return sorted(record.sync.update_times().values())
-    return sorted(e for steps in record.pushes().values() for _, e, _, a, _ in steps if a is not None)
-
-
 def zoomed_timeline(record: RunRecord, updates: int = 8, title: str = ""):
     """The step timeline of ``updates`` consecutive updates from the middle of the run, with
     a grey line at each update: close enough to see which steps end together (sync) or
     overlap (async). Returns a Figure."""
-    times = update_times(record)
+    times = record.update_times()
     fig = _figure(12, 0.9 + 0.5 * len(record.workers))
     ax = fig.subplots()
     plot_timeline(record, ax)

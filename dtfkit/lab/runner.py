@@ -187,13 +187,17 @@ class RunRecord:
         tail = updates[int(len(updates) * (1 - last)) :]
         return sum(1 for tasks in tail if task in tasks) / max(1, len(tail))
 
+    def update_times(self) -> list[float]:
+        """When each update (global step) was made, in order: sync from the ledger (the
+        first token that carried it), async from the step records."""
+        if self.sync is not None:
+            return sorted(self.sync.update_times().values())
+        return sorted(e for steps in self.pushes().values() for _, e, _, a, _ in steps if a is not None)
+
     def update_interval(self, last: float = 1.0, how: str = "median") -> float:
         """Seconds between consecutive updates (the pace) over the last ``last`` of them:
         their ``"median"`` or ``"mean"``."""
-        if self.sync is not None:
-            ends = sorted(self.sync.update_times().values())
-        else:
-            ends = sorted(e for steps in self.pushes().values() for _, e, _, a, _ in steps if a is not None)
+        ends = self.update_times()
         ends = ends[int(len(ends) * (1 - last)) :]
         gaps = sorted(b - a for a, b in zip(ends, ends[1:], strict=False))
         if not gaps:
