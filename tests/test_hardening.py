@@ -416,8 +416,20 @@ def test_ctrl_c_on_a_stuck_task_re_raises_keyboardinterrupt(cluster):
     handle = cluster.submit(ignore_interrupts_for_ever, args=("stuck-2",), on="worker:0", grace=0.5)
     main = threading.main_thread().ident
 
+    def main_thread_waits_in_result() -> bool:
+        # Ctrl-C must land while the main thread is inside result(), not before it got
+        # there (e.g. still in presser.start()), where nothing would catch it.
+        frame = sys._current_frames().get(main)
+        while frame is not None:
+            if frame.f_code.co_name == "result" and frame.f_code.co_filename.endswith("calls.py"):
+                return True
+            frame = frame.f_back
+        return False
+
     def press_ctrl_c() -> None:
-        if wait_until(lambda: "stuck-2" in cluster.logs("worker:0", tail=1), 60):
+        if wait_until(
+            lambda: "stuck-2" in cluster.logs("worker:0", tail=1) and main_thread_waits_in_result(), 60
+        ):
             signal.pthread_kill(main, signal.SIGINT)
 
     presser = threading.Thread(target=press_ctrl_c, daemon=True)
