@@ -199,7 +199,7 @@ def ready_dtfkit(pool) -> float:
 
 
 def bench_ready(repeat: int, log: Callable[[str], None]) -> list[Row]:
-    from dtfkit.pool import TaskPool
+    from dtfkit.engine.pool import TaskPool
 
     hand = Row("ready", "(a) hand-launched, poll ports")
     docs = Row("ready", "(b) TF docs: background + sleep(10)", baseline=hand.label)
@@ -460,7 +460,7 @@ def bench_import(repeat: int, log: Callable[[str], None]) -> list[Row]:
         )
     )
     import dtfkit
-    from dtfkit.pool import TaskPool
+    from dtfkit.engine.pool import TaskPool
 
     with dtfkit.LocalCluster(ps=1, workers=2, progress=False, pool=False, name=None) as cluster:
         rss = {}

@@ -43,13 +43,13 @@ __all__ = [
 
 if TYPE_CHECKING:
     from dtfkit.cluster import LocalCluster
+    from dtfkit.engine.state import cleanup
     from dtfkit.launch import launch
-    from dtfkit.state import cleanup
 
 _LAZY = {
     "LocalCluster": ("dtfkit.cluster", "LocalCluster"),
     "launch": ("dtfkit.launch", "launch"),
-    "cleanup": ("dtfkit.state", "cleanup"),
+    "cleanup": ("dtfkit.engine.state", "cleanup"),
 }
 
 

@@ -45,14 +45,14 @@ def _demo(ns: argparse.Namespace) -> int:
 
 
 def _cleanup(ns: argparse.Namespace) -> int:
-    from dtfkit.state import cleanup
+    from dtfkit.engine.state import cleanup
 
     print(cleanup(everything=ns.all, dry_run=ns.dry_run, keep_logs=ns.keep_logs))
     return 0
 
 
 def _student_copies(ns: argparse.Namespace) -> int:
-    from dtfkit.student import write_student_copies
+    from dtfkit.course.student import write_student_copies
 
     for path in write_student_copies(ns.source, ns.output):
         print(f"wrote {path}")

@@ -26,11 +26,11 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from dtfkit.calls import ERROR_POLICIES, RunHandle
+from dtfkit.engine.calls import ERROR_POLICIES, RunHandle
+from dtfkit.engine.layout import ClusterLayout, TaskId
+from dtfkit.engine.metrics import MetricLog
+from dtfkit.engine.runtime import ClusterRuntime, check_task_count
 from dtfkit.errors import DtfkitError, TaskNotRunning
-from dtfkit.metrics import MetricLog
-from dtfkit.runtime import ClusterRuntime, check_task_count
-from dtfkit.spec import ClusterLayout, TaskId
 
 _BY_NAME: dict[str, LocalCluster] = {}
 
@@ -57,7 +57,7 @@ class LocalCluster:
         network: ``"auto"`` (default: a private network namespace when the OS allows,
             else the host network with a warning), ``"isolated"`` (required), or
             ``"host"`` (reachable from other machines: for multi-host lessons only).
-        gpus: ``"auto"``, ``"share"`` or ``"none"`` (see ``dtfkit.gpu``).
+        gpus: ``"auto"``, ``"share"`` or ``"none"`` (see ``dtfkit.engine.gpu_plan``).
         env: extra environment variables for every task (e.g. ``GRPC_FAIL_FAST``).
         start_servers: False starts the processes (TensorFlow imported, ``TF_CONFIG``
             set) without a server, for strategies that start their own
@@ -72,12 +72,12 @@ class LocalCluster:
         name: a cluster started with the name of an open one replaces it. In a
             notebook the default name is the cell's id.
         pool: take the tasks from a warm pool (processes that imported TensorFlow
-            ahead of need, see ``dtfkit.pool``). ``None`` (default): on in a Jupyter
+            ahead of need, see ``dtfkit.engine.pool``). ``None`` (default): on in a Jupyter
             kernel, off elsewhere, as ``DTFKIT_POOL=0``/``1`` says if set. ``True``:
             the process-wide pool; ``False``: start every task cold; or a
             ``TaskPool``. ``cluster.pool_note`` says what happened.
         max_tasks: the most tasks this cluster may have. ``None`` (default): what the
-            machine allows (``dtfkit.runtime.task_limit()``: available memory and CPU
+            machine allows (``dtfkit.engine.runtime.task_limit()``: available memory and CPU
             cores; ``DTFKIT_MAX_TASKS`` overrides it). A larger cluster fails at once,
             before any process starts.
 
@@ -395,7 +395,7 @@ class LocalCluster:
 
 def _choose_pool(pool):
     """The TaskPool a new cluster adopts from, or None (see ``LocalCluster(pool=)``)."""
-    from dtfkit import pool as pools
+    from dtfkit.engine import pool as pools
 
     if pool is None:
         pool = pools.enabled_by_default()
@@ -405,7 +405,7 @@ def _choose_pool(pool):
         return None
     if isinstance(pool, pools.TaskPool):
         return pool
-    raise DtfkitError(f"pool must be True, False, None or a dtfkit.pool.TaskPool, not {pool!r}")
+    raise DtfkitError(f"pool must be True, False, None or a dtfkit.engine.pool.TaskPool, not {pool!r}")
 
 
 def _counts(layout: ClusterLayout) -> str:

@@ -17,10 +17,10 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from dtfkit.engine.layout import ClusterLayout, TaskId
+from dtfkit.engine.logs import OUTPUT_DRAIN_SECONDS
+from dtfkit.engine.runtime import ClusterRuntime
 from dtfkit.errors import DtfkitError
-from dtfkit.logs import OUTPUT_DRAIN_SECONDS
-from dtfkit.runtime import ClusterRuntime
-from dtfkit.spec import ClusterLayout, TaskId
 
 HANG_HINT_AFTER = 30.0
 

@@ -12,9 +12,9 @@ import pytest
 from conftest import subprocess_env
 
 import dtfkit
-from dtfkit import gpu
+from dtfkit.engine import gpu_plan as gpu
+from dtfkit.engine.layout import ClusterLayout, TaskId, cluster_dict, tf_config, tutorial_flags
 from dtfkit.errors import DtfkitError
-from dtfkit.spec import ClusterLayout, TaskId, cluster_dict, tf_config, tutorial_flags
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,7 +27,7 @@ def test_import_dtfkit_does_not_import_tensorflow():
         "after_import = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras'))\n"
         # The lazily loaded public names and every module the notebook side uses.
         "dtfkit.LocalCluster, dtfkit.launch, dtfkit.cleanup\n"
-        "import dtfkit.cli, dtfkit.runtime, dtfkit.cluster, dtfkit.launch, dtfkit.state, dtfkit.gpu\n"
+        "import dtfkit.cli, dtfkit.engine.runtime, dtfkit.cluster, dtfkit.launch, dtfkit.engine.state, dtfkit.engine.gpu_plan\n"
         "after_api = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras'))\n"
         "print(json.dumps([after_import, after_api]))\n"
     )
@@ -42,8 +42,8 @@ def test_import_dtfkit_does_not_import_tensorflow():
 
 # Modules the notebook side or a task's bootstrap imports before it wants TensorFlow.
 TF_FREE_MODULES = [
-    "dtfkit.devices",
-    "dtfkit.datasets",
+    "dtfkit.course.devices",
+    "dtfkit.course.datasets",
     "dtfkit.recipes.tf1",
     "dtfkit.recipes.placement",
     "dtfkit.recipes.between_graph",

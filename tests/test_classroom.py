@@ -19,9 +19,9 @@ import sys
 import pytest
 from conftest import REPO, subprocess_env
 
-from dtfkit import check, classroom
-from dtfkit.check import _core
-from dtfkit.student import MarkerError, count_markers, student_notebook, write_student_copies
+from dtfkit.course import check, classroom
+from dtfkit.course.check import _core
+from dtfkit.course.student import MarkerError, count_markers, student_notebook, write_student_copies
 
 NOTEBOOKS = REPO / "notebooks"
 # chapter notebook -> the exercises it checks automatically (chapter 8: add its line here).
@@ -110,7 +110,8 @@ def test_stub_detection_and_results():
 def test_checks_import_without_tensorflow():
     # The notebook side of chapters 1-4 and 7 never imports TensorFlow, checks included (5/6 import it when run).
     modules = ", ".join(
-        ["dtfkit.classroom", "dtfkit.student"] + [f"dtfkit.check.ch0{i}" for i in range(1, 9)]
+        ["dtfkit.course.classroom", "dtfkit.course.student"]
+        + [f"dtfkit.course.check.ch0{i}" for i in range(1, 9)]
     )
     code = f"import json, sys, {modules}\nprint(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras'))))"
     out = subprocess.run(
@@ -220,7 +221,7 @@ def test_grade_reports_errors_and_results(tmp_path, monkeypatch):
             "metadata": tagged,
             "outputs": [],
             "execution_count": None,
-            "source": "from dtfkit.check import _core\n\n@_core.exercise('9.1', 'demo')\n"
+            "source": "from dtfkit.course.check import _core\n\n@_core.exercise('9.1', 'demo')\n"
             "def demo(fn, *, hidden=False):\n    return _core.passed('ok') if fn() else _core.failed('no')",
         },
         {

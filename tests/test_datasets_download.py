@@ -1,4 +1,4 @@
-"""Tests for the downloaded data sets in dtfkit.datasets (MNIST, Fashion-MNIST), without internet.
+"""Tests for the downloaded data sets in dtfkit.course.datasets (MNIST, Fashion-MNIST), without internet.
 
 Downloads come from a small ``http.server`` on 127.0.0.1 serving fake files (a few 28x28
 images) whose sha256 is put into ``datasets.CHECKSUMS`` with monkeypatch; "offline" is a
@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dtfkit import datasets
-from dtfkit.datasets import (
+from dtfkit.course import datasets
+from dtfkit.course.datasets import (
     ChecksumMismatch,
     DatasetUnavailable,
     load_fashion_mnist,
@@ -221,7 +221,9 @@ def test_cache_root_precedence(monkeypatch, tmp_path):
     assert datasets.cache_root() == tmp_path / "env-cache"  # $DTFKIT_DATA (fresh_state)
     monkeypatch.delenv("DTFKIT_DATA")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert datasets.dataset_dir("fashion_mnist") == tmp_path / "home/.cache/dtfkit/datasets/fashion_mnist"
+    assert (
+        datasets.dataset_dir("fashion_mnist") == tmp_path / "home/.cache/dtfkit/course/datasets/fashion_mnist"
+    )
     assert datasets.cache_root("~/data") == tmp_path / "home/data"
     assert not (tmp_path / "home").exists()  # nothing is created
 
@@ -390,7 +392,7 @@ def test_pre_seeded_cache_works_offline_in_a_new_process(tmp_path):
         "import json, sys, urllib.request\n"
         "def offline(*a, **k): raise AssertionError('network used')\n"
         "urllib.request.urlopen = offline\n"
-        "from dtfkit import datasets\n"
+        "from dtfkit.course import datasets\n"
         f"for name, files in {sums!r}.items(): datasets.CHECKSUMS[name].update(files)\n"
         "out = {}\n"
         "for load in (datasets.load_mnist, datasets.load_fashion_mnist):\n"

@@ -1,4 +1,4 @@
-"""``dtfkit.devices``: the replica plan (pure, every GPU case) and ``ensure_replicas`` in fresh
+"""``dtfkit.course.devices``: the replica plan (pure, every GPU case) and ``ensure_replicas`` in fresh
 interpreters and in a real dtfkit task."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import subprocess_env
 
-from dtfkit.devices import ReplicaPlan, plan_replicas
+from dtfkit.course.devices import ReplicaPlan, plan_replicas
 from dtfkit.errors import DtfkitError
 
 
@@ -67,7 +67,7 @@ def test_plan_rejects_bad_n(bad):
 def test_two_and_four_logical_cpus_and_idempotent():
     code = """
 import json
-from dtfkit.devices import ensure_replicas
+from dtfkit.course.devices import ensure_replicas
 first = ensure_replicas(2)
 again = ensure_replicas(2)
 import tensorflow as tf
@@ -83,7 +83,7 @@ print(json.dumps([first, again, [d.name for d in tf.config.list_logical_devices(
 
     four = last_json(
         run_python(
-            "import json; from dtfkit.devices import ensure_replicas; print(json.dumps(ensure_replicas(4)))"
+            "import json; from dtfkit.course.devices import ensure_replicas; print(json.dumps(ensure_replicas(4)))"
         )
     )
     assert four == [f"/device:CPU:{i}" for i in range(4)]
@@ -95,7 +95,7 @@ def test_too_late_raises_with_restart_advice():
 import json
 import tensorflow as tf
 tf.constant(1.0) + 1.0          # initializes the devices
-from dtfkit.devices import ensure_replicas
+from dtfkit.course.devices import ensure_replicas
 from dtfkit.errors import DtfkitError
 try:
     ensure_replicas(2)
@@ -113,7 +113,7 @@ else:
 @pytest.mark.slow
 def test_in_a_cluster_task_via_setup():
     import dtfkit
-    from dtfkit.devices import ensure_replicas
+    from dtfkit.course.devices import ensure_replicas
 
     def cpu_devices():
         import tensorflow as tf

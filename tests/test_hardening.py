@@ -24,9 +24,9 @@ import pytest
 from conftest import subprocess_env, wait_gone, wait_until
 
 import dtfkit
-from dtfkit import logs, runtime, state
+from dtfkit.engine import logs, runtime, state
+from dtfkit.engine.layout import ClusterLayout
 from dtfkit.errors import ClusterStartError, DtfkitError, TaskExited, TaskTimeout
-from dtfkit.spec import ClusterLayout
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -338,7 +338,7 @@ def test_bad_selectors_are_clear_errors():
         with pytest.raises(DtfkitError, match="cannot select tasks"):
             layout.select(bad)
     with pytest.raises(DtfkitError, match="whole number"):
-        dtfkit.spec.TaskId.parse("worker", "x")
+        dtfkit.engine.layout.TaskId.parse("worker", "x")
 
 
 def test_host_network_warns_about_what_it_exposes(no_spawn, monkeypatch):
@@ -367,7 +367,7 @@ def _notebook(cells) -> str:
 )
 def test_student_copies_of_a_bad_file_fail_before_creating_anything(tmp_path, name, content, message):
     from dtfkit.cli import main
-    from dtfkit.student import write_student_copies
+    from dtfkit.course.student import write_student_copies
 
     source = tmp_path / name
     source.write_text(content)
@@ -380,7 +380,7 @@ def test_student_copies_of_a_bad_file_fail_before_creating_anything(tmp_path, na
 
 
 def test_student_copies_of_a_folder_with_one_broken_notebook_write_nothing(tmp_path):
-    from dtfkit.student import write_student_copies
+    from dtfkit.course.student import write_student_copies
 
     (tmp_path / "a.ipynb").write_text(_notebook([]))
     (tmp_path / "b.ipynb").write_text("{")

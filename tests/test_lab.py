@@ -121,7 +121,7 @@ def test_the_panel_honours_the_browser_contract():
 
 
 def test_exercise_8_1_fails_wrong_settings_before_starting_anything(no_spawn):
-    from dtfkit import check
+    from dtfkit.course import check
 
     def answer(aggregate):
         return lambda workers, straggler_ms: {

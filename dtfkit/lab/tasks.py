@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 import dtfkit
-from dtfkit.datasets import load_digits
+from dtfkit.course.datasets import load_digits
 from dtfkit.recipes import tf1
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 import dtfkit
-from dtfkit.datasets import load_digits, shard
+from dtfkit.course.datasets import load_digits, shard
 from dtfkit.recipes.tf1 import classifier, on_ps, session_config, worker_rank
 
 

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 import dtfkit
-from dtfkit.datasets import load_digits, shard
+from dtfkit.course.datasets import load_digits, shard
 
 
 def _eager_context_initialized() -> bool:

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 import dtfkit
-from dtfkit.datasets import load_digits, shard
+from dtfkit.course.datasets import load_digits, shard
 from dtfkit.errors import DtfkitError
 from dtfkit.recipes import tf1
 

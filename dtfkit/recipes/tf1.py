@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 import dtfkit
-from dtfkit.datasets import load_digits, shard
+from dtfkit.course.datasets import load_digits, shard
 
 NUM_FEATURES = 64
 NUM_CLASSES = 10

@@ -2,7 +2,7 @@
 
 Example::
 
-    from dtfkit import check
+    from dtfkit.course import check
     check.ch07.all_reduce(sum_over_workers)
     check.ch07.ps_counter(count_steps)
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import dtfkit
-from dtfkit import classroom
-from dtfkit.check._core import CheckResult, cluster, exercise, failed, passed
+from dtfkit.course import classroom
+from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
 
 _STARTUP = "configured at program startup"
 

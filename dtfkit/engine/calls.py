@@ -18,12 +18,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from dtfkit.engine.layout import TaskId
+from dtfkit.engine.logs import OUTPUT_DRAIN_SECONDS
 from dtfkit.errors import DtfkitError, TaskExited, TaskFailed, TaskNotRunning, TaskTimeout
-from dtfkit.logs import OUTPUT_DRAIN_SECONDS
-from dtfkit.spec import TaskId
 
 if TYPE_CHECKING:
-    from dtfkit.runtime import ClusterRuntime, TaskProcess
+    from dtfkit.engine.runtime import ClusterRuntime, TaskProcess
 
 ERROR_POLICIES = ("interrupt", "wait")
 STACK_DUMP_WAIT = 5.0

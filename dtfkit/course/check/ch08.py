@@ -2,7 +2,7 @@
 
 Example::
 
-    from dtfkit import check
+    from dtfkit.course import check
     check.ch08.backup_settings(backup_settings)
     check.ch08.staleness(staleness_of)
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dtfkit import classroom
-from dtfkit.check._core import CheckResult, exercise, failed, passed
+from dtfkit.course import classroom
+from dtfkit.course.check._core import CheckResult, exercise, failed, passed
 from dtfkit.lab import Lab
 
 DELAY_MS = 150

@@ -2,7 +2,7 @@
 
 Example::
 
-    from dtfkit import check
+    from dtfkit.course import check
     check.ch06.distributed_step(make_step)
     check.ch06.input_pipeline(make_dataset_fn)
 """
@@ -13,17 +13,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dtfkit.check._core import CheckResult, exercise, failed, passed
+from dtfkit.course.check._core import CheckResult, exercise, failed, passed
 
 
 def _setup():
     import keras
     import tensorflow as tf
 
-    import dtfkit.devices
-    from dtfkit.datasets import load_digits
+    import dtfkit.course.devices
+    from dtfkit.course.datasets import load_digits
 
-    devices = dtfkit.devices.ensure_replicas(2)[:2]
+    devices = dtfkit.course.devices.ensure_replicas(2)[:2]
     strategy = tf.distribute.MirroredStrategy(devices)
     x, y = load_digits(split="train")
 

@@ -13,8 +13,8 @@ listing logical devices, building a strategy), so call it first: in the first co
 cell of a notebook, or as ``setup=`` of a :class:`dtfkit.LocalCluster` so that each
 task runs it before its server starts::
 
-    >>> import dtfkit.devices                            # does not import TensorFlow
-    >>> devices = dtfkit.devices.ensure_replicas(2)      # e.g. ['/device:CPU:0', '/device:CPU:1']
+    >>> import dtfkit.course.devices                            # does not import TensorFlow
+    >>> devices = dtfkit.course.devices.ensure_replicas(2)      # e.g. ['/device:CPU:0', '/device:CPU:1']
     >>> import tensorflow as tf
     >>> strategy = tf.distribute.MirroredStrategy(devices)
     >>> strategy.num_replicas_in_sync
@@ -22,7 +22,7 @@ task runs it before its server starts::
 
 In a cluster::
 
-    cluster = dtfkit.LocalCluster(workers=1, setup=functools.partial(dtfkit.devices.ensure_replicas, 2))
+    cluster = dtfkit.LocalCluster(workers=1, setup=functools.partial(dtfkit.course.devices.ensure_replicas, 2))
 
 The decision (:func:`plan_replicas`) is a pure function of the physical device
 counts, so it is tested without a GPU; :func:`ensure_replicas` applies it.
@@ -104,7 +104,7 @@ def _too_late(plan: ReplicaPlan, detail: str) -> DtfkitError:
         f"ensure_replicas could not set up {plan.describe()}: TensorFlow has already initialized its "
         f"devices in this process ({detail}). Logical devices can only be configured before anything "
         "touches TensorFlow's devices (a tensor, a model, a strategy, tf.config.list_logical_devices). "
-        "Restart the kernel (in a notebook) and call dtfkit.devices.ensure_replicas() first, "
+        "Restart the kernel (in a notebook) and call dtfkit.course.devices.ensure_replicas() first, "
         "before any other TensorFlow code; in a cluster pass it as setup=."
     )
 
@@ -125,7 +125,7 @@ def ensure_replicas(n: int = 2, *, gpu_memory_mb: int = 1024) -> list[str]:
             configuration (restart the kernel and call this first).
 
     Calling it again with the same ``n`` returns the same devices. It imports
-    TensorFlow; importing :mod:`dtfkit.devices` does not.
+    TensorFlow; importing :mod:`dtfkit.course.devices` does not.
 
     Example::
 

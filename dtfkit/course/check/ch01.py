@@ -2,7 +2,7 @@
 
 Example::
 
-    from dtfkit import check
+    from dtfkit.course import check
     check.ch01.variables_on_worker(build)
     check.ch01.model_parallel(two_layers)
 """
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 import dtfkit
-from dtfkit.check._core import CheckResult, cluster, exercise, failed, passed
+from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
 from dtfkit.recipes import placement
 
 
@@ -75,7 +75,7 @@ def _trace_model(two_layers: Callable) -> dict[str, Any]:
     """Run in the client: one traced training step of the learner's two-layer model."""
     import tensorflow as tf
 
-    from dtfkit.datasets import load_digits
+    from dtfkit.course.datasets import load_digits
 
     ctx = dtfkit.this_task()
     x, y = load_digits(split="train")

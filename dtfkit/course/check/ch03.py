@@ -2,7 +2,7 @@
 
 Example::
 
-    from dtfkit import check
+    from dtfkit.course import check
     check.ch03.backup_workers(sync_options)
     check.ch03.exit_grace(session_options)
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import dtfkit
-from dtfkit import classroom
-from dtfkit.check._core import CheckResult, cluster, exercise, failed, passed
+from dtfkit.course import classroom
+from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
 from dtfkit.recipes import sync
 
 

@@ -9,7 +9,7 @@ servers, and the ports cannot collide with any other cluster.
 
 Example::
 
-    >>> from dtfkit import netns
+    >>> from dtfkit.engine import netns
     >>> netns.isolation_available()          # doctest: +SKIP
     (True, '')
 """
@@ -96,7 +96,7 @@ def isolation_available() -> tuple[bool, str]:
     """
     if not sys.platform.startswith("linux"):
         return False, f"network namespaces are Linux-only (this is {sys.platform})"
-    probe = "from dtfkit import netns; netns.unshare_user_and_net(); netns.loopback_up(); print('ok')"
+    probe = "from dtfkit.engine import netns; netns.unshare_user_and_net(); netns.loopback_up(); print('ok')"
     try:
         out = subprocess.run(
             [sys.executable, "-c", probe],
@@ -115,14 +115,14 @@ def isolation_available() -> tuple[bool, str]:
 
 def _env_with_package_path() -> dict[str, str]:
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
 
 
 def _anchor_main() -> None:
     """Entry point of the anchor process: hold the namespaces until stdin closes."""
-    from dtfkit import lifeline
+    from dtfkit.engine import lifeline
 
     lifeline.die_with_parent()
     unshare_user_and_net()

@@ -7,7 +7,7 @@ raises; ``result.require()`` does (for nbgrader's autograder).
 
 Example::
 
-    from dtfkit import check
+    from dtfkit.course import check
 
     def session_config(tf, job_name, task_index):
         return tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:{job_name}/task:{task_index}"])
@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from dtfkit.check._core import CheckResult, results, summary
+from dtfkit.course.check._core import CheckResult, results, summary
 
 __all__ = ["CheckResult", "results", "summary"]
 
@@ -28,7 +28,7 @@ __all__ = ["CheckResult", "results", "summary"]
 def __getattr__(name: str) -> Any:
     # Chapter modules load on first use: ch05/ch06 import TensorFlow inside their checks only.
     if name.startswith("ch") and name[2:].isdigit():
-        module = importlib.import_module(f"dtfkit.check.{name}")
+        module = importlib.import_module(f"dtfkit.course.check.{name}")
         globals()[name] = module
         return module
-    raise AttributeError(f"module 'dtfkit.check' has no attribute {name!r}")
+    raise AttributeError(f"module 'dtfkit.course.check' has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 Importing TensorFlow takes seconds (about 4 s alone, 7 s for three at once on two
 cores); a student who reruns a cell should not wait for it again. A ``TaskPool``
-keeps one *warm namespace* ready: a network-namespace anchor (``dtfkit.netns``) and
+keeps one *warm namespace* ready: a network-namespace anchor (``dtfkit.engine.netns``) and
 up to ``size`` processes inside it that have joined the namespace, imported
 TensorFlow, reserved a port and connected to the pool. The next isolated cluster
 adopts the whole warm namespace: its processes become the cluster's tasks (any
@@ -30,7 +30,7 @@ or ``DTFKIT_POOL=0`` turn it off; ``DTFKIT_POOL=1`` turns it on outside a kernel
 
 Example::
 
-    >>> from dtfkit.pool import TaskPool
+    >>> from dtfkit.engine.pool import TaskPool
     >>> with TaskPool(size=3) as pool:                                   # doctest: +SKIP
     ...     pool.wait_warm(3, timeout=60)
     ...     with dtfkit.LocalCluster(ps=1, workers=2, pool=pool) as cluster:
@@ -53,7 +53,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Listener
 
-from dtfkit import control, lifeline, netns, state
+from dtfkit.engine import control, lifeline, netns, state
 
 POOL_ENV = "DTFKIT_POOL"
 SIZE_ENV = "DTFKIT_POOL_SIZE"
@@ -245,14 +245,14 @@ class TaskPool:
     def _start_anchor(self) -> WarmNamespace | None:
         env = self._env()
         anchor = subprocess.Popen(
-            [sys.executable, "-m", "dtfkit.netns"],
+            [sys.executable, "-m", "dtfkit.engine.netns"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
         )
-        from dtfkit.runtime import _read_line
+        from dtfkit.engine.runtime import _read_line
 
         line = _read_line(anchor.stdout, timeout=30)
         if not line.startswith("ready "):
@@ -276,7 +276,7 @@ class TaskPool:
             }
         )
         popen = subprocess.Popen(
-            [sys.executable, "-m", "dtfkit._task_main"],
+            [sys.executable, "-m", "dtfkit.engine.task_main"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -455,7 +455,7 @@ def _affordable(size: int) -> int:
     return max(1, min(size, int(available // 2 // WARM_RSS_BYTES)))
 
 
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _OPEN: set[TaskPool] = set()
 _DEFAULT: TaskPool | None = None
 _DEFAULT_LOCK = threading.Lock()

@@ -28,15 +28,16 @@ from dataclasses import dataclass
 from multiprocessing.connection import Listener
 from typing import Any
 
-from dtfkit import control, gpu, lifeline, netns, state
+from dtfkit.engine import control, gpu_plan, lifeline, netns, state
+from dtfkit.engine.layout import ClusterLayout, TaskId, cluster_dict, tf_config
+from dtfkit.engine.logs import LogBook, parse_done_mark, read_line
+from dtfkit.engine.metrics import MetricLog
 from dtfkit.errors import ClusterStartError, DtfkitError, TaskNotRunning
-from dtfkit.logs import LogBook, parse_done_mark, read_line
-from dtfkit.metrics import MetricLog
-from dtfkit.spec import ClusterLayout, TaskId, cluster_dict, tf_config
 
 NETWORK_MODES = ("auto", "isolated", "host")
 TASK_MODES = ("serve", "noserve", "script", "client")
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The folder that holds the dtfkit package (dtfkit/engine/runtime.py is three levels down).
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 START_ATTEMPTS = 3
 LAST_LINES = 15
 MAX_TASKS_ENV = "DTFKIT_MAX_TASKS"
@@ -250,7 +251,7 @@ class ClusterRuntime:
         self._gens = itertools.count(1)
         self._client_ids = itertools.count(0)
         self._anchor: subprocess.Popen | None = None
-        self.pool = pool  # a dtfkit.pool.TaskPool to adopt warm processes from, or None
+        self.pool = pool  # a dtfkit.engine.pool.TaskPool to adopt warm processes from, or None
         self.pool_note = "" if pool is not None else "no warm pool"
         self._warm: list = []  # pool processes adopted but not yet given a task
         self._anchor_mark = ""  # the pool id in an adopted anchor's environment
@@ -260,8 +261,8 @@ class ClusterRuntime:
         self._wait_lock = threading.RLock()  # see waiting()
         self._wait_holder: tuple[str, str] | None = None
         # Validated before anything is created on disk (an unknown policy raises).
-        self._n_gpus = gpu.count_gpus()  # may ask nvidia-smi: once per cluster, not per task
-        self._gpu_plan = gpu.plan_visible_devices([t.name for t in layout.tasks], self._n_gpus, gpus)
+        self._n_gpus = gpu_plan.count_gpus()  # may ask nvidia-smi: once per cluster, not per task
+        self._gpu_plan = gpu_plan.plan_visible_devices([t.name for t in layout.tasks], self._n_gpus, gpus)
         self.id, self.dir = state.new_cluster_dir()
         self.logbook = LogBook(os.path.join(self.dir, "logs"))
         self.logbook.show_noise = show_tf_logs
@@ -307,7 +308,7 @@ class ClusterRuntime:
 
     def _take_from_pool(self) -> bool:
         """Adopt the pool's warm namespace (anchor and warm processes), if this cluster can."""
-        from dtfkit.pool import IMPORT_TIME_ENV
+        from dtfkit.engine.pool import IMPORT_TIME_ENV
 
         why = ""
         self.pool.expect(len(self.layout.tasks))
@@ -360,7 +361,7 @@ class ClusterRuntime:
             return
         env = self._base_env()
         self._anchor = subprocess.Popen(
-            [sys.executable, "-m", "dtfkit.netns"],
+            [sys.executable, "-m", "dtfkit.engine.netns"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -443,7 +444,7 @@ class ClusterRuntime:
             if growth:
                 env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
         popen = subprocess.Popen(
-            [sys.executable, "-m", "dtfkit._task_main"],
+            [sys.executable, "-m", "dtfkit.engine.task_main"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

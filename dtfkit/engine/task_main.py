@@ -1,4 +1,4 @@
-"""The program every task process runs (``python -m dtfkit._task_main``).
+"""The program every task process runs (``python -m dtfkit.engine.task_main``).
 
 Order matters: join the cluster's network namespace while still single-threaded,
 connect to the owner, reserve a port, import TensorFlow while the owner gathers
@@ -19,7 +19,7 @@ import threading
 import time
 import traceback
 
-from dtfkit import lifeline
+from dtfkit.engine import lifeline
 
 CONFIG_ENV = "DTFKIT_TASK"
 CLUSTER_ENV = "DTFKIT_CLUSTER"
@@ -174,7 +174,7 @@ def _run_call(channel: Channel, call_id: int, payload: bytes) -> None:
 
 def _mark_output_done(call_id: int) -> None:
     """Tell the owner, in the output stream itself, that this call's output is complete."""
-    from dtfkit.logs import OUTPUT_DONE_MARK
+    from dtfkit.engine.logs import OUTPUT_DONE_MARK
 
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -214,7 +214,7 @@ def _text(value) -> str:
 def _run_script(cfg: dict, cluster: dict, job: str, index: int) -> int:
     import runpy
 
-    from dtfkit.spec import TaskId, tutorial_flags
+    from dtfkit.engine.layout import TaskId, tutorial_flags
 
     script = cfg["script"]
     sys.argv = [script, *tutorial_flags(cluster, TaskId(job, index)), *cfg.get("script_args", [])]
@@ -324,7 +324,7 @@ def main() -> None:
     lifeline.die_with_parent()
     signal.signal(signal.SIGINT, signal.default_int_handler)  # until the channel is up
     if cfg.get("netns_pid"):
-        from dtfkit import netns
+        from dtfkit.engine import netns
 
         netns.enter(cfg["netns_pid"])
     if cfg["mode"] == "warm":
@@ -371,7 +371,7 @@ def main() -> None:
             # peer without device_filters needs every task's server up until it is done
             # itself, and would otherwise wait for this one for ever. The mark comes
             # after every line the script printed.
-            from dtfkit.logs import SCRIPT_DONE_MARK
+            from dtfkit.engine.logs import SCRIPT_DONE_MARK
 
             os.write(1, f"{SCRIPT_DONE_MARK}{code}\n".encode())
             threading.Event().wait()  # the launcher kills us; EOF on the channel ends us too

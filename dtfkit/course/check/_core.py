@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from dtfkit import classroom
+from dtfkit.course import classroom
+from dtfkit.course.student import STUB
 from dtfkit.errors import TaskExited, TaskFailed, TaskTimeout
-from dtfkit.student import STUB
 
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted yet"
 _MARK = {PASSED: "✔", FAILED: "✘", NOT_ATTEMPTED: "…"}

@@ -6,7 +6,7 @@ these helpers for every step count and cluster size, so a student copy grades in
 
 Example::
 
-    from dtfkit import classroom
+    from dtfkit.course import classroom
 
     steps = classroom.scaled(200)           # 200, or 50 in classroom mode
     workers = classroom.size(3, classroom=2)  # 3, or 2 in classroom mode
@@ -88,7 +88,7 @@ def grade(notebook: str | Path, *, timeout: float = 600, whole: bool = False) ->
 
     Example::
 
-        python -c "from dtfkit import classroom; print(classroom.grade('submitted/02_between_graph_replication.ipynb'))"
+        python -c "from dtfkit.course import classroom; print(classroom.grade('submitted/02_between_graph_replication.ipynb'))"
     """
     import nbformat
     from nbclient import NotebookClient

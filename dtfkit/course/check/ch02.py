@@ -2,7 +2,7 @@
 
 Example::
 
-    from dtfkit import check
+    from dtfkit.course import check
     check.ch02.device_filters(session_config)
     check.ch02.greedy_placement(ps_strategy)
 """
@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 import dtfkit
-from dtfkit import classroom
-from dtfkit.check._core import CheckResult, cluster, exercise, failed, passed
-from dtfkit.datasets import load_digits, shard
+from dtfkit.course import classroom
+from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
+from dtfkit.course.datasets import load_digits, shard
 from dtfkit.recipes.between_graph import UNEVEN_LAYERS, greedy_bytes, uneven_mlp
 from dtfkit.recipes.tf1 import classifier, on_ps, training_session
 

@@ -8,7 +8,7 @@ https://doi.org/10.24432/C50P49). See ``datasets/digits/README.md``.
 
 Typical use in a data-parallel worker:
 
->>> from dtfkit.datasets import load_digits, shard, batches
+>>> from dtfkit.course.datasets import load_digits, shard, batches
 >>> x, y = load_digits(split="train")
 >>> x.shape, x.dtype, y.dtype
 ((1438, 64), dtype('float32'), dtype('int64'))
@@ -71,7 +71,7 @@ def digits_path():
     >>> digits_path().name
     'digits.npz'
     """
-    return resources.files(__package__ or "dtfkit").joinpath("data").joinpath("digits.npz")
+    return resources.files("dtfkit").joinpath("data").joinpath("digits.npz")
 
 
 @functools.lru_cache(maxsize=1)
@@ -397,7 +397,7 @@ def prepare(
             wrong sha256.
 
     >>> prepare("mnist")  # doctest: +SKIP
-    PosixPath('/home/me/.cache/dtfkit/datasets/mnist')
+    PosixPath('/home/me/.cache/dtfkit/course/datasets/mnist')
     """
     folder = dataset_dir(name, cache_dir)
     timeout = DOWNLOAD_TIMEOUT if timeout is None else float(timeout)
@@ -488,7 +488,7 @@ def _download(
                 f"its sha256 is {actual}, expected {expected}. The download was deleted and "
                 f"nothing was cached. Try again; if it happens again, the file on the mirror "
                 f"differs: check it and, if it is genuine, correct "
-                f"CHECKSUMS[{name!r}][{filename!r}] in dtfkit/datasets.py",
+                f"CHECKSUMS[{name!r}][{filename!r}] in dtfkit/course/datasets.py",
                 path=dest,
                 url=url,
                 expected=expected,
@@ -557,7 +557,7 @@ def _offline_message(name: str, folder: Path, missing: list[str], cause: str) ->
         f"and copy them, unchanged (still compressed), into {folder}/ on this machine "
         f"(or into a {name}/ subfolder of the folder given by cache_dir= or ${_DATA_ENV}); "
         f"dtfkit checks their sha256 when it loads them. See datasets/README.md.\n"
-        f"Or use dtfkit.datasets.load_digits(), which ships with dtfkit and needs no download."
+        f"Or use dtfkit.course.datasets.load_digits(), which ships with dtfkit and needs no download."
     )
 
 

@@ -10,7 +10,7 @@ The markers are nbgrader's, so ``nbgrader generate_assignment`` reads the same n
 
 Example::
 
-    from dtfkit.student import write_student_copies
+    from dtfkit.course.student import write_student_copies
     write_student_copies("notebooks", "student")   # student/01_clusterspec_basics.ipynb, ...
 
 or ``python -m dtfkit student-copies notebooks/ -o student/``.

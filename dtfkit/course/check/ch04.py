@@ -2,7 +2,7 @@
 
 Example::
 
-    from dtfkit import check
+    from dtfkit.course import check
     check.ch04.stop_hooks(make_hooks)
     check.ch04.restore_after_ps_restart(session_options)
 """
@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 import dtfkit
-from dtfkit import classroom
-from dtfkit.check._core import CheckResult, cluster, exercise, failed, passed
-from dtfkit.datasets import load_digits, shard
+from dtfkit.course import classroom
+from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
+from dtfkit.course.datasets import load_digits, shard
 from dtfkit.recipes.tf1 import classifier, on_ps, session_config, training_session, wait_for_chief_init
 
 

@@ -1,11 +1,11 @@
 """Checks for chapter 5 (Keras with MirroredStrategy), run in the notebook's kernel.
 
-They import TensorFlow (chapter 5 does already) and need ``dtfkit.devices.ensure_replicas(2)``
+They import TensorFlow (chapter 5 does already) and need ``dtfkit.course.devices.ensure_replicas(2)``
 to have run first.
 
 Example::
 
-    from dtfkit import check
+    from dtfkit.course import check
     check.ch05.scaling_rule(training_setup)
     check.ch05.model_in_scope(build_and_compile)
 """
@@ -14,16 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dtfkit import classroom
-from dtfkit.check._core import CheckResult, exercise, failed, passed
+from dtfkit.course import classroom
+from dtfkit.course.check._core import CheckResult, exercise, failed, passed
 
 
 def _strategies():
     import tensorflow as tf
 
-    import dtfkit.devices
+    import dtfkit.course.devices
 
-    devices = dtfkit.devices.ensure_replicas(2)[:2]
+    devices = dtfkit.course.devices.ensure_replicas(2)[:2]
     return tf.distribute.MirroredStrategy(devices), tf.distribute.OneDeviceStrategy(devices[0])
 
 
@@ -31,7 +31,7 @@ def _fit(strategy, model_fn, batch: int, lr: float | None = None) -> float:
     """Train for real under ``strategy``; returns the training loss of the last epoch."""
     import keras
 
-    from dtfkit.datasets import load_digits
+    from dtfkit.course.datasets import load_digits
 
     x, y = load_digits(split="train")
     n = 512 if classroom.enabled() else len(x)

@@ -1,0 +1,1 @@
+"""Course tooling: exercise checks, classroom grading, student copies, data sets and devices."""
