@@ -21,15 +21,15 @@ Example::
 from __future__ import annotations
 
 import html
-import itertools
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from dtfkit.engine.calls import ERROR_POLICIES, RunHandle
+from dtfkit.engine.launcher import Launcher
 from dtfkit.engine.layout import ClusterLayout, TaskId
 from dtfkit.engine.metrics import MetricLog
-from dtfkit.engine.runtime import ClusterRuntime, check_task_count
+from dtfkit.engine.runtime import ClusterRuntime, check_task_count, print_line
 from dtfkit.errors import DtfkitError, TaskNotRunning
 
 _BY_NAME: dict[str, LocalCluster] = {}
@@ -80,6 +80,12 @@ class LocalCluster:
             machine allows (``dtfkit.engine.runtime.task_limit()``: available memory and CPU
             cores; ``DTFKIT_MAX_TASKS`` overrides it). A larger cluster fails at once,
             before any process starts.
+        echo: where the tasks' output goes, ``echo(task, line)``; default: printed in
+            the cell that waits (``[worker:0] ...``).
+        launcher: where the tasks run (``dtfkit.engine.launcher``); default: local
+            processes, from the warm pool when there is one (see ``pool``).
+            ``dtfkit.engine.fake.FakeLauncher()`` runs plain Python tasks without
+            TensorFlow, for fast tests of your own.
 
     Example::
 
@@ -106,6 +112,8 @@ class LocalCluster:
         name: str | None = None,
         pool: bool | Any | None = None,
         max_tasks: int | None = None,
+        echo: Callable[[str, str], None] | None = None,
+        launcher: Launcher | None = None,
     ):
         layout = ClusterLayout.from_counts(ps=ps, workers=workers, chief=chief, evaluator=evaluator)
         check_task_count(len(layout.tasks), max_tasks)  # before anything starts, a pool included
@@ -113,20 +121,23 @@ class LocalCluster:
         previous = _BY_NAME.get(self.name) if self.name else None
         if previous is not None and not previous.closed:
             previous.close()
-            print(f"dtfkit: closed the cluster this cell started before ({previous._rt.id})")
-        self._calls = itertools.count(1)
+            print(f"dtfkit: closed the cluster this cell started before ({previous.id})")
+        if launcher is None:
+            launcher = _local_launcher(network, pool)
+        elif not isinstance(launcher, Launcher):
+            raise DtfkitError(f"launcher must be a dtfkit.engine.launcher.Launcher, not {launcher!r}")
         self._rt = ClusterRuntime(
             layout,
+            launcher=launcher,
             mode="serve" if start_servers else "noserve",
-            network=network,
             gpus=gpus,
             env=env,
             show_tf_logs=show_tf_logs,
             start_timeout=start_timeout,
             progress=progress,
             setup_payload=None if setup is None else _pickle_call(setup, (), {}),
-            pool=_choose_pool(pool),
             max_tasks=max_tasks,
+            echo=echo,
         )
         self._rt.start()
         if self.name:
@@ -169,9 +180,21 @@ class LocalCluster:
         return self._rt.pids()
 
     @property
+    def echo(self) -> Callable[[str, str], None]:
+        """Where the tasks' output goes: ``echo(task, line)``. Set it to send the output
+        elsewhere (a widget's log, a list); ``None`` prints it in the waiting cell again."""
+        return self._rt.echo
+
+    @echo.setter
+    def echo(self, echo: Callable[[str, str], None] | None) -> None:
+        if echo is not None and not callable(echo):
+            raise DtfkitError(f"echo must be a function echo(task, line) or None, not {echo!r}")
+        self._rt.echo = echo or print_line
+
+    @property
     def pool_note(self) -> str:
         """Whether the tasks came warm from a pool, or why they started cold."""
-        return self._rt.pool_note
+        return self._rt.start_note or "no warm pool"
 
     @property
     def adopted(self) -> dict[str, bool]:
@@ -254,7 +277,7 @@ class LocalCluster:
             handle.result()
         """
         rt = self._rt
-        rt._check_open()
+        rt.check_open()
         if not callable(fn):
             raise DtfkitError(f"run() needs a function, not {type(fn).__name__}")
         if on_error not in ERROR_POLICIES:
@@ -275,25 +298,17 @@ class LocalCluster:
                     f"{proc.task} is {proc.status}: nothing was run. Start it again with "
                     f"cluster.restart('{proc.task}') or start a new cluster."
                 )
-        return RunHandle(rt, procs, next(self._calls), payload, name, **options)
+        return RunHandle(rt, procs, payload, name, **options)
 
     def _submit_client(self, payload: bytes, name: str, options: dict) -> RunHandle:
         rt = self._rt
-        task = TaskId("client", next(rt._client_ids))
-
-        def end_client() -> None:
-            proc = rt.procs.pop(task, None)
-            if proc is not None:
-                proc.kill()
-                rt._reap([proc])
-
+        client = rt.start_client()
         try:
-            rt._start_tasks([task], restart=True)
             return RunHandle(
-                rt, [rt.procs[task]], next(self._calls), payload, name, on_finish=end_client, **options
+                rt, [client], payload, name, on_finish=lambda: rt.remove_task(client.task), **options
             )
         except BaseException:
-            end_client()
+            rt.remove_task(client.task)
             raise
 
     # ------------------------------------------------------------- lifecycle
@@ -365,8 +380,8 @@ class LocalCluster:
 
     def _start_note(self) -> str:
         """How the tasks started (warm from the pool, or cold and why); empty without a pool."""
-        note = self._rt.pool_note
-        return "" if self.closed or note in ("", "no warm pool") else note
+        note = self._rt.start_note
+        return "" if self.closed else note
 
     def _repr_html_(self) -> str:
         rt = self._rt
@@ -393,18 +408,19 @@ class LocalCluster:
         )
 
 
-def _choose_pool(pool):
-    """The TaskPool a new cluster adopts from, or None (see ``LocalCluster(pool=)``)."""
+def _local_launcher(network: str, pool) -> Launcher:
+    """Local processes, adopted from a warm pool when one is used (see ``LocalCluster(pool=)``)."""
     from dtfkit.engine import pool as pools
+    from dtfkit.engine.local import LocalLauncher
 
     if pool is None:
         pool = pools.enabled_by_default()
     if pool is True:
-        return pools.default_pool()
+        pool = pools.default_pool()
     if pool is False:
-        return None
+        return LocalLauncher(network)
     if isinstance(pool, pools.TaskPool):
-        return pool
+        return pools.PoolLauncher(pool, network)
     raise DtfkitError(f"pool must be True, False, None or a dtfkit.engine.pool.TaskPool, not {pool!r}")
 
 

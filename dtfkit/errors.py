@@ -50,4 +50,17 @@ class TaskExited(DtfkitError):
 
 
 class TaskTimeout(DtfkitError):
-    """A function did not return in time; the message holds the stuck tasks' stacks."""
+    """A function did not return in time; the stuck tasks were killed.
+
+    Attributes:
+        stacks: each stuck task's Python stacks when the time was up, by task name
+            (``"(no stack received)"`` when it did not answer).
+        stopped: the tasks whose process was stopped (SIGSTOP, Ctrl-Z), not stuck.
+
+    The message shows all of it.
+    """
+
+    def __init__(self, message: str, stacks: dict[str, str] | None = None, stopped: list[str] | None = None):
+        super().__init__(message)
+        self.stacks = dict(stacks or {})
+        self.stopped = list(stopped or [])

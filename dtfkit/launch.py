@@ -14,12 +14,15 @@ Example::
 from __future__ import annotations
 
 import os
+import sys
 import time
+import types
 from dataclasses import dataclass, field
 
 from dtfkit.engine.layout import ClusterLayout, TaskId
+from dtfkit.engine.local import LocalLauncher
 from dtfkit.engine.logs import OUTPUT_DRAIN_SECONDS
-from dtfkit.engine.runtime import ClusterRuntime
+from dtfkit.engine.runtime import ClusterRuntime, Script
 from dtfkit.errors import DtfkitError
 
 HANG_HINT_AFTER = 30.0
@@ -83,17 +86,15 @@ def launch(
     layout = ClusterLayout.from_counts(ps=ps, workers=workers, chief=chief, evaluator=evaluator)
     runtime = ClusterRuntime(
         layout,
+        launcher=LocalLauncher(network),
         mode="script",
-        network=network,
         gpus=gpus,
         env=env,
         show_tf_logs=show_tf_logs,
         start_timeout=start_timeout,
         progress=progress,
-        script=path,
-        script_args=[str(a) for a in args],
+        script=Script(path, tuple(str(a) for a in args), linger=True),
         echo=echo,
-        linger=True,
         max_tasks=max_tasks,
     )
     started = time.monotonic()
@@ -129,7 +130,7 @@ def _supervise(
         gone = sorted(
             t
             for t in remaining
-            if runtime.procs[t].popen.poll() is not None or runtime.procs[t].script_code is not None
+            if not runtime.procs[t].alive or runtime.procs[t].script_code is not None
         )
         for task in gone:
             if runtime.procs[task].script_code is None:
@@ -138,20 +139,20 @@ def _supervise(
         return gone
 
     # Everything not shown yet: a script may print between start() and here.
-    with runtime._live_output(since=runtime.printed_seq):
+    with runtime.live_output(since=runtime.printed_seq):
         remaining = set(finishing)
         while remaining:
             for task in exited():
                 remaining.discard(task)
                 proc = runtime.procs[task]
-                code = proc.script_code if proc.script_code is not None else proc.popen.returncode
+                code = proc.script_code if proc.script_code is not None else proc.exit_code
                 codes[task] = code
                 if task == chief:
                     chief_done_at = time.monotonic()
                 if code != 0:
                     failed.append(task.name)
             if failed:
-                runtime._drain_events()  # the failed task's last lines come before the verdict
+                runtime.drain()  # the failed task's last lines come before the verdict
                 if remaining:
                     note(
                         f"{failed[0]} exited with code {codes[TaskId.parse(failed[0])]}; stopping {', '.join(t.name for t in sorted(remaining))}"
@@ -162,7 +163,7 @@ def _supervise(
             wake = [d for d in (deadline,) if d is not None]
             if chief_done_at is not None and not hinted:
                 wake.append(chief_done_at + HANG_HINT_AFTER)
-            event = runtime._next_event(min(wake) if wake else None)
+            event = runtime.pump(min(wake) if wake else None)
             now = time.monotonic()
             if event is None:
                 if deadline is not None and now >= deadline:
@@ -185,7 +186,6 @@ def _supervise(
                             "answers (set device_filters in its session config). Ctrl-C or --timeout ends it."
                         )
                 continue
-            runtime._handle(event)
             if event.kind == "log":
                 last_output[event.task] = now
         # Inside the live output: a stopped task's last lines reach the log book while
@@ -194,3 +194,14 @@ def _supervise(
     seconds = time.monotonic() - started
     ordered = {t.name: codes[t] for t in layout.tasks}
     return LaunchResult(ordered, failed, timed_out, seconds, runtime.logbook.directory or "", messages)
+
+
+class _CallableModule(types.ModuleType):
+    """``dtfkit.launch(...)`` stays the function once this module is imported: importing
+    ``dtfkit.launch`` binds the package's attribute ``launch`` to the module itself."""
+
+    def __call__(self, *args, **kwargs) -> LaunchResult:
+        return launch(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from dtfkit.engine.protocol import Metric
 from dtfkit.errors import DtfkitError
 
 
@@ -122,4 +123,4 @@ def report(step: int | None = None, **scalars: Any) -> None:
         with STATE.lock:
             STATE.local_metrics.append(event)
     else:
-        send(("metric", event))
+        send(Metric(event))

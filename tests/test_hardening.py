@@ -24,8 +24,10 @@ import pytest
 from conftest import subprocess_env, wait_gone, wait_until
 
 import dtfkit
-from dtfkit.engine import logs, runtime, state
+from dtfkit.engine import logs, protocol, runtime, state
+from dtfkit.engine.fake import FakeLauncher
 from dtfkit.engine.layout import ClusterLayout
+from dtfkit.engine.local import LocalLauncher
 from dtfkit.errors import ClusterStartError, DtfkitError, TaskExited, TaskTimeout
 
 pytestmark = pytest.mark.timeout(240)
@@ -65,26 +67,27 @@ def test_the_task_limit_follows_the_available_memory(monkeypatch):
 def test_the_start_timeout_covers_spawning(monkeypatch):
     """A machine so loaded that each spawn takes 10 s: a 15 s start stops after two."""
     layout = ClusterLayout.from_counts(workers=3)
-    rt = runtime.ClusterRuntime(layout, network="host", progress=False, start_timeout=15)
     clock = [1000.0]
     spawned = []
 
-    def slow_spawn(task, port=None, mode=None):
-        spawned.append(task.name)
-        clock[0] += 10.0
-        return types.SimpleNamespace(task=task, port=None, ready=False, conn=None, start_error=None)
+    class SlowLauncher(FakeLauncher):
+        def start(self, config, env, cwd):
+            spawned.append(config.task)
+            clock[0] += 10.0
+            return super().start(config, env, cwd)
 
+    rt = runtime.ClusterRuntime(layout, launcher=SlowLauncher(), progress=False, start_timeout=15)
     try:
         monkeypatch.setattr(
             runtime, "time", types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time)
         )
-        monkeypatch.setattr(rt, "_spawn", slow_spawn)
         with pytest.raises(ClusterStartError, match="2 of 3 tasks were started within 15 s"):
-            rt._start_tasks(layout.tasks)
+            rt.start_tasks(layout.tasks)
         assert spawned == ["worker:0", "worker:1"]
     finally:
         monkeypatch.undo()
         rt.close()
+    assert not any(p.alive for p in rt.procs.values())
 
 
 # ------------------------------------------------------ 3: the base folder
@@ -248,12 +251,12 @@ def test_close_ends_what_a_task_started_in_a_session_of_its_own():
 
 # --------------------------------------------------- 6: byte-bounded logs
 def test_a_huge_line_is_cut_but_its_end_is_kept():
-    line = b"x" * (3 * logs.MAX_LINE_BYTES) + logs.OUTPUT_DONE_MARK.encode() + b"7\n"
+    line = b"x" * (3 * logs.MAX_LINE_BYTES) + protocol.OUTPUT_DONE_MARK.encode() + b"7\n"
     stream = io.BytesIO(line + b"next\n")
     first = logs.read_line(stream)
     assert len(first) < logs.MAX_LINE_BYTES + logs.LINE_END_BYTES + 100
     assert b"bytes cut by dtfkit" in first
-    before, kind, number = logs.parse_done_mark(first.decode().rstrip("\n"))
+    before, kind, number = protocol.parse_done_mark(first.decode().rstrip("\n"))
     assert (kind, number) == ("output_done", 7) and before.startswith("xxx")
     assert logs.read_line(stream) == b"next\n"
 
@@ -316,12 +319,12 @@ def test_lines_since_leave_out_earlier_output():
 
 # ----------------------------------------------------- 7: marker injection
 def test_parse_done_mark_accepts_only_a_whole_mark():
-    mark = logs.OUTPUT_DONE_MARK
-    assert logs.parse_done_mark(f"{mark}oops") is None
-    assert logs.parse_done_mark(f"{mark}script x") is None
-    assert logs.parse_done_mark(f"{mark}12 trailing") is None
-    assert logs.parse_done_mark(f"text{mark}12") == ("text", "output_done", 12)
-    assert logs.parse_done_mark(f"{mark}script 3") == ("", "script_done", 3)
+    mark = protocol.OUTPUT_DONE_MARK
+    assert protocol.parse_done_mark(f"{mark}oops") is None
+    assert protocol.parse_done_mark(f"{mark}script x") is None
+    assert protocol.parse_done_mark(f"{mark}12 trailing") is None
+    assert protocol.parse_done_mark(f"text{mark}12") == ("text", "output_done", 12)
+    assert protocol.parse_done_mark(f"{mark}script 3") == ("", "script_done", 3)
 
 
 # ------------------------------------------------------------ smaller ones
@@ -341,16 +344,13 @@ def test_bad_selectors_are_clear_errors():
         dtfkit.engine.layout.TaskId.parse("worker", "x")
 
 
-def test_host_network_warns_about_what_it_exposes(no_spawn, monkeypatch):
-    rt = runtime.ClusterRuntime(ClusterLayout.from_counts(workers=1), network="host", progress=False)
-    monkeypatch.setattr(rt, "_start_tasks", lambda tasks: None)
-    try:
-        with pytest.warns(UserWarning, match="every network interface") as record:
-            rt.start()
-        text = str(record[0].message)
-        assert "without authentication" in text and "Unix socket" in text
-    finally:
-        rt.close()
+def test_host_network_warns_about_what_it_exposes(no_spawn):
+    launcher = LocalLauncher(network="host")
+    with pytest.warns(UserWarning, match="every network interface") as record:
+        launcher.prepare(1, {}, ".")
+    text = str(record[0].message)
+    assert "without authentication" in text and "Unix socket" in text
+    assert not launcher.isolated and no_spawn == []
 
 
 def _notebook(cells) -> str:
@@ -490,7 +490,7 @@ def test_a_second_thread_waiting_on_the_cluster_is_refused_at_once(cluster, tmp_
     waiter = threading.Thread(target=lambda: results.append(handle.result()), daemon=True)
     waiter.start()
     try:
-        assert wait_until(lambda: cluster._rt._wait_holder is not None, 10)
+        assert wait_until(lambda: cluster._rt.waiting_for is not None, 10)
         # Refused, not queued: waiting would end in a TaskTimeout after 30 s (the gate
         # opens only below), which the message match tells apart.
         with pytest.raises(DtfkitError, match="already waiting for wait_for_file"):

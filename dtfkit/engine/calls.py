@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from dtfkit.engine import protocol
 from dtfkit.engine.layout import TaskId
 from dtfkit.engine.logs import OUTPUT_DRAIN_SECONDS
 from dtfkit.errors import DtfkitError, TaskExited, TaskFailed, TaskNotRunning, TaskTimeout
@@ -37,7 +38,6 @@ class RunHandle:
         self,
         runtime: ClusterRuntime,
         procs: list[TaskProcess],
-        call_id: int,
         payload: bytes,
         fn_name: str,
         *,
@@ -47,7 +47,6 @@ class RunHandle:
         on_finish: Callable[[], None] | None = None,
     ):
         self._rt = runtime
-        self.call_id = call_id
         self.fn_name = fn_name
         self.tasks = [p.task.name for p in procs]
         self._order = [p.task for p in procs]
@@ -72,20 +71,18 @@ class RunHandle:
                     f"{proc.task} is still running an earlier call; wait for it (handle.result()) "
                     "or stop it (handle.stop()) first"
                 )
+        self._inbox = runtime.open_call()  # the runtime routes this call's answers here
+        self.call_id = self._inbox.call_id
         for proc in procs:
-            proc.send(("call", call_id, payload))
-            proc.busy_with = call_id
+            proc.send(protocol.Call(self.call_id, payload))
+            proc.busy_with = self.call_id
 
     # ------------------------------------------------------------- public
     def done(self) -> bool:
         """True once every task has answered (or died). Never blocks."""
         if self._outcome is None:
             with self._rt.waiting(f"{self.fn_name} (handle.done())"):
-                while True:
-                    event = self._rt._next_event(time.monotonic())
-                    if event is None:
-                        break
-                    self._rt._handle(event)
+                self._rt.drain()
                 self._collect()
                 if not self._pending:
                     self._finish()
@@ -128,11 +125,11 @@ class RunHandle:
     def _wait(self, until: float | None) -> None:
         rt = self._rt
         try:
-            with rt._live_output(since=self._log_start):
+            with rt.live_output(since=self._log_start):
                 self._collect()
                 while self._pending:
                     limits = [d for d in (self._deadline, self._grace_deadline, until) if d is not None]
-                    event = rt._next_event(min(limits) if limits else None)
+                    event = rt.pump(min(limits) if limits else None)
                     now = time.monotonic()
                     if event is None:
                         if self._grace_deadline is not None and now >= self._grace_deadline:
@@ -145,7 +142,6 @@ class RunHandle:
                                 f"{self.fn_name} is still running on {', '.join(t.name for t in self._pending)}"
                             )
                         continue
-                    rt._handle(event)
                     self._collect()
         except KeyboardInterrupt:
             if self._pending:
@@ -159,24 +155,23 @@ class RunHandle:
         """Move answers (kept by the runtime per call) and deaths into results/failures."""
         import cloudpickle
 
-        replies = self._rt.replies.get(self.call_id, {})
-        flushed = self._rt.flushed.get(self.call_id, ())
+        replies = self._inbox.replies
+        flushed = self._inbox.flushed
         for task, proc in list(self._pending.items()):
             # A reply counts once the task's output up to it has been read too.
             reply = replies.get(task) if task in flushed else None
             if reply is not None:
                 self._pending.pop(task)
                 proc.busy_with = None
-                if reply[0] == "result":
+                if isinstance(reply, protocol.Result):
                     try:
-                        self._results[task] = cloudpickle.loads(reply[2])
+                        self._results[task] = cloudpickle.loads(reply.value)
                     except Exception as exc:  # noqa: BLE001
                         self._fail(
                             task, DtfkitError(f"{task} returned a value the notebook cannot load: {exc}")
                         )
                 else:
-                    _, _, exc_type, message, tb = reply
-                    self._fail(task, (exc_type, message, tb))
+                    self._fail(task, (reply.exc_type, reply.message, reply.traceback))
             elif not proc.alive:
                 # Its last lines may still be in the pipe: they belong in this cell and in the message.
                 proc.output_closed.wait(OUTPUT_DRAIN_SECONDS)
@@ -187,8 +182,8 @@ class RunHandle:
                 else:
                     # Only this call's lines: earlier calls' output would mislead.
                     text = (
-                        f"{task} exited with code {proc.popen.returncode} while running {self.fn_name}; "
-                        f"its last lines during this call:\n{self._rt._tails([task.name], since=self._log_start)}\n"
+                        f"{task} exited with code {proc.exit_code} while running {self.fn_name}; "
+                        f"its last lines during this call:\n{self._rt.last_lines([task.name], since=self._log_start)}\n"
                         f"Next step: fix the cause above; {self._restart_hint(task)}."
                     )
                 self._fail(task, TaskExited(text))
@@ -201,7 +196,7 @@ class RunHandle:
     def _interrupt(self, reason: str) -> None:
         for proc in self._pending.values():
             try:
-                proc.send(("interrupt", self.call_id))
+                proc.send(protocol.Interrupt(self.call_id))
                 self._notes[proc.task] = f"{proc.task} was interrupted ({reason})"
             except TaskNotRunning:
                 pass
@@ -213,10 +208,8 @@ class RunHandle:
         end = self._grace_deadline or time.monotonic()
         self._collect()
         while self._pending:
-            event = rt._next_event(end)
-            if event is None:
+            if rt.pump(end) is None:
                 break
-            rt._handle(event)
             self._collect()
         self._kill_pending()
 
@@ -224,7 +217,6 @@ class RunHandle:
         """Kill the tasks still running after the grace period; each counts as failed."""
         pending = list(self._pending.values())
         for proc in pending:
-            proc.kill()
             why = self._why_interrupted(proc.task)
             note = (
                 f"{proc.task} was still running {self._grace:g} s after the interrupt and was killed; "
@@ -233,11 +225,10 @@ class RunHandle:
             self._notes[proc.task] = note
             self._killed.add(proc.task)
             self._failures.append((proc.task, TaskExited(f"{why}: {note}.")))
-        self._rt._reap(pending)
+        self._rt.end_tasks(pending)
         for proc in pending:
             proc.busy_with = None
         self._pending.clear()
-        self._rt._write_state()
 
     def _restart_hint(self, task: TaskId) -> str:
         """How to get the task back; says so when it was started again since (restart())."""
@@ -255,18 +246,16 @@ class RunHandle:
         rt = self._rt
         for proc in self._pending.values():
             try:
-                proc.send(("dump_stacks", self.call_id))
+                proc.send(protocol.DumpStacks(self.call_id))
             except TaskNotRunning:
                 pass
-        frozen = {task for task, proc in self._pending.items() if _is_stopped(proc)}
+        frozen = {task for task, proc in self._pending.items() if proc.handle.stopped()}
         end = time.monotonic() + STACK_DUMP_WAIT
         # A stopped process (state T) cannot answer: do not wait for its stack.
-        while len(rt.stacks.get(self.call_id, {})) < len(self._pending) - len(frozen):
-            event = rt._next_event(end)
-            if event is None:
+        while len(self._inbox.stacks) < len(self._pending) - len(frozen):
+            if rt.pump(end) is None:
                 break
-            rt._handle(event)
-        stacks = rt.stacks.get(self.call_id, {})
+        stacks = dict(self._inbox.stacks)
         names = ", ".join(t.name for t in self._pending)
         text = [
             f"{names} did not return from {self.fn_name} within {self._timeout:g} s. The stuck task(s) "
@@ -277,6 +266,7 @@ class RunHandle:
                 f"{', '.join(sorted(t.name for t in frozen))}: process STOPPED (state T), not stuck in "
                 f"the function (someone sent it SIGSTOP or Ctrl-Z; it was killed all the same). " + text[0]
             )
+        where_by_task = {}
         for task in self._pending:
             if task in frozen:
                 where = (
@@ -285,9 +275,11 @@ class RunHandle:
                 )
             else:
                 where = stacks.get(task, "(no stack received)").rstrip()
+            where_by_task[task.name] = where
             text.append(f"--- {task} ---\n{where}")
         self._kill_pending()
-        self._outcome = ("error", TaskTimeout("\n".join(text)))
+        error = TaskTimeout("\n".join(text), stacks=where_by_task, stopped=sorted(t.name for t in frozen))
+        self._outcome = ("error", error)
         self._cleanup()
         raise self._outcome[1]
 
@@ -301,9 +293,7 @@ class RunHandle:
         self._cleanup()
 
     def _cleanup(self) -> None:
-        self._rt.replies.pop(self.call_id, None)
-        self._rt.stacks.pop(self.call_id, None)
-        self._rt.flushed.pop(self.call_id, None)
+        self._rt.close_call(self._inbox)
         if self._on_finish is not None:
             self._on_finish()
 
@@ -326,16 +316,6 @@ class RunHandle:
         if other_text:
             first.args = (f"{first.args[0]}\n{other_text}",)
         return first
-
-
-def _is_stopped(proc: TaskProcess) -> bool:
-    """True when the task's process is stopped (state T), so it cannot run or answer."""
-    import psutil
-
-    try:
-        return psutil.Process(proc.pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
-    except psutil.Error:
-        return False
 
 
 def _describe_failure(task: TaskId, failure: Any) -> str:

@@ -35,9 +35,10 @@ def serve(
         threading.Thread(target=handle, args=(conn,), name=name, daemon=True).start()
 
 
-def first_message(conn: Connection, authkey: bytes, kind: str) -> tuple | None:
+def first_message(conn: Connection, authkey: bytes, kind: type) -> tuple | None:
     """Authenticate both ways (what ``Listener(authkey=...).accept()`` would do, the same way
-    round as ``Client()``), then read the peer's first message: a tuple starting with ``kind``.
+    round as ``Client()``), then read the peer's first message: a ``kind`` (a message
+    type of ``dtfkit.engine.protocol``).
 
     Returns None, with the connection closed, for a peer that fails any of that.
     """
@@ -48,7 +49,7 @@ def first_message(conn: Connection, authkey: bytes, kind: str) -> tuple | None:
     except (EOFError, OSError, AuthenticationError):
         conn.close()
         return None
-    if not (isinstance(message, tuple) and message and message[0] == kind):
+    if not isinstance(message, kind):
         conn.close()
         return None
     return message

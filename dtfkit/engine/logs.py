@@ -39,11 +39,6 @@ NOISE_PATTERNS = [
     r".*Local rendezvous is aborting with status: ABORTED: Cleanup.*",
     r".*coordination_service\.cc:\d+\] Initializing CoordinationService",
 ]
-# A task writes this line to its stdout after a call's output and before it sends
-# the call's reply; the owner accepts the reply only after reading the line, so
-# every line the function printed is shown by the cell that made the call.
-OUTPUT_DONE_MARK = "\x00dtfkit-output-done "
-SCRIPT_DONE_MARK = OUTPUT_DONE_MARK + "script "  # a launched script ended; its exit code follows
 # How long to wait for the rest of an exited task's output (a grandchild may hold its pipe open).
 OUTPUT_DRAIN_SECONDS = 5.0
 # Bounds, in bytes, so that a task printing without end cannot fill the notebook's
@@ -56,21 +51,6 @@ LINE_END_BYTES = 256
 TASK_MEMORY_BYTES = 4 * 1024 * 1024
 RECENT_MEMORY_BYTES = 16 * 1024 * 1024
 LOG_FILE_BYTES = 16 * 1024 * 1024
-# A done mark: the mark, "script " for a launched script's end, the number, at the end of a line.
-DONE_MARK_RE = re.compile(re.escape(OUTPUT_DONE_MARK) + r"(script )?(\d{1,18})$")
-
-
-def parse_done_mark(text: str) -> tuple[str, str, int] | None:
-    """``(text before the mark, "output_done" | "script_done", number)`` for a line that
-    ends with a well-formed done mark, else None (the line is plain output, even if a
-    function printed the mark's text itself)."""
-    match = DONE_MARK_RE.search(text)
-    if match is None:
-        return None
-    kind = "script_done" if match.group(1) else "output_done"
-    return text[: match.start()], kind, int(match.group(2))
-
-
 def read_line(stream, limit: int = MAX_LINE_BYTES) -> bytes:
     """One line from a binary stream, at most about ``limit`` bytes of it kept.
 

@@ -40,12 +40,11 @@ Example::
 from __future__ import annotations
 
 import atexit
-import json
+import dataclasses
 import os
 import queue
 import secrets
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -54,6 +53,17 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Listener
 
 from dtfkit.engine import control, lifeline, netns, state
+from dtfkit.engine.local import (
+    LocalLauncher,
+    LocalProcess,
+    NamespaceAnchor,
+    kill_group,
+    spawn_task,
+    with_lifeline,
+)
+from dtfkit.engine.protocol import CONFIG_ENV, Adopt, TaskConfig, Warm
+from dtfkit.engine.taskenv import task_environment
+from dtfkit.errors import ClusterStartError
 
 POOL_ENV = "DTFKIT_POOL"
 SIZE_ENV = "DTFKIT_POOL_SIZE"
@@ -88,10 +98,9 @@ IMPORT_TIME_ENV = frozenset(
 class WarmProcess:
     """One warm process: TensorFlow imported, a port reserved, connected to the pool."""
 
-    popen: subprocess.Popen
+    popen: object  # subprocess.Popen
     conn: object = None
     port: int | None = None
-    mark: str = ""  # the DTFKIT_CLUSTER value in its environment (the pool's id)
 
     @property
     def pid(self) -> int:
@@ -106,10 +115,13 @@ class WarmProcess:
 class WarmNamespace:
     """An anchor holding a fresh user + network namespace, and the processes inside it."""
 
-    anchor: subprocess.Popen
-    namespace: str
+    anchor: NamespaceAnchor
     env: dict[str, str] = field(default_factory=dict)  # what its processes were started with
     procs: list[WarmProcess] = field(default_factory=list)
+
+    @property
+    def namespace(self) -> str:
+        return self.anchor.namespace
 
     def warm(self) -> list[WarmProcess]:
         return [p for p in self.procs if p.conn is not None and p.alive]
@@ -180,14 +192,12 @@ class TaskPool:
         self.closed = False
         self.note = ""  # why the pool is not filling, if it is not
         self.id, self.dir = state.new_cluster_dir()
-        self.id_mark = self.id
         self._authkey = secrets.token_bytes(16)
         self._socket_path = os.path.join(self.dir, "pool.sock")
         self._listener = Listener(self._socket_path, family="AF_UNIX")
         self._lock = threading.Condition()
         self._current: WarmNamespace | None = None
         self._filling = False
-        self.taken = 0  # namespaces handed to clusters
         self._pending: dict[int, WarmProcess] = {}  # pid -> process not yet connected
         threading.Thread(target=self._accept_loop, name="dtfkit-pool-accept", daemon=True).start()
         _OPEN.add(self)
@@ -232,68 +242,37 @@ class TaskPool:
                 self._lock.notify_all()
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
-        env["PYTHONUNBUFFERED"] = "1"
-        env[state.CLUSTER_ENV] = self.id
-        env[state.BASE_ENV] = os.path.dirname(self.dir)
-        env[lifeline.OWNER_ENV] = str(os.getpid())
-        env[lifeline.PDEATHSIG_ENV] = "1"  # spawned from _Spawner's thread, which lives as long as we do
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        return env
+        # Spawned from _Spawner's thread, which lives as long as this process.
+        return with_lifeline(task_environment(self.id, self.dir), from_long_lived_thread=True)
 
     def _start_anchor(self) -> WarmNamespace | None:
         env = self._env()
-        anchor = subprocess.Popen(
-            [sys.executable, "-m", "dtfkit.engine.netns"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-        from dtfkit.engine.runtime import _read_line
-
-        line = _read_line(anchor.stdout, timeout=30)
-        if not line.startswith("ready "):
-            anchor.kill()
-            anchor.wait()
-            self.note = f"no warm pool: the namespace could not be created ({line or 'no answer'})"
+        try:
+            anchor = NamespaceAnchor.start(env, mark=self.id)
+        except ClusterStartError as exc:
+            self.note = f"no warm pool: {exc}"
             return None
-        return WarmNamespace(anchor, line.split()[1], env)
+        return WarmNamespace(anchor, env)
 
     def _spawn_warm(self, space: WarmNamespace) -> WarmProcess:
-        env = dict(space.env)
-        env["DTFKIT_TASK"] = json.dumps(
-            {
-                "task": "pool:0",
-                "gen": 0,
-                "mode": "warm",
-                "socket": self._socket_path,
-                "authkey": self._authkey.hex(),
-                "netns_pid": space.anchor.pid,
-                "port": None,
-            }
+        config = TaskConfig(
+            task="pool:0",
+            gen=0,
+            mode="warm",
+            control=self._socket_path,
+            authkey=self._authkey.hex(),
+            netns_pid=space.anchor.pid,
         )
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "dtfkit.engine.task_main"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-        return WarmProcess(popen, mark=self.id)
+        return WarmProcess(spawn_task(config, space.env, None))
 
     def _accept_loop(self) -> None:
         control.serve(self._listener, lambda: self.closed, self._greet, "dtfkit-pool-conn")
 
     def _greet(self, conn) -> None:
-        message = control.first_message(conn, self._authkey, "warm")
+        message = control.first_message(conn, self._authkey, Warm)
         if message is None:
             return
-        # ("warm", pid, port): sent once TensorFlow is imported and a port is reserved.
-        _, pid, port = message
+        pid, port = message.pid, message.port  # sent once TensorFlow is imported and a port is reserved
         with self._lock:
             proc = self._pending.pop(pid, None)
             if proc is None or self.closed:
@@ -344,7 +323,7 @@ class TaskPool:
             space = self._current
             if self.closed or space is None or not space.warm():
                 return None
-            if space.anchor.poll() is not None:
+            if not space.anchor.alive:
                 return None
             self._current = None
             warm = space.warm()
@@ -352,9 +331,8 @@ class TaskPool:
             for p in cold:
                 self._pending.pop(p.pid, None)
             space.procs = warm
-            self.taken += 1
         for p in cold:
-            _kill(p.popen)
+            end_warm(p)
         self._write_state()
         return space
 
@@ -363,10 +341,6 @@ class TaskPool:
         clusters being started (a spare warm process cannot serve another cluster)."""
         with self._lock:
             self.want = max(1, min(n, self.size))
-
-    def refill(self) -> None:
-        """Fill a fresh namespace (after a ``take()``), in the background."""
-        self.fill()
 
     # --------------------------------------------------------------- lifecycle
     def pids(self) -> list[int]:
@@ -382,8 +356,9 @@ class TaskPool:
             if self.closed:
                 return
             space = self._current
-            procs = [] if space is None else [space.anchor, *(p.popen for p in space.procs)]
-            idents = [state.process_identity(p.pid) for p in procs if p.poll() is None]
+            idents = [] if space is None or not space.anchor.alive else [space.anchor.identity()]
+            if space is not None:
+                idents += [state.process_identity(p.pid) for p in space.procs if p.alive]
         state.write_state(self.dir, self.id, idents, f"warm pool of {self.size}")
 
     def close(self) -> None:
@@ -418,30 +393,101 @@ class TaskPool:
         return f"TaskPool {self.id}: {what}" + (f"; {self.note}" if self.note else "")
 
 
-def _kill(popen: subprocess.Popen) -> None:
-    if popen.poll() is None:
-        try:
-            os.killpg(popen.pid, 9)
-        except (ProcessLookupError, PermissionError):
-            pass
-    try:
-        popen.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
-    if popen.stdout is not None:
-        popen.stdout.close()
+def end_warm(proc: WarmProcess) -> None:
+    """End a warm process that no cluster will use."""
+    kill_group(proc.popen)
+    proc.popen.stdout.close()
+    if proc.conn is not None:
+        proc.conn.close()
 
 
 def _end(space: WarmNamespace) -> None:
     for p in space.procs:
-        _kill(p.popen)
-        if p.conn is not None:
-            p.conn.close()
-    try:
-        space.anchor.stdin.close()
-    except OSError:
-        pass
-    _kill(space.anchor)
+        end_warm(p)
+    space.anchor.close()
+
+
+class PoolLauncher(LocalLauncher):
+    """A ``LocalLauncher`` that first adopts the warm namespace of a ``TaskPool``.
+
+    ``prepare()`` takes the pool's whole warm namespace (anchor and warm processes) when
+    this cluster can use it, else starts cold as ``LocalLauncher`` does and says why in
+    ``note``. ``start()`` hands out the warm processes first: each learns its task in an
+    ``Adopt`` message and then reports its port as a cold task would. ``started()`` ends
+    the warm processes left over and lets the pool fill a fresh namespace.
+
+    Example::
+
+        >>> launcher = PoolLauncher(TaskPool(size=3))                        # doctest: +SKIP
+        >>> ClusterRuntime(layout, launcher=launcher).start()                # doctest: +SKIP
+        >>> launcher.note                                                    # doctest: +SKIP
+        'adopted 3 warm process(es) from pool 1234-abcd'
+    """
+
+    def __init__(self, pool: TaskPool, network: str = "auto"):
+        super().__init__(network)
+        self.pool = pool
+        self._warm: list[WarmProcess] = []
+        self._changes: dict[str, str | None] = {}  # what adopted tasks must set (None: unset)
+
+    def prepare(self, tasks: int, env: dict[str, str], cwd: str, *, gpus: int = 0) -> None:
+        why = self._why_cold(tasks, env, cwd, gpus)
+        space = None if why else self.pool.take(tasks)
+        if space is None:
+            self.note = f"started cold: {why or 'the warm pool was empty (it fills in the background)'}"
+            super().prepare(tasks, env, cwd, gpus=gpus)
+            return
+        self.use_anchor(space.anchor)
+        self._warm = list(space.procs)
+        self.note = f"adopted {min(len(self._warm), tasks)} warm process(es) from pool {self.pool.id}"
+
+    def _why_cold(self, tasks: int, env: dict[str, str], cwd: str, gpus: int) -> str:
+        self.pool.expect(tasks)
+        warm_env = self.pool.warm_env()
+        if self.network == "host":
+            return "network='host' (the pool is for isolated clusters)"
+        if warm_env is None:
+            return "the warm pool was empty (it fills in the background)"
+        self._changes = env_changes(warm_env, env, cwd)
+        late = sorted(set(self._changes) & IMPORT_TIME_ENV)
+        if late:
+            return f"{', '.join(late)} differs from the pool's, and TensorFlow reads it at import"
+        if gpus:
+            return "GPUs are visible (each task needs its own CUDA_VISIBLE_DEVICES before import)"
+        return ""
+
+    def start(self, config: TaskConfig, env: dict[str, str], cwd: str) -> LocalProcess:
+        if not self._warm or config.port is not None or config.mode == "client":
+            return super().start(config, env, cwd)
+        warm = self._warm.pop(0)
+        config = dataclasses.replace(
+            config, cwd=cwd, env={**self._changes, state.CLUSTER_ENV: env[state.CLUSTER_ENV]}
+        )
+        handle = LocalProcess(warm.popen, mark=self.pool.id, connection=warm.conn)
+        handle.connection.send(Adopt(config))
+        return handle
+
+    def started(self) -> None:
+        for warm in self._warm:  # more warm processes than tasks: they cannot serve elsewhere
+            end_warm(warm)
+        self._warm = []
+        self.pool.fill()
+
+
+def env_changes(old: dict[str, str], new: dict[str, str], cwd: str) -> dict[str, str | None]:
+    """What turns environment ``old`` into ``new`` (None: remove), ignoring per-process keys.
+
+    PYTHONPATH counts without the cluster's working directory, which an adopted task
+    puts on its sys.path itself.
+    """
+    skip = {state.CLUSTER_ENV, lifeline.PDEATHSIG_ENV, lifeline.OWNER_ENV, CONFIG_ENV, "PYTHONPATH"}
+    out: dict[str, str | None] = {k: v for k, v in new.items() if k not in skip and old.get(k) != v}
+    out.update({k: None for k in old if k not in skip and k not in new})
+    paths_old = [p for p in old.get("PYTHONPATH", "").split(os.pathsep) if p and p != cwd]
+    paths_new = [p for p in new.get("PYTHONPATH", "").split(os.pathsep) if p and p != cwd]
+    if paths_old != paths_new:
+        out["PYTHONPATH"] = new.get("PYTHONPATH", "")
+    return out
 
 
 def _affordable(size: int) -> int:
@@ -455,7 +501,6 @@ def _affordable(size: int) -> int:
     return max(1, min(size, int(available // 2 // WARM_RSS_BYTES)))
 
 
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _OPEN: set[TaskPool] = set()
 _DEFAULT: TaskPool | None = None
 _DEFAULT_LOCK = threading.Lock()

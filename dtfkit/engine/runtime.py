@@ -10,34 +10,29 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import itertools
-import json
 import os
 import queue
 import secrets
-import select
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
-import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from multiprocessing.connection import Listener
 from typing import Any
 
-from dtfkit.engine import control, gpu_plan, lifeline, netns, state
+from dtfkit.engine import control, gpu_plan, protocol, state
+from dtfkit.engine.launcher import Launcher, TaskHandle
 from dtfkit.engine.layout import ClusterLayout, TaskId, cluster_dict, tf_config
-from dtfkit.engine.logs import LogBook, parse_done_mark, read_line
+from dtfkit.engine.logs import LogBook
 from dtfkit.engine.metrics import MetricLog
+from dtfkit.engine.protocol import TaskConfig
+from dtfkit.engine.taskenv import task_environment
 from dtfkit.errors import ClusterStartError, DtfkitError, TaskNotRunning
 
-NETWORK_MODES = ("auto", "isolated", "host")
-TASK_MODES = ("serve", "noserve", "script", "client")
-# The folder that holds the dtfkit package (dtfkit/engine/runtime.py is three levels down).
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TASK_MODES = ("serve", "noserve", "script")  # what the cluster's tasks do (a client task: "client")
 START_ATTEMPTS = 3
 LAST_LINES = 15
 MAX_TASKS_ENV = "DTFKIT_MAX_TASKS"
@@ -100,16 +95,6 @@ def check_task_count(n: int, max_tasks: int | None = None) -> None:
         )
 
 
-HOST_NETWORK_WARNING = (
-    "dtfkit: network='host': every TensorFlow server of this cluster listens on every "
-    "network interface of this machine without authentication (TensorFlow offers no way "
-    "to bind one address), so anyone who can reach its ports can run operations in the "
-    "tasks: read and write files as you, read the tasks' environment. Only the control "
-    "channel (a private Unix socket with a secret key) is protected. Use it only on a "
-    "trusted network or behind a firewall; the default network='auto' keeps the servers "
-    "in a private network namespace."
-)
-
 _OPEN: set[ClusterRuntime] = set()
 _OPEN_LOCK = threading.Lock()
 
@@ -122,42 +107,73 @@ def _close_all_at_exit() -> None:
 
 @dataclass
 class Event:
-    kind: str  # hello | msg | exit | log
+    """Something that happened to a task, in the order the owner learnt of it."""
+
+    kind: str  # hello (payload: its connection) | msg (a protocol message) | exit (code) | log (line)
     task: str
-    gen: int = 0
+    gen: int = 0  # the task's generation (log: the line's number)
     payload: Any = None
 
 
-class TaskProcess:
-    """One task's OS process, as its owner sees it."""
+@dataclass(frozen=True)
+class Script:
+    """What every task of a ``mode="script"`` cluster runs (see ``dtfkit.launch``)."""
 
-    def __init__(self, task: TaskId, gen: int, popen: subprocess.Popen, port: int | None):
+    path: str
+    args: tuple[str, ...] = ()
+    linger: bool = False  # a finished worker keeps serving until the launcher ends the cluster
+
+
+@dataclass
+class CallInbox:
+    """What the tasks answered to one call, as the runtime routes it (by call id)."""
+
+    call_id: int
+    replies: dict[TaskId, protocol.Result | protocol.Error] = field(default_factory=dict)
+    stacks: dict[TaskId, str] = field(default_factory=dict)
+    flushed: set[TaskId] = field(default_factory=set)  # tasks whose output of the call is all in
+
+
+class TaskProcess:
+    """One task, as its owner sees it: a launcher's handle plus what the protocol said."""
+
+    def __init__(self, task: TaskId, gen: int, handle: TaskHandle, port: int | None):
         self.task = task
         self.gen = gen
-        self.popen = popen
+        self.handle = handle
         self.port = port
-        self.conn = None
+        self.conn = handle.connection
         self.send_lock = threading.Lock()
         self.ready = False
         self.busy_with: int | None = None
         self.killed = False
         self.start_error: str | None = None
         self.output_closed = threading.Event()  # set once every line it printed is in the log book
-        self.identity = state.process_identity(popen.pid)
-        self.adopted = False  # True: it came warm from a TaskPool
         self.script_code: int | None = None  # a lingering launched script's exit code
 
     @property
     def pid(self) -> int:
-        return self.popen.pid
+        return self.handle.pid
+
+    @property
+    def identity(self) -> dict:
+        return self.handle.identity
+
+    @property
+    def adopted(self) -> bool:
+        return self.handle.adopted
 
     @property
     def alive(self) -> bool:
-        return self.popen.poll() is None
+        return self.handle.poll() is None
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.handle.poll()
 
     @property
     def status(self) -> str:
-        code = self.popen.poll()
+        code = self.handle.poll()
         if code is None:
             if not self.ready:
                 return "starting"
@@ -166,7 +182,7 @@ class TaskProcess:
             return "killed"
         return f"exited ({code})"
 
-    def send(self, message) -> None:
+    def send(self, message: tuple) -> None:
         if self.conn is None:
             raise TaskNotRunning(f"{self.task} is not connected yet")
         with self.send_lock:
@@ -176,36 +192,43 @@ class TaskProcess:
                 raise TaskNotRunning(f"{self.task} cannot be reached ({exc}); it has {self.status}") from None
 
     def kill(self) -> None:
-        """SIGKILL the task and everything it started (it leads its own process group)."""
-        if self.popen.returncode is None:
+        """End the task and everything it started, as a crash would."""
+        if self.handle.poll() is None:
             self.killed = True
-            try:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            self.handle.kill()
 
 
 class ClusterRuntime:
-    """Starts and owns the processes of one cluster. See ``LocalCluster`` for the public API."""
+    """Starts and owns the processes of one cluster. ``LocalCluster`` and ``launch`` are its faces.
+
+    Where the tasks run is the launcher's business (``dtfkit.engine.launcher``); what
+    they say arrives as ``Event`` s on one queue, which the thread that waits (one at a
+    time, see ``waiting()``) pumps with ``pump()``.
+
+    Example::
+
+        >>> runtime = ClusterRuntime(ClusterLayout.from_counts(workers=2), launcher=LocalLauncher())  # doctest: +SKIP
+        >>> runtime.start()                                                       # doctest: +SKIP
+        >>> with runtime.waiting("my call"), runtime.live_output():               # doctest: +SKIP
+        ...     event = runtime.pump(deadline=time.monotonic() + 5)
+        >>> runtime.close()                                                       # doctest: +SKIP
+    """
 
     def __init__(
         self,
         layout: ClusterLayout,
         *,
+        launcher: Launcher | None = None,
         mode: str = "serve",
-        network: str = "auto",
         gpus: str = "auto",
         env: dict[str, str] | None = None,
         show_tf_logs: bool = False,
         start_timeout: float = 120.0,
         progress: bool = True,
-        script: str | None = None,
-        script_args: list[str] | None = None,
-        linger: bool = False,
+        script: Script | None = None,
         echo: Callable[[str, str], None] | None = None,
         cwd: str | None = None,
         setup_payload: bytes | None = None,
-        pool=None,
         max_tasks: int | None = None,
     ):
         check_task_count(len(layout.tasks), max_tasks)
@@ -216,46 +239,38 @@ class ClusterRuntime:
             )
         if mode not in TASK_MODES:
             raise DtfkitError(f"unknown task mode {mode!r}")
-        if network not in NETWORK_MODES:
-            raise DtfkitError(f"network must be one of {', '.join(NETWORK_MODES)}, not {network!r}")
+        if (mode == "script") != (script is not None):
+            raise DtfkitError("mode='script' needs script=Script(...), and only it does")
         if not (isinstance(start_timeout, (int, float)) and start_timeout > 0):
             raise DtfkitError(f"start_timeout must be a positive number of seconds, not {start_timeout!r}")
+        if launcher is None:
+            from dtfkit.engine.local import LocalLauncher
+
+            launcher = LocalLauncher()
+        self.launcher = launcher
         self.layout = layout
         self.mode = mode
-        self.network_requested = network
         self.gpu_policy = gpus
         self.extra_env = _check_env(env)
         self.setup_payload = setup_payload
         self.show_tf_logs = show_tf_logs
         self.start_timeout = float(start_timeout)
         self.progress = progress
-        self.script = script
-        self.script_args = list(script_args or [])
-        self.linger = linger
+        self.script = script  # mode="script": what every task runs (script, args, linger)
         self.cwd = cwd or os.getcwd()
-        self.echo = echo or _print_line
+        self.echo = echo or print_line
         self.closed = False
-        self.isolated = False
-        self.isolation_note = ""
-        self.namespace = ""
         self.procs: dict[TaskId, TaskProcess] = {}
         self.addresses: dict[TaskId, str] = {}
         self.cluster: dict[str, list[str]] = {}
         self.events: queue.Queue[Event] = queue.Queue()
         self.metrics = MetricLog()
-        self.replies: dict[int, dict[TaskId, tuple]] = {}
-        self.stacks: dict[int, dict[TaskId, str]] = {}
-        self.flushed: dict[int, set[TaskId]] = {}  # call id -> tasks whose output of it is all in
-        self.printed_seq = 0
+        self.printed_seq = 0  # the number of the last log line echoed
         self.started_at = time.time()
+        self._calls: dict[int, CallInbox] = {}
+        self._call_ids = itertools.count(1)
         self._gens = itertools.count(1)
         self._client_ids = itertools.count(0)
-        self._anchor: subprocess.Popen | None = None
-        self.pool = pool  # a dtfkit.engine.pool.TaskPool to adopt warm processes from, or None
-        self.pool_note = "" if pool is not None else "no warm pool"
-        self._warm: list = []  # pool processes adopted but not yet given a task
-        self._anchor_mark = ""  # the pool id in an adopted anchor's environment
-        self._adopt_env: dict[str, str | None] = {}  # what adopted tasks must set (None: unset)
         self._threads: list[threading.Thread] = []
         self._conns: list = []
         self._wait_lock = threading.RLock()  # see waiting()
@@ -267,22 +282,42 @@ class ClusterRuntime:
         self.logbook = LogBook(os.path.join(self.dir, "logs"))
         self.logbook.show_noise = show_tf_logs
         self._authkey = secrets.token_bytes(16)
-        self._socket_path = os.path.join(self.dir, "control.sock")
+        self.control_address = launcher.control_address(self.dir)
         # No authkey here: the handshake runs in each connection's own thread (see
         # _read_messages), so one stalled task cannot hold up the others' connections.
-        self._listener = Listener(self._socket_path, family="AF_UNIX")
+        self._listener = Listener(self.control_address)
         with _OPEN_LOCK:
             _OPEN.add(self)
         self._spawn_thread(self._accept_loop, "dtfkit-accept")
+
+    # ----------------------------------------------------------- properties
+    @property
+    def isolated(self) -> bool:
+        return self.launcher.isolated
+
+    @property
+    def isolation_note(self) -> str:
+        return self.launcher.isolation_note
+
+    @property
+    def start_note(self) -> str:
+        """How the tasks started (warm from a pool, or cold and why); empty when nothing to say."""
+        return self.launcher.note
+
+    @property
+    def waiting_for(self) -> str | None:
+        """What the thread that waits on this cluster now waits for (None: nobody waits)."""
+        holder = self._wait_holder
+        return None if holder is None else holder[1]
 
     # ------------------------------------------------------------------ start
     def start(self) -> None:
         """Start every task and return once each one is serving (or raise)."""
         try:
-            self._start_network()
+            self.launcher.prepare(len(self.layout.tasks), self.task_env(), self.cwd, gpus=self._n_gpus)
             for attempt in range(1, START_ATTEMPTS + 1):
                 try:
-                    self._start_tasks(self.layout.tasks)
+                    self.start_tasks(self.layout.tasks)
                     break
                 except _PortTaken as exc:
                     if attempt == START_ATTEMPTS:
@@ -297,168 +332,57 @@ class ClusterRuntime:
                     self.procs.clear()
             self._write_state()
         except BaseException:
+            self.launcher.started()
             self.close()
             raise
-        finally:
-            for warm in self._warm:  # more warm processes than tasks: they cannot serve elsewhere
-                _kill_warm(warm)
-            self._warm = []
-        if self.pool is not None:
-            self.pool.fill()
+        self.launcher.started()
 
-    def _take_from_pool(self) -> bool:
-        """Adopt the pool's warm namespace (anchor and warm processes), if this cluster can."""
-        from dtfkit.engine.pool import IMPORT_TIME_ENV
-
-        why = ""
-        self.pool.expect(len(self.layout.tasks))
-        warm_env = self.pool.warm_env()
-        changed = _env_changes(warm_env or {}, self._base_env(), self.cwd)
-        late = sorted(set(changed) & IMPORT_TIME_ENV)
-        if self.network_requested == "host":
-            why = "network='host' (the pool is for isolated clusters)"
-        elif warm_env is None:
-            why = "the warm pool was empty (it fills in the background)"
-        elif late:
-            why = f"{', '.join(late)} differs from the pool's, and TensorFlow reads it at import"
-        elif self._n_gpus:
-            why = "GPUs are visible (each task needs its own CUDA_VISIBLE_DEVICES before import)"
-        if why:
-            self.pool_note = f"started cold: {why}"
-            return False
-        space = self.pool.take(len(self.layout.tasks))
-        if space is None:
-            self.pool_note = "started cold: the warm pool was empty (it fills in the background)"
-            return False
-        self._anchor = space.anchor
-        self._anchor_mark = self.pool.id
-        self.namespace = space.namespace
-        self.isolated = True
-        self.isolation_note = f"isolated network namespace {self.namespace}"
-        self._warm = list(space.procs)
-        self._adopt_env = changed
-        used = min(len(self._warm), len(self.layout.tasks))
-        self.pool_note = f"adopted {used} warm process(es) from pool {self.pool.id}"
-        return True
-
-    def _start_network(self) -> None:
-        if self.pool is not None and self._take_from_pool():
-            return
-        if self.network_requested == "host":
-            self.isolation_note = "host network (opted out): servers reachable from other machines"
-            warnings.warn(HOST_NETWORK_WARNING, stacklevel=4)
-            return
-        ok, why = netns.isolation_available()
-        if not ok:
-            if self.network_requested == "isolated":
-                raise ClusterStartError(f"network='isolated' was asked for, but {why}")
-            self.isolation_note = f"NOT isolated: {why}; servers reachable from other machines"
-            warnings.warn(
-                f"dtfkit: {why}. The cluster uses the host network: its TensorFlow servers "
-                "listen on every interface without authentication. Use it only on a trusted network.",
-                stacklevel=3,
-            )
-            return
-        env = self._base_env()
-        self._anchor = subprocess.Popen(
-            [sys.executable, "-m", "dtfkit.engine.netns"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
+    def task_env(self) -> dict[str, str]:
+        """The environment every task of this cluster starts with (before per-task GPU settings)."""
+        return task_environment(
+            self.id, self.dir, extra=self.extra_env, cwd=self.cwd, show_tf_logs=self.show_tf_logs
         )
-        line = _read_line(self._anchor.stdout, timeout=30)
-        if not line.startswith("ready "):
-            self._anchor.kill()
-            raise ClusterStartError(
-                f"the network namespace could not be created: {line or 'no answer in 30 s'}; "
-                "pass network='host' to run without isolation"
-            )
-        self.namespace = line.split()[1]
-        self.isolated = True
-        self.isolation_note = f"isolated network namespace {self.namespace}"
 
-    def _base_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.pop(lifeline.PDEATHSIG_ENV, None)
-        user_path = self.extra_env.get("PYTHONPATH") or env.get("PYTHONPATH")
-        env.update(self.extra_env)
-        # Tasks must import dtfkit and the caller's own modules, whatever env= says.
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, self.cwd, user_path) if p)
-        env["PYTHONUNBUFFERED"] = "1"
-        env[state.CLUSTER_ENV] = self.id
-        env[state.BASE_ENV] = os.path.dirname(self.dir)
-        env[lifeline.OWNER_ENV] = str(os.getpid())
-        if threading.current_thread() is threading.main_thread():
-            env[lifeline.PDEATHSIG_ENV] = "1"
-        if not self.show_tf_logs and "TF_CPP_MIN_LOG_LEVEL" not in self.extra_env:
-            env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-        return env
-
-    def _adopt(self, task: TaskId, warm) -> TaskProcess:
-        """Make a warm pool process this cluster's ``task``: it then reports its port as a cold one would."""
-        gen = next(self._gens)
-        env = {**self._adopt_env, state.CLUSTER_ENV: self.id}
-        adopt = {
-            "task": task.name,
-            "gen": gen,
-            "mode": "client" if task.job == "client" else self.mode if task.serves else "noserve",
-            "cwd": self.cwd,
-            "env": env,
-        }
-        if self.mode == "script":
-            adopt.update(mode="script", script=self.script, script_args=self.script_args, linger=self.linger)
-        proc = TaskProcess(task, gen, warm.popen, None)
-        proc.adopted = True
-        proc.identity["mark"] = warm.mark  # its environment names the pool, not this cluster
-        proc.conn = warm.conn
-        self.procs[task] = proc
-        self._conns.append(warm.conn)
-        self._spawn_thread(lambda: self._read_output(proc), f"dtfkit-log-{task.name}")
-        self._spawn_thread(lambda: self._read_adopted(warm.conn, task.name, gen), f"dtfkit-conn-{task.name}")
-        proc.send(("adopt", adopt))
-        return proc
-
-    def _spawn(self, task: TaskId, port: int | None = None, mode: str | None = None) -> TaskProcess:
-        if self._warm and port is None and mode is None:
-            return self._adopt(task, self._warm.pop(0))
-        gen = next(self._gens)
-        mode = mode or self.mode
-        cfg = {
-            "task": task.name,
-            "gen": gen,
-            "mode": "client" if task.job == "client" else mode if task.serves else "noserve",
-            "socket": self._socket_path,
-            "authkey": self._authkey.hex(),
-            "netns_pid": self._anchor.pid if self._anchor else None,
-            "port": port,
-        }
+    def _config(self, task: TaskId, gen: int, port: int | None) -> TaskConfig:
+        if task.job == "client":
+            mode = "client"
+        elif not task.serves:
+            mode = "noserve"
+        else:
+            mode = self.mode
+        config = TaskConfig(
+            task=task.name, gen=gen, mode=mode, control=self.control_address, authkey=self._authkey.hex(), port=port
+        )
         if mode == "script":
-            cfg.update(mode="script", script=self.script, script_args=self.script_args, linger=self.linger)
-        env = self._base_env()
-        env["DTFKIT_TASK"] = json.dumps(cfg)
+            script = self.script
+            config = dataclasses.replace(config, script=script.path, script_args=script.args, linger=script.linger)
+        return config
+
+    def _spawn(self, task: TaskId, port: int | None = None) -> TaskProcess:
+        gen = next(self._gens)
+        env = self.task_env()
         visible, growth = self._gpu_plan.get(task.name, ("", False))
         if self._n_gpus:
             env["CUDA_VISIBLE_DEVICES"] = visible
             if growth:
                 env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "dtfkit.engine.task_main"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=self.cwd,
-            start_new_session=True,
-        )
-        proc = TaskProcess(task, gen, popen, port)
+        handle = self.launcher.start(self._config(task, gen, port), env, self.cwd)
+        proc = TaskProcess(task, gen, handle, port)
         self.procs[task] = proc
+        if handle.connection is not None:  # adopted: connected and greeted already
+            self._conns.append(handle.connection)
+            self.events.put(Event("hello", task.name, gen, handle.connection))
+            self._spawn_thread(
+                lambda: self._read_connection(handle.connection, task.name, gen), f"dtfkit-conn-{task.name}"
+            )
         self._spawn_thread(lambda: self._read_output(proc), f"dtfkit-log-{task.name}")
         return proc
 
-    def _start_tasks(self, tasks: tuple[TaskId, ...] | list[TaskId], restart: bool = False) -> None:
-        """Spawn ``tasks``, gather their ports, send the ClusterSpec, wait until all serve."""
+    def start_tasks(self, tasks: tuple[TaskId, ...] | list[TaskId], restart: bool = False) -> None:
+        """Start ``tasks``, gather their ports, send the ClusterSpec, wait until all serve.
+
+        ``restart=True``: the tasks keep the addresses they had (a client has none).
+        """
         with self.waiting(f"the start of {_describe(list(tasks))}"):
             self._start_tasks_now(tasks, restart)
 
@@ -477,7 +401,7 @@ class ClusterRuntime:
             pending[t] = self._spawn(t, port=self.addresses.get(t) and _port_of(self.addresses[t]))
         bar = _progress_bar(len(pending), f"starting {_describe(list(pending))}", self.progress)
         try:
-            with self._live_output():
+            with self.live_output():
                 if not restart:
                     self._wait(
                         lambda: all(p.port is not None for p in pending.values()),
@@ -485,9 +409,8 @@ class ClusterRuntime:
                         pending,
                         "report its port",
                     )
-                    self.addresses = {
-                        t: f"localhost:{p.port}" for t, p in pending.items() if p.port is not None
-                    }
+                    host = self.launcher.host()
+                    self.addresses = {t: f"{host}:{p.port}" for t, p in pending.items() if p.port is not None}
                     self.cluster = cluster_dict(self.addresses)
                 else:
                     self._wait(
@@ -501,7 +424,7 @@ class ClusterRuntime:
                     )
                 for t, p in pending.items():
                     config = tf_config(self.cluster, t) if t.job != "client" else ""
-                    p.send(("spec", self.cluster, config, self.setup_payload))
+                    p.send(protocol.Spec(self.cluster, config, self.setup_payload))
 
                 def all_ready() -> bool:
                     if bar is not None:
@@ -514,6 +437,23 @@ class ClusterRuntime:
             if bar is not None:
                 bar.close()
 
+    def start_client(self) -> TaskProcess:
+        """Start a fresh client task (no server, on the cluster's network) and return it once ready."""
+        self.check_open()
+        task = TaskId("client", next(self._client_ids))
+        try:
+            self.start_tasks([task], restart=True)
+        except BaseException:
+            self.remove_task(task)
+            raise
+        return self.procs[task]
+
+    def remove_task(self, task: TaskId) -> None:
+        """End a task that is not part of the layout (a client) and forget it."""
+        proc = self.procs.pop(task, None)
+        if proc is not None:
+            self.end_tasks([proc])
+
     # ----------------------------------------------------------------- events
     def _spawn_thread(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -525,32 +465,30 @@ class ClusterRuntime:
 
     def _read_messages(self, conn) -> None:
         self._conns.append(conn)  # close() shuts it down, a stalled handshake's included
-        hello = control.first_message(conn, self._authkey, "hello")
+        hello = control.first_message(conn, self._authkey, protocol.Hello)
         if hello is None:
             return
-        _, name, gen, _pid = hello
-        self.events.put(Event("hello", name, gen, conn))
-        self._read_adopted(conn, name, gen)
+        self.events.put(Event("hello", hello.task, hello.gen, conn))
+        self._read_connection(conn, hello.task, hello.gen)
 
-    def _read_adopted(self, conn, name: str, gen: int) -> None:
+    def _read_connection(self, conn, name: str, gen: int) -> None:
         """Turn what one task sends into events (the connection is authenticated already)."""
         while True:
             try:
                 message = conn.recv()
             except (EOFError, OSError):
                 return
-            if message[0] == "metric":
-                self.metrics.add(name, message[1])
+            if isinstance(message, protocol.Metric):
+                self.metrics.add(name, message.row)
             else:
                 self.events.put(Event("msg", name, gen, message))
 
     def _read_output(self, proc: TaskProcess) -> None:
         name = proc.task.name
-        stream = proc.popen.stdout
         while True:
             try:
-                raw = read_line(stream)
-            except (OSError, ValueError):  # the pipe was closed under us
+                raw = proc.handle.read_line()
+            except (OSError, ValueError):  # the stream was closed under us
                 break
             if not raw:
                 break
@@ -559,18 +497,18 @@ class ClusterRuntime:
             except Exception as exc:  # noqa: BLE001 - one odd line must not end the reader
                 self.logbook.add(name, f"[dtfkit: could not take a line of output: {exc!r}]")
         proc.output_closed.set()
-        stream.close()
-        code = proc.popen.wait()
+        proc.handle.close_output()
+        code = proc.handle.wait()
         self.events.put(Event("exit", name, proc.gen, code))
 
     def _take_line(self, proc: TaskProcess, text: str) -> None:
         name = proc.task.name
-        done = parse_done_mark(text)
+        done = protocol.parse_done_mark(text)
         if done is not None:
             before, kind, number = done
             if before:  # the call's last output had no newline
                 self.logbook.add(name, before)
-            self.events.put(Event("msg", name, proc.gen, (kind, number)))
+            self.events.put(Event("msg", name, proc.gen, protocol.done_message(kind, number)))
             return
         # Progress bars redraw with carriage returns: keep the last state.
         self.logbook.add(name, text.split("\r")[-1] if "\r" in text else text)
@@ -586,31 +524,52 @@ class ClusterRuntime:
         if event.kind == "hello":
             proc.conn = event.payload
         elif event.kind == "msg":
-            message = event.payload
-            if message[0] == "port":
-                proc.port = message[1]
-            elif message[0] == "ready":
-                proc.ready = True
-            elif message[0] in ("result", "error"):
-                self.replies.setdefault(message[1], {})[proc.task] = message
-            elif message[0] == "script_done":
-                proc.script_code = message[1]
-            elif message[0] == "output_done":
-                self.flushed.setdefault(message[1], set()).add(proc.task)
-            elif message[0] == "stacks":
-                self.stacks.setdefault(message[1], {})[proc.task] = message[2]
-            elif message[0] == "start_failed":
-                proc.start_error = message[2]
-                if message[1] == "bind" and not self.isolated:
-                    raise _PortTaken(proc.task.name)
+            self._apply(proc, event.payload)
         return proc
 
-    def _next_event(self, deadline: float | None) -> Event | None:
+    def _apply(self, proc: TaskProcess, message: tuple) -> None:
+        if isinstance(message, protocol.Port):
+            proc.port = message.port
+        elif isinstance(message, protocol.Ready):
+            proc.ready = True
+        elif isinstance(message, (protocol.Result, protocol.Error)):
+            inbox = self._calls.get(message.call_id)
+            if inbox is not None:  # else a call given up on: its late answer is dropped
+                inbox.replies[proc.task] = message
+        elif isinstance(message, protocol.OutputDone):
+            inbox = self._calls.get(message.call_id)
+            if inbox is not None:
+                inbox.flushed.add(proc.task)
+        elif isinstance(message, protocol.Stacks):
+            inbox = self._calls.get(message.call_id)
+            if inbox is not None:
+                inbox.stacks[proc.task] = message.text
+        elif isinstance(message, protocol.ScriptDone):
+            proc.script_code = message.code
+        elif isinstance(message, protocol.StartFailed):
+            proc.start_error = message.traceback
+            if message.stage == "bind" and not self.isolated:
+                raise _PortTaken(proc.task.name)
+
+    def pump(self, deadline: float | None) -> Event | None:
+        """Wait for the next event until ``deadline`` (``time.monotonic()``; None: no bound),
+        apply it, and return it; None once the deadline passed. Call it inside ``waiting()``."""
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            return self.events.get(timeout=timeout)
+            event = self.events.get(timeout=timeout)
         except queue.Empty:
             return None
+        self._handle(event)
+        return event
+
+    def drain(self) -> None:
+        """Apply every event already queued, without waiting."""
+        while True:
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                return
+            self._handle(event)
 
     def _wait(
         self,
@@ -621,41 +580,50 @@ class ClusterRuntime:
     ) -> None:
         """Handle events until ``done()``; a watched task dying or the deadline raises."""
         while not done():
-            event = self._next_event(deadline)
+            event = self.pump(deadline)
             if event is None:
                 late = [t.name for t, p in watched.items() if not p.ready]
                 raise ClusterStartError(
                     f"{', '.join(late)} did not {what} within {self.start_timeout:g} s; "
-                    f"last log lines:\n{self._tails(late)}\n"
+                    f"last log lines:\n{self.last_lines(late)}\n"
                     "Next step: look at the log above; on a busy machine pass a larger start_timeout."
                 )
-            proc = self._handle(event)
+            proc = self._current(event)
             if proc is None or proc.task not in watched:
                 continue
             if proc.start_error:
                 raise ClusterStartError(
                     f"{proc.task} failed while starting:\n{proc.start_error.rstrip()}\n"
-                    f"last log lines:\n{self._tails([proc.task.name])}"
+                    f"last log lines:\n{self.last_lines([proc.task.name])}"
                 )
             if event.kind == "exit" and not (self.mode == "script" and proc.ready):
                 # (A script that is already running may finish while its peers start.)
-                self._drain_events()
+                self.drain()
                 raise ClusterStartError(
                     f"{proc.task} exited with code {event.payload} while starting; last log lines:\n"
-                    f"{self._tails([proc.task.name])}\n"
+                    f"{self.last_lines([proc.task.name])}\n"
                     "Next step: fix the error shown above, then start the cluster again."
                 )
 
-    def _drain_events(self) -> None:
-        # The exit event comes after the reader reached EOF, so every line is in.
-        while True:
-            try:
-                event = self.events.get_nowait()
-            except queue.Empty:
-                return
-            self._handle(event)
+    def _current(self, event: Event) -> TaskProcess | None:
+        """The task an event concerns, if it is from the task's current generation."""
+        if event.kind == "log":
+            return None
+        proc = next((p for p in self.procs.values() if p.task.name == event.task), None)
+        return proc if proc is not None and proc.gen == event.gen else None
 
-    def _tails(self, names: list[str], since: int | None = None) -> str:
+    # ------------------------------------------------------------------ calls
+    def open_call(self) -> CallInbox:
+        """A new call id, and the inbox its answers are routed to until ``close_call()``."""
+        inbox = CallInbox(next(self._call_ids))
+        self._calls[inbox.call_id] = inbox
+        return inbox
+
+    def close_call(self, inbox: CallInbox) -> None:
+        self._calls.pop(inbox.call_id, None)
+
+    # ----------------------------------------------------------------- output
+    def last_lines(self, names: list[str], since: int | None = None) -> str:
         """The last lines of each task (only those after line number ``since``, if given)."""
         parts = []
         for name in names:
@@ -673,7 +641,7 @@ class ClusterRuntime:
         return "\n".join(parts)
 
     @contextlib.contextmanager
-    def waiting(self, what: str):
+    def waiting(self, what: str) -> Iterator[None]:
         """Claim the cluster's event queue for this thread while it waits for ``what``.
 
         One thread at a time: two threads waiting on the one queue would take each
@@ -696,31 +664,23 @@ class ClusterRuntime:
             self._wait_holder = outer
             self._wait_lock.release()
 
-    class _LiveOutput:
-        """While the caller waits, print task output in the caller's thread (its cell).
+    @contextlib.contextmanager
+    def live_output(self, since: int | None = None) -> Iterator[None]:
+        """While the caller waits, echo task output in the caller's thread (its cell).
 
-        Lines that arrived after ``since`` while nobody was waiting are printed first.
+        Lines after number ``since`` (default: from now on) that arrived while nobody
+        was waiting are echoed first; what is left when the block ends, last.
         """
-
-        def __init__(self, runtime: ClusterRuntime, since: int):
-            self.runtime = runtime
-            self.since = since
-
-        def __enter__(self):
-            rt = self.runtime
-            rt.printed_seq = max(rt.printed_seq, self.since)
-            rt.logbook.listener = lambda seq, task, line: rt.events.put(Event("log", task, seq, line))
-            for seq, task, line in rt.logbook.since(rt.printed_seq):
-                rt._echo(seq, task, line)
-
-        def __exit__(self, *exc):
-            rt = self.runtime
-            rt.logbook.listener = None
-            for seq, task, line in rt.logbook.since(rt.printed_seq):
-                rt._echo(seq, task, line)
-
-    def _live_output(self, since: int | None = None) -> _LiveOutput:
-        return ClusterRuntime._LiveOutput(self, self.logbook.seq if since is None else since)
+        self.printed_seq = max(self.printed_seq, self.logbook.seq if since is None else since)
+        self.logbook.listener = lambda seq, task, line: self.events.put(Event("log", task, seq, line))
+        for seq, task, line in self.logbook.since(self.printed_seq):
+            self._echo(seq, task, line)
+        try:
+            yield
+        finally:
+            self.logbook.listener = None
+            for seq, task, line in self.logbook.since(self.printed_seq):
+                self._echo(seq, task, line)
 
     def _echo(self, seq: int, task: str, line: str) -> None:
         if seq > self.printed_seq:
@@ -737,14 +697,18 @@ class ClusterRuntime:
 
     def kill(self, task: str | TaskId, index: int | None = None) -> None:
         """Kill one task with SIGKILL, as a crash would (for fault-injection lessons)."""
-        proc = self.task_process(task, index)
-        proc.kill()
-        self._reap([proc])
+        self.end_tasks([self.task_process(task, index)])
+
+    def end_tasks(self, procs: list[TaskProcess]) -> None:
+        """Kill ``procs``, wait until they are gone (bounded) and update the state file."""
+        for proc in procs:
+            proc.kill()
+        self._reap(procs)
         self._write_state()
 
     def restart(self, task: str | TaskId | None = None, index: int | None = None) -> None:
         """Start a task again on its old address (all dead tasks when ``task`` is None)."""
-        self._check_open()
+        self.check_open()
         with self.waiting("restart()"):  # before anything is killed: a refusal changes nothing
             if task is None:
                 targets = [t for t, p in self.procs.items() if not p.alive]
@@ -755,28 +719,22 @@ class ClusterRuntime:
                 old.kill()
                 self._reap([old])
             if targets:
-                self._start_tasks(targets, restart=True)
+                self.start_tasks(targets, restart=True)
                 self._write_state()
 
     def _reap(self, procs: list[TaskProcess], timeout: float = 10.0) -> None:
         for proc in procs:
-            try:
-                proc.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
+            proc.handle.wait(timeout)
 
     def _write_state(self) -> None:
         if self.closed:
             return
         processes = [p.identity for p in self.procs.values() if p.alive]
-        if self._anchor is not None:
-            anchor = state.process_identity(self._anchor.pid)
-            if self._anchor_mark:
-                anchor["mark"] = self._anchor_mark
-            processes.append(anchor)
+        processes += self.launcher.processes()
         state.write_state(self.dir, self.id, processes, _describe(list(self.layout.tasks)))
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise if the cluster is closed."""
         if self.closed:
             raise DtfkitError("this cluster is closed; start a new one")
 
@@ -788,26 +746,18 @@ class ClusterRuntime:
         procs = list(self.procs.values())
         for proc in procs:
             proc.kill()
-        if self._anchor is not None:
-            try:
-                self._anchor.stdin.close()
-            except OSError:
-                pass
-            self._anchor.kill()
         self._reap(procs)
+        self.launcher.close()
         # What a task started in a session of its own escaped its process group; its
         # environment still names this cluster.
         state.end_marked_processes(self.id)
-        if self._anchor is not None:
-            self._anchor.wait(timeout=10)
-            self._anchor.stdout.close()
         # Wake the accept loop so its thread ends. A bare connection, not Client():
         # the loop may have ended already (it stops after any accept once closed is
         # set), and Client() would then wait for a handshake for ever.
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(1.0)
-                sock.connect(self._socket_path)
+                sock.connect(self.control_address)
         except OSError:
             pass
         self._listener.close()
@@ -826,34 +776,27 @@ class ClusterRuntime:
         with _OPEN_LOCK:
             _OPEN.discard(self)
 
-    def __enter__(self):
+    def __enter__(self) -> ClusterRuntime:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     def pids(self) -> dict[str, int]:
-        """Pid of every task process (and of the namespace anchor, as ``"netns"``)."""
+        """Pid of every task process, and of the launcher's own (e.g. the namespace anchor, ``"netns"``)."""
         out = {p.task.name: p.pid for p in self.procs.values()}
-        if self._anchor is not None:
-            out["netns"] = self._anchor.pid
+        out.update(self.launcher.pids())
         return out
 
 
-def _env_changes(old: dict[str, str], new: dict[str, str], cwd: str) -> dict[str, str | None]:
-    """What turns environment ``old`` into ``new`` (None: remove), ignoring per-process keys.
+class _PortTaken(Exception):
+    def __init__(self, task: str):
+        super().__init__(task)
+        self.task = task
 
-    PYTHONPATH counts without the cluster's working directory, which an adopted task
-    puts on its sys.path itself.
-    """
-    skip = {state.CLUSTER_ENV, lifeline.PDEATHSIG_ENV, lifeline.OWNER_ENV, "DTFKIT_TASK", "PYTHONPATH"}
-    out: dict[str, str | None] = {k: v for k, v in new.items() if k not in skip and old.get(k) != v}
-    out.update({k: None for k in old if k not in skip and k not in new})
-    paths_old = [p for p in old.get("PYTHONPATH", "").split(os.pathsep) if p and p != cwd]
-    paths_new = [p for p in new.get("PYTHONPATH", "").split(os.pathsep) if p and p != cwd]
-    if paths_old != paths_new:
-        out["PYTHONPATH"] = new.get("PYTHONPATH", "")
-    return out
+
+def _port_of(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
 
 
 def _check_env(env: dict[str, str] | None) -> dict[str, str]:
@@ -880,26 +823,6 @@ def _check_env(env: dict[str, str] | None) -> dict[str, str]:
     return out
 
 
-def _kill_warm(warm) -> None:
-    try:
-        os.killpg(warm.popen.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    warm.popen.wait(timeout=10)
-    warm.popen.stdout.close()
-    warm.conn.close()
-
-
-class _PortTaken(Exception):
-    def __init__(self, task: str):
-        super().__init__(task)
-        self.task = task
-
-
-def _port_of(address: str) -> int:
-    return int(address.rsplit(":", 1)[1])
-
-
 def _describe(tasks: list[TaskId]) -> str:
     counts: dict[str, int] = {}
     for t in tasks:
@@ -907,16 +830,9 @@ def _describe(tasks: list[TaskId]) -> str:
     return " + ".join(f"{n} {job}" + ("s" if n > 1 and job == "worker" else "") for job, n in counts.items())
 
 
-def _print_line(task: str, line: str) -> None:
+def print_line(task: str, line: str) -> None:
+    """The default echo: ``[worker:0] line``, printed (in the cell that waits)."""
     print(f"[{task}] {line}", flush=True)
-
-
-def _read_line(stream, timeout: float) -> str:
-    """One line from a pipe, waiting at most ``timeout`` seconds."""
-    ready, _, _ = select.select([stream], [], [], timeout)
-    if not ready:
-        return ""
-    return stream.readline().decode("utf-8", errors="replace").strip()
 
 
 def _progress_bar(total: int, desc: str, enabled: bool):

@@ -8,7 +8,6 @@ everyone's ports, then start the server from the ClusterSpec the owner sends bac
 from __future__ import annotations
 
 import io
-import json
 import os
 import pickle
 import queue
@@ -19,16 +18,14 @@ import threading
 import time
 import traceback
 
-from dtfkit.engine import lifeline
-
-CONFIG_ENV = "DTFKIT_TASK"
-CLUSTER_ENV = "DTFKIT_CLUSTER"
+from dtfkit.engine import lifeline, protocol
+from dtfkit.engine.protocol import TaskConfig
 
 
 class Channel:
     """The task's end of the control connection to its owner."""
 
-    def __init__(self, cfg: dict, conn=None):
+    def __init__(self, cfg: TaskConfig, conn=None):
         from multiprocessing.connection import Client
 
         self.inbox: queue.Queue = queue.Queue()
@@ -36,8 +33,8 @@ class Channel:
         self.current_call: int | None = None
         self.cancelled: set[int] = set()
         if conn is None:
-            self.conn = Client(cfg["socket"], family="AF_UNIX", authkey=bytes.fromhex(cfg["authkey"]))
-            self.send(("hello", cfg["task"], cfg["gen"], os.getpid()))
+            self.conn = Client(cfg.control, authkey=bytes.fromhex(cfg.authkey))
+            self.send(protocol.Hello(cfg.task, cfg.gen, os.getpid()))
         else:  # a pool process: connected and greeted already
             self.conn = conn
         threading.Thread(target=self._watch, name="dtfkit-control", daemon=True).start()
@@ -54,18 +51,17 @@ class Channel:
                 # The owner closed the cluster or died (even by SIGKILL): end this
                 # task and anything it started, at once.
                 lifeline.end_own_process_group()
-            kind = message[0]
-            if kind == "interrupt":
-                self.cancelled.add(message[1])
-                if self.current_call == message[1]:
+            if isinstance(message, protocol.Interrupt):
+                self.cancelled.add(message.call_id)
+                if self.current_call == message.call_id:
                     threading.Thread(
                         target=self._keep_interrupting,
-                        args=(message[1],),
+                        args=(message.call_id,),
                         name="dtfkit-interrupt",
                         daemon=True,
                     ).start()
-            elif kind == "dump_stacks":
-                self.send(("stacks", message[1], _format_stacks()))
+            elif isinstance(message, protocol.DumpStacks):
+                self.send(protocol.Stacks(message.call_id, _format_stacks()))
             else:
                 self.inbox.put(message)
 
@@ -89,10 +85,10 @@ class Channel:
         if self.current_call is not None:
             raise KeyboardInterrupt
 
-    def wait_for(self, kind: str):
+    def wait_for(self, kind: type):
         message = self.inbox.get()
-        if message[0] != kind:
-            raise RuntimeError(f"expected {kind!r} from the owner, got {message[0]!r}")
+        if not isinstance(message, kind):
+            raise RuntimeError(f"expected {kind.__name__} from the owner, got {type(message).__name__}")
         return message
 
 
@@ -166,22 +162,20 @@ def _run_call(channel: Channel, call_id: int, payload: bytes) -> None:
             channel.current_call = None
         result = _encode_result(value)
         _mark_output_done(call_id)
-        channel.send(("result", call_id, result))
+        channel.send(protocol.Result(call_id, result))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the owner
         _mark_output_done(call_id)
-        channel.send(("error", call_id, type(exc).__name__, str(exc), traceback.format_exc()))
+        channel.send(protocol.Error(call_id, type(exc).__name__, str(exc), traceback.format_exc()))
 
 
 def _mark_output_done(call_id: int) -> None:
     """Tell the owner, in the output stream itself, that this call's output is complete."""
-    from dtfkit.engine.logs import OUTPUT_DONE_MARK
-
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:  # noqa: BLE001 - a replaced or closed stream
             pass
-    os.write(1, f"{OUTPUT_DONE_MARK}{call_id}\n".encode())
+    os.write(1, protocol.output_done_line(call_id))
 
 
 def _reserve_port(port: int) -> socket.socket:
@@ -202,7 +196,7 @@ def _import_tensorflow():
     return tf
 
 
-def _serve(tf, cfg: dict, cluster: dict, task_job: str, task_index: int):
+def _serve(tf, cluster: dict, task_job: str, task_index: int):
     spec = tf.train.ClusterSpec(cluster)
     return tf.distribute.Server(spec, job_name=task_job, task_index=task_index, start=True)
 
@@ -211,13 +205,13 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _run_script(cfg: dict, cluster: dict, job: str, index: int) -> int:
+def _run_script(cfg: TaskConfig, cluster: dict, job: str, index: int) -> int:
     import runpy
 
     from dtfkit.engine.layout import TaskId, tutorial_flags
 
-    script = cfg["script"]
-    sys.argv = [script, *tutorial_flags(cluster, TaskId(job, index)), *cfg.get("script_args", [])]
+    script = cfg.script
+    sys.argv = [script, *tutorial_flags(cluster, TaskId(job, index)), *cfg.script_args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
         runpy.run_path(script, run_name="__main__")
@@ -235,9 +229,9 @@ def _run_script(cfg: dict, cluster: dict, job: str, index: int) -> int:
     return 0
 
 
-def _start_cold(cfg: dict):
+def _start_cold(cfg: TaskConfig):
     """Connect, reserve a port (reported at once), import TensorFlow."""
-    mode = cfg["mode"]
+    mode = cfg.mode
     channel = Channel(cfg)
     signal.signal(signal.SIGINT, channel.on_sigint)
 
@@ -247,23 +241,23 @@ def _start_cold(cfg: dict):
     reserved = None
     if mode != "client":
         try:
-            reserved = _reserve_port(cfg.get("port") or 0)
+            reserved = _reserve_port(cfg.port or 0)
         except OSError:
-            channel.send(("start_failed", "bind", traceback.format_exc()))
+            channel.send(protocol.StartFailed("bind", traceback.format_exc()))
             os._exit(3)
-        channel.send(("port", reserved.getsockname()[1]))
+        channel.send(protocol.Port(reserved.getsockname()[1]))
 
     tf = None
-    if mode != "script":
+    if mode != "script" and cfg.tensorflow:
         try:
             tf = _import_tensorflow()
         except BaseException:  # noqa: BLE001
-            channel.send(("start_failed", "import", traceback.format_exc()))
+            channel.send(protocol.StartFailed("import", traceback.format_exc()))
             os._exit(3)
     return channel, reserved, tf
 
 
-def _wait_for_adoption(cfg: dict):
+def _wait_for_adoption(cfg: TaskConfig):
     """A pool process: import TensorFlow and reserve a port first, then connect to the
     pool and wait until a cluster adopts this process as one of its tasks.
 
@@ -279,31 +273,30 @@ def _wait_for_adoption(cfg: dict):
         os._exit(3)
     from multiprocessing.connection import Client
 
-    conn = Client(cfg["socket"], family="AF_UNIX", authkey=bytes.fromhex(cfg["authkey"]))
-    conn.send(("warm", os.getpid(), reserved.getsockname()[1]))
+    conn = Client(cfg.control, authkey=bytes.fromhex(cfg.authkey))
+    conn.send(protocol.Warm(os.getpid(), reserved.getsockname()[1]))
     # The connection is our lifeline from here on: EOF means the pool or the owner ended.
     channel = Channel(cfg, conn=conn)
     signal.signal(signal.SIGINT, channel.on_sigint)
-    _, adopt = channel.wait_for("adopt")
-    cfg.update(adopt)
-    for key, value in adopt.get("env", {}).items():
+    cfg = channel.wait_for(protocol.Adopt).config
+    for key, value in cfg.env.items():
         # os.environ also calls putenv: TensorFlow's C++ side reads these.
         if value is None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    if adopt.get("cwd"):
-        os.chdir(adopt["cwd"])
-        sys.path.insert(0, adopt["cwd"])
+    if cfg.cwd:
+        os.chdir(cfg.cwd)
+        sys.path.insert(0, cfg.cwd)
     from dtfkit import taskapi
 
     taskapi.STATE.send = channel.send
-    if cfg["mode"] == "client":
+    if cfg.mode == "client":
         reserved.close()
         reserved = None
     else:
-        channel.send(("port", reserved.getsockname()[1]))
-    return channel, reserved, tf
+        channel.send(protocol.Port(reserved.getsockname()[1]))
+    return cfg, channel, reserved, tf
 
 
 def _whole_lines_out() -> None:
@@ -320,22 +313,21 @@ def _whole_lines_out() -> None:
 
 def main() -> None:
     _whole_lines_out()
-    cfg = json.loads(os.environ[CONFIG_ENV])
+    cfg = TaskConfig.from_json(os.environ[protocol.CONFIG_ENV])
     lifeline.die_with_parent()
     signal.signal(signal.SIGINT, signal.default_int_handler)  # until the channel is up
-    if cfg.get("netns_pid"):
+    if cfg.netns_pid:
         from dtfkit.engine import netns
 
-        netns.enter(cfg["netns_pid"])
-    if cfg["mode"] == "warm":
-        channel, reserved, tf = _wait_for_adoption(cfg)
+        netns.enter(cfg.netns_pid)
+    if cfg.mode == "warm":
+        cfg, channel, reserved, tf = _wait_for_adoption(cfg)  # now the task it was adopted as
     else:
         channel, reserved, tf = _start_cold(cfg)
-    job, _, idx = cfg["task"].partition(":")
-    index = int(idx)
-    mode = cfg["mode"]  # "serve", "noserve", "script" or "client"
+    job, index = cfg.job, cfg.index
+    mode = cfg.mode  # "serve", "noserve", "script" or "client"
 
-    _, cluster, tf_config, setup = channel.wait_for("spec")
+    cluster, tf_config, setup = channel.wait_for(protocol.Spec)
     if tf_config:
         os.environ["TF_CONFIG"] = tf_config
     if setup is not None:
@@ -345,35 +337,33 @@ def main() -> None:
             fn, args, kwargs = cloudpickle.loads(setup)
             fn(*args, **kwargs)
         except BaseException:  # noqa: BLE001
-            channel.send(("start_failed", "setup", traceback.format_exc()))
+            channel.send(protocol.StartFailed("setup", traceback.format_exc()))
             os._exit(3)
     server = None
     if reserved is not None:
         reserved.close()
-    if mode == "serve":
+    if mode == "serve" and tf is not None:
         try:
-            server = _serve(tf, cfg, cluster, job, index)
+            server = _serve(tf, cluster, job, index)
         except BaseException:  # noqa: BLE001
-            channel.send(("start_failed", "bind", traceback.format_exc()))
+            channel.send(protocol.StartFailed("bind", traceback.format_exc()))
             os._exit(3)
     target = _text(server.target) if server is not None else None
     from dtfkit import taskapi
 
     taskapi.STATE.context = taskapi.TaskContext(job, index, cluster, target, server)
-    channel.send(("ready", {"target": target, "pid": os.getpid()}))
+    channel.send(protocol.Ready(target, os.getpid()))
 
     if mode == "script":
         code = _run_script(cfg, cluster, job, index)
         sys.stdout.flush()
         sys.stderr.flush()
-        if cfg.get("linger") and job != "ps":
+        if cfg.linger and job != "ps":
             # Stay, and keep serving, until the launcher ends the cluster: a tutorial-style
             # peer without device_filters needs every task's server up until it is done
             # itself, and would otherwise wait for this one for ever. The mark comes
             # after every line the script printed.
-            from dtfkit.engine.logs import SCRIPT_DONE_MARK
-
-            os.write(1, f"{SCRIPT_DONE_MARK}{code}\n".encode())
+            os.write(1, protocol.script_done_line(code))
             threading.Event().wait()  # the launcher kills us; EOF on the channel ends us too
         # TensorFlow leaves non-daemon threads behind; a normal interpreter exit can
         # wait on them for minutes. The script is done: leave now.
@@ -381,9 +371,9 @@ def main() -> None:
 
     while True:
         message = channel.inbox.get()
-        if message[0] == "call":
-            _run_call(channel, message[1], message[2])
-        elif message[0] == "exit":
+        if isinstance(message, protocol.Call):
+            _run_call(channel, message.call_id, message.payload)
+        elif isinstance(message, protocol.Exit):
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)

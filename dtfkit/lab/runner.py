@@ -566,7 +566,7 @@ class Lab:
             t = time.monotonic()
             cluster = self._ensure_cluster(s)
             record.timings["cluster"] = time.monotonic() - t
-            cluster._rt.echo = echo  # task output goes where the caller says (the panel: its log)
+            cluster.echo = echo  # task output goes where the caller says (the panel: its log)
             if self._holder.stop.is_set():
                 record.state = "stopped"
                 return
@@ -632,7 +632,7 @@ class Lab:
                 raise
         finally:
             if cluster is not None and not cluster.closed:
-                cluster._rt.echo = _print_line
+                cluster.echo = None
             record.ended = time.time()
             self._notify("ended", record)
 

@@ -1,0 +1,36 @@
+"""``FakeLauncher``: tasks as plain Python processes, without TensorFlow, for fast tests.
+
+Each task is a real process speaking the real protocol (``dtfkit.engine.task_main``
+with ``TaskConfig.tensorflow=False``): it connects back, reserves a port, runs calls,
+answers interrupts and stack dumps, prints, dies. It only skips importing TensorFlow
+and starting a server, so a cluster is up in a fraction of a second and the call
+policy (interrupt, grace, timeout, restart, a task dying mid-call) can be tested in
+well under a second per test. Functions that need ``dtfkit.this_task().target`` or
+TensorFlow do not run here: use ``LocalLauncher`` for those.
+
+Example::
+
+    >>> with dtfkit.LocalCluster(workers=2, launcher=FakeLauncher()) as cluster:   # doctest: +SKIP
+    ...     cluster.run(lambda: dtfkit.this_task().name)
+    {'worker:0': 'worker:0', 'worker:1': 'worker:1'}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+from dtfkit.engine.launcher import Launcher, TaskHandle
+from dtfkit.engine.local import LocalProcess, spawn_task, with_lifeline
+from dtfkit.engine.protocol import TaskConfig
+
+
+class FakeLauncher(Launcher):
+    """Local processes on the host network, no TensorFlow imported, no servers started."""
+
+    isolation_note = "fake tasks (no TensorFlow): host network, no servers"
+
+    def start(self, config: TaskConfig, env: dict[str, str], cwd: str) -> TaskHandle:
+        config = dataclasses.replace(config, tensorflow=False)
+        main_thread = threading.current_thread() is threading.main_thread()
+        return LocalProcess(spawn_task(config, with_lifeline(env, from_long_lived_thread=main_thread), cwd))

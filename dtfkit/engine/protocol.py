@@ -1,0 +1,197 @@
+"""The wire protocol between a cluster's owner and its tasks, in one place.
+
+Three channels carry it:
+
+- **The task config** (``TaskConfig``), JSON in the ``DTFKIT_TASK`` environment
+  variable of a task process: who it is and how to reach its owner.
+- **Messages** on the control connection (a ``multiprocessing`` connection with an
+  authkey): each one a named tuple below. The task sends ``Hello`` (or ``Warm``, a pool
+  process) first, then ``Port``, ``Ready``, replies to calls and metric rows; the owner
+  sends ``Spec``, ``Call``, ``Interrupt``, ``DumpStacks``, ``Adopt`` and ``Exit``.
+- **Done marks** in the task's output stream: a task writes ``OUTPUT_DONE_MARK<call id>``
+  after a call's output and before its reply, so the owner accepts a reply only once
+  every line the function printed is in (and shown by the cell that made the call).
+
+Example::
+
+    >>> cfg = TaskConfig(task="worker:1", gen=3, mode="serve", control="/tmp/x.sock")
+    >>> TaskConfig.from_json(cfg.to_json()) == cfg
+    True
+    >>> parse_done_mark(OUTPUT_DONE_MARK + "7")
+    ('', 'output_done', 7)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+CONFIG_ENV = "DTFKIT_TASK"
+# serve: start a tf.distribute.Server; noserve: TensorFlow imported and TF_CONFIG set,
+# no server (strategies that start their own); script: run a launched script;
+# client: no server, no port (a separate client); warm: a pool process waiting to be adopted.
+TASK_MODES = ("serve", "noserve", "script", "client", "warm")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """What a task process needs to know before it can talk to its owner."""
+
+    task: str  # "worker:1"
+    gen: int  # generation: a restarted task gets a new one, and stale events are dropped
+    mode: str  # one of TASK_MODES
+    control: str = ""  # the owner's control address (a Unix socket path)
+    authkey: str = ""  # hex
+    netns_pid: int | None = None  # join this process's network namespace first
+    port: int | None = None  # the port to bind (a restart keeps its address); None: any
+    tensorflow: bool = True  # False: a plain Python task (FakeLauncher), no TensorFlow, no server
+    script: str | None = None
+    script_args: tuple[str, ...] = ()
+    linger: bool = False  # a finished script stays (serving) until the launcher ends it
+    cwd: str | None = None  # adoption only: the cluster's working directory
+    env: dict[str, str | None] = field(default_factory=dict)  # adoption only: what to set (None: unset)
+
+    def __post_init__(self) -> None:
+        if self.mode not in TASK_MODES:
+            raise ValueError(f"unknown task mode {self.mode!r}")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> TaskConfig:
+        data = json.loads(text)
+        data["script_args"] = tuple(data.get("script_args") or ())
+        return cls(**data)
+
+    @property
+    def job(self) -> str:
+        return self.task.partition(":")[0]
+
+    @property
+    def index(self) -> int:
+        return int(self.task.partition(":")[2])
+
+
+# ---------------------------------------------------------------- task -> owner
+class Hello(NamedTuple):
+    """First message of a cold task: who it is."""
+
+    task: str
+    gen: int
+    pid: int
+
+
+class Warm(NamedTuple):
+    """First message of a pool process: TensorFlow imported, ``port`` reserved."""
+
+    pid: int
+    port: int
+
+
+class Port(NamedTuple):
+    port: int
+
+
+class Ready(NamedTuple):
+    target: str | None
+    pid: int
+
+
+class StartFailed(NamedTuple):
+    stage: str  # "bind" | "import" | "setup"
+    traceback: str
+
+
+class Result(NamedTuple):
+    call_id: int
+    value: bytes  # cloudpickled
+
+
+class Error(NamedTuple):
+    call_id: int
+    exc_type: str
+    message: str
+    traceback: str
+
+
+class Stacks(NamedTuple):
+    call_id: int
+    text: str
+
+
+class Metric(NamedTuple):
+    row: dict[str, Any]
+
+
+# ---------------------------------------------------------------- owner -> task
+class Spec(NamedTuple):
+    cluster: dict[str, list[str]]
+    tf_config: str
+    setup: bytes | None  # cloudpickled (fn, args, kwargs) to run before the server starts
+
+
+class Call(NamedTuple):
+    call_id: int
+    payload: bytes  # cloudpickled (fn, args, kwargs)
+
+
+class Interrupt(NamedTuple):
+    call_id: int
+
+
+class DumpStacks(NamedTuple):
+    call_id: int
+
+
+class Adopt(NamedTuple):
+    config: TaskConfig  # the task this pool process becomes
+
+
+class Exit(NamedTuple):
+    pass
+
+
+# ------------------------------------------------- read from the output stream
+class OutputDone(NamedTuple):
+    """Every line a call printed has been read (its done mark arrived)."""
+
+    call_id: int
+
+
+class ScriptDone(NamedTuple):
+    """A launched script finished with ``code`` and lingers (its mark arrived)."""
+
+    code: int
+
+
+OUTPUT_DONE_MARK = "\x00dtfkit-output-done "
+SCRIPT_DONE_MARK = OUTPUT_DONE_MARK + "script "  # a launched script ended; its exit code follows
+# A done mark: the mark, "script " for a launched script's end, the number, at the end of a line.
+DONE_MARK_RE = re.compile(re.escape(OUTPUT_DONE_MARK) + r"(script )?(\d{1,18})$")
+
+
+def output_done_line(call_id: int) -> bytes:
+    return f"{OUTPUT_DONE_MARK}{call_id}\n".encode()
+
+
+def script_done_line(code: int) -> bytes:
+    return f"{SCRIPT_DONE_MARK}{code}\n".encode()
+
+
+def parse_done_mark(text: str) -> tuple[str, str, int] | None:
+    """``(text before the mark, "output_done" | "script_done", number)`` for a line that
+    ends with a well-formed done mark, else None (the line is plain output, even if a
+    function printed the mark's text itself)."""
+    match = DONE_MARK_RE.search(text)
+    if match is None:
+        return None
+    kind = "script_done" if match.group(1) else "output_done"
+    return text[: match.start()], kind, int(match.group(2))
+
+
+def done_message(kind: str, number: int) -> OutputDone | ScriptDone:
+    return ScriptDone(number) if kind == "script_done" else OutputDone(number)

@@ -1,0 +1,226 @@
+"""The call policy (interrupt, grace, timeout, stop, restart, a task dying mid-call),
+on plain Python tasks without TensorFlow (``FakeLauncher``): real processes speaking the
+real protocol, up in a fraction of a second, so each policy is tested in well under a
+second. ``test_cluster_work.py`` covers the same ground on real TensorFlow servers."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import psutil
+import pytest
+from conftest import share_cluster, wait_gone, wait_until
+
+import dtfkit
+from dtfkit.engine import protocol
+from dtfkit.engine.fake import FakeLauncher
+from dtfkit.errors import DtfkitError, TaskExited, TaskFailed, TaskNotRunning, TaskTimeout
+
+pytestmark = pytest.mark.timeout(60)
+
+
+# ------------------------------------------------------------- task functions
+def name():
+    return dtfkit.this_task().name
+
+
+def fail_on_worker_1_others_block():
+    if dtfkit.this_task().name == "worker:1":
+        raise ValueError("worker 1 gives up")
+    threading.Event().wait()  # interrupted by the policy
+
+
+def ignore_interrupts_on_worker_0_fail_on_worker_1(gate: str):
+    if dtfkit.this_task().name == "worker:1":
+        while not os.path.exists(gate):  # fail only once worker:0 is in its loop
+            threading.Event().wait(0.01)
+        raise ValueError("worker 1 gives up")
+    open(gate, "w").close()
+    while True:
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass  # a task that swallows interrupts: the grace period ends it
+
+
+def block_here():
+    threading.Event().wait()  # BLOCKED-HERE
+
+
+def exit_on_worker_1():
+    if dtfkit.this_task().name == "worker:1":
+        print("worker:1 leaves without a word")
+        os._exit(7)
+    return "stayed"
+
+
+def print_then_return(n: int):
+    for k in range(n):
+        print(f"{dtfkit.this_task().name} line {k}")
+    return n
+
+
+def wait_for_file(path: str):
+    while not os.path.exists(path):
+        threading.Event().wait(0.01)
+    return "went on"
+
+
+# -------------------------------------------------------------------- fixture
+@pytest.fixture(scope="module")
+def fake_cluster():
+    with dtfkit.LocalCluster(ps=1, workers=2, launcher=FakeLauncher(), progress=False, name=None) as cluster:
+        with share_cluster(cluster):  # its restarted tasks are not a test's leftovers
+            yield cluster
+
+
+@pytest.fixture
+def cluster(fake_cluster):
+    if any(state != "running" for state in fake_cluster.status().values()):
+        fake_cluster.restart()
+    assert set(fake_cluster.status().values()) == {"running"}
+    return fake_cluster
+
+
+# ---------------------------------------------------------------------- tests
+def test_fake_tasks_are_real_processes_without_tensorflow(cluster):
+    assert cluster.run(name) == {"worker:0": "worker:0", "worker:1": "worker:1"}
+    loaded = cluster.run(lambda: "tensorflow" in __import__("sys").modules, on="all")
+    assert loaded == {"ps:0": False, "worker:0": False, "worker:1": False}
+    assert len(set(cluster.pids().values())) == 3 and os.getpid() not in cluster.pids().values()
+    assert "fake" in repr(cluster)
+
+
+def test_a_failure_interrupts_the_others_which_keep_running(cluster):
+    pids = cluster.pids()
+    with pytest.raises(TaskFailed) as info:
+        cluster.run(fail_on_worker_1_others_block, timeout=30)
+    assert info.value.task == "worker:1" and info.value.exc_type == "ValueError"
+    assert "worker:0 was interrupted (worker:1 failed) and stopped" in info.value.others
+    assert cluster.pids() == pids  # interrupted, not killed
+    assert cluster.run(name, on="worker:0") == {"worker:0": "worker:0"}
+
+
+def test_a_task_that_swallows_the_interrupt_is_killed_after_the_grace(cluster, tmp_path):
+    old = psutil.Process(cluster.pids()["worker:0"])
+    gate = str(tmp_path / "in-loop")
+    with pytest.raises(TaskFailed) as info:
+        cluster.run(ignore_interrupts_on_worker_0_fail_on_worker_1, args=(gate,), grace=0.3, timeout=30)
+    assert info.value.task == "worker:1"
+    assert "worker:0 was still running 0.3 s after the interrupt and was killed" in info.value.others
+    assert cluster.status()["worker:0"] == "killed"
+    assert wait_gone([old], 10) == []
+    with pytest.raises(TaskNotRunning, match="worker:0 is killed"):
+        cluster.run(name, on="worker:0")
+
+
+def test_on_error_wait_lets_the_others_finish(cluster, tmp_path):
+    gate = tmp_path / "go"
+    handle = cluster.submit(wait_for_file, args=(str(gate),), on="worker:0", on_error="wait", timeout=30)
+    assert not handle.done()
+    gate.write_text("go")
+    assert handle.result() == {"worker:0": "went on"}
+
+
+def test_a_timeout_kills_the_stuck_tasks_and_carries_their_stacks(cluster):
+    address = cluster.address("worker:1")
+    with pytest.raises(TaskTimeout) as info:
+        cluster.run(block_here, on="worker:1", timeout=0.5)
+    err = info.value
+    assert list(err.stacks) == ["worker:1"] and err.stopped == []
+    assert "threading.Event().wait()  # BLOCKED-HERE" in err.stacks["worker:1"]
+    assert "within 0.5 s" in str(err) and "BLOCKED-HERE" in str(err)
+    assert cluster.status()["worker:1"] == "killed"
+    cluster.restart("worker:1")
+    assert cluster.address("worker:1") == address  # the same address after a restart
+    assert cluster.run(name, on="worker:1") == {"worker:1": "worker:1"}
+
+
+def test_a_stopped_process_is_named_as_stopped_not_stuck(cluster):
+    handle = cluster.submit(block_here, on="worker:0", timeout=1.0)
+    os.kill(cluster.pids()["worker:0"], 19)  # SIGSTOP: it cannot answer the stack request
+    with pytest.raises(TaskTimeout) as info:
+        handle.result()
+    assert info.value.stopped == ["worker:0"]
+    assert "STOPPED" in info.value.stacks["worker:0"]
+
+
+def test_a_task_dying_mid_call_is_named_with_its_exit_code_and_last_line(cluster, capsys):
+    with pytest.raises(TaskExited) as info:
+        cluster.run(exit_on_worker_1, timeout=30)
+    text = str(info.value)
+    assert "worker:1 exited with code 7 while running exit_on_worker_1" in text
+    assert "[worker:1] worker:1 leaves without a word" in text
+    assert "cluster.restart('worker:1')" in text
+    assert cluster.status()["worker:1"] == "exited (7)"
+
+
+def test_stop_interrupts_a_running_call(cluster):
+    handle = cluster.submit(block_here, on="workers", grace=5)
+    handle.stop()
+    with pytest.raises(TaskFailed, match="KeyboardInterrupt"):
+        handle.result()
+    assert set(cluster.status().values()) == {"running"}
+
+
+def test_every_line_printed_before_the_return_is_shown_by_that_call(cluster, capsys):
+    assert cluster.run(print_then_return, args=(50,), on="worker:1") == {"worker:1": 50}
+    out = capsys.readouterr().out
+    assert out.count("[worker:1] worker:1 line") == 50 and "line 49" in out
+
+
+def test_kill_mid_call_then_restart(cluster):
+    handle = cluster.submit(block_here, on="worker:1")
+    cluster.kill("worker", 1)
+    with pytest.raises(TaskExited, match="worker:1 was killed while running block_here"):
+        handle.result()
+    cluster.restart()
+    assert cluster.run(name) == {"worker:0": "worker:0", "worker:1": "worker:1"}
+
+
+def test_a_late_reply_to_a_finished_call_is_dropped(cluster):
+    """A reply for a call nobody waits for any more (its id closed) goes nowhere."""
+    rt = cluster._rt
+    inbox = rt.open_call()
+    rt.close_call(inbox)
+    proc = rt.task_process("worker:0")
+    rt._apply(proc, protocol.Result(inbox.call_id, b"late"))
+    assert inbox.replies == {}
+    assert cluster.run(name, on="worker:0") == {"worker:0": "worker:0"}
+
+
+def test_a_client_is_a_fresh_process_ended_after_its_call(cluster):
+    before = set(cluster.pids().values())
+    result = cluster.run(lambda: (dtfkit.this_task().name, os.getpid()), on="client")
+    ((task, pid),) = result.values()
+    assert task.startswith("client:") and pid not in before
+    assert wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", 10)
+
+
+def test_a_second_waiting_thread_is_refused(cluster, tmp_path):
+    gate = tmp_path / "gate"
+    handle = cluster.submit(wait_for_file, args=(str(gate),), on="worker:0")
+    waiter = threading.Thread(target=handle.result, daemon=True)
+    waiter.start()
+    try:
+        assert wait_until(lambda: cluster._rt.waiting_for is not None, 10)
+        with pytest.raises(DtfkitError, match="already waiting for wait_for_file"):
+            cluster.run(name, on="worker:1")
+    finally:
+        gate.write_text("go")
+        waiter.join(10)
+    assert not waiter.is_alive()
+
+
+def test_echo_sends_the_output_where_asked(cluster, capsys):
+    seen: list[tuple[str, str]] = []
+    cluster.echo = lambda task, line: seen.append((task, line))
+    try:
+        cluster.run(print_then_return, args=(2,), on="worker:0")
+    finally:
+        cluster.echo = None
+    assert seen == [("worker:0", "worker:0 line 0"), ("worker:0", "worker:0 line 1")]
+    assert "line" not in capsys.readouterr().out
+    with pytest.raises(DtfkitError, match="echo must be a function"):
+        cluster.echo = "stdout"
