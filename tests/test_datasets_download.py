@@ -221,9 +221,7 @@ def test_cache_root_precedence(monkeypatch, tmp_path):
     assert datasets.cache_root() == tmp_path / "env-cache"  # $DTFKIT_DATA (fresh_state)
     monkeypatch.delenv("DTFKIT_DATA")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert (
-        datasets.dataset_dir("fashion_mnist") == tmp_path / "home/.cache/dtfkit/course/datasets/fashion_mnist"
-    )
+    assert datasets.dataset_dir("fashion_mnist") == tmp_path / "home/.cache/dtfkit/datasets/fashion_mnist"
     assert datasets.cache_root("~/data") == tmp_path / "home/data"
     assert not (tmp_path / "home").exists()  # nothing is created
 

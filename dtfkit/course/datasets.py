@@ -397,7 +397,7 @@ def prepare(
             wrong sha256.
 
     >>> prepare("mnist")  # doctest: +SKIP
-    PosixPath('/home/me/.cache/dtfkit/course/datasets/mnist')
+    PosixPath('/home/me/.cache/dtfkit/datasets/mnist')
     """
     folder = dataset_dir(name, cache_dir)
     timeout = DOWNLOAD_TIMEOUT if timeout is None else float(timeout)
