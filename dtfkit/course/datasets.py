@@ -17,9 +17,9 @@ Typical use in a data-parallel worker:
 >>> xb.shape, yb.shape
 ((32, 64), (32,))
 
-``load_mnist`` and ``load_fashion_mnist`` download their files on first use (standard
-library only, checked against the sha256 in ``CHECKSUMS``) into a cache folder, then
-read them from there with no network at all: ``cache_dir=`` if given, else
+``load_mnist`` and ``load_fashion_mnist`` download their files on first use (with pooch,
+checked against the sha256 in ``CHECKSUMS``) into a cache folder, then read them from
+there with no network at all (pooch is only imported to download or check a file): ``cache_dir=`` if given, else
 ``$DTFKIT_DATA``, else ``~/.cache/dtfkit/datasets``; each data set has its own
 subfolder (``mnist/``, ``fashion_mnist/``). Offline, they raise ``DatasetUnavailable``
 saying which files to copy where; see ``datasets/README.md``.
