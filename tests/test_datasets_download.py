@@ -2,7 +2,8 @@
 
 Downloads come from a small ``http.server`` on 127.0.0.1 serving fake files (a few 28x28
 images) whose sha256 is put into ``datasets.CHECKSUMS`` with monkeypatch; "offline" is a
-monkeypatched ``urllib.request.urlopen`` or a real refused/unanswered local connection.
+monkeypatched ``requests.adapters.HTTPAdapter.send`` (every request pooch makes goes through it)
+or a real refused/unanswered local connection.
 """
 
 from __future__ import annotations
@@ -17,15 +18,15 @@ import socket
 import subprocess
 import sys
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import numpy as np
+import pooch
 import pytest
+import requests
 
 from dtfkit.course import datasets
 from dtfkit.course.datasets import (
@@ -132,11 +133,11 @@ def block_network(monkeypatch) -> list[str]:
     """Make every download attempt fail loudly; returns the URLs that were tried."""
     tried: list[str] = []
 
-    def no_network(url, *args, **kwargs):
-        tried.append(url)
-        raise AssertionError(f"unexpected download of {url}")
+    def no_network(adapter, request, *args, **kwargs):
+        tried.append(request.url)
+        raise AssertionError(f"unexpected download of {request.url}")
 
-    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    monkeypatch.setattr(requests.adapters.HTTPAdapter, "send", no_network)
     return tried
 
 
@@ -221,9 +222,7 @@ def test_cache_root_precedence(monkeypatch, tmp_path):
     assert datasets.cache_root() == tmp_path / "env-cache"  # $DTFKIT_DATA (fresh_state)
     monkeypatch.delenv("DTFKIT_DATA")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert (
-        datasets.dataset_dir("fashion_mnist") == tmp_path / "home/.cache/dtfkit/course/datasets/fashion_mnist"
-    )
+    assert datasets.dataset_dir("fashion_mnist") == tmp_path / "home/.cache/dtfkit/datasets/fashion_mnist"
     assert datasets.cache_root("~/data") == tmp_path / "home/data"
     assert not (tmp_path / "home").exists()  # nothing is created
 
@@ -239,11 +238,12 @@ def test_bad_arguments(cache):
 # --- offline ----------------------------------------------------------------
 
 
+# What requests raises, around the socket's error (real ones have urllib3's errors between).
 OFFLINE_FAILURES = {
-    "dns": urllib.error.URLError(socket.gaierror(-3, "Temporary failure in name resolution")),
-    "timeout": urllib.error.URLError(TimeoutError("timed out")),
-    "read-timeout": TimeoutError("The read operation timed out"),
-    "reset": ConnectionResetError(104, "Connection reset by peer"),
+    "dns": requests.ConnectionError(socket.gaierror(-3, "Temporary failure in name resolution")),
+    "timeout": requests.ConnectTimeout(TimeoutError("timed out")),
+    "read-timeout": requests.ReadTimeout(TimeoutError("The read operation timed out")),
+    "reset": requests.ConnectionError(ConnectionResetError(104, "Connection reset by peer")),
 }
 
 
@@ -252,11 +252,11 @@ OFFLINE_FAILURES = {
 def test_offline_raises_dataset_unavailable(monkeypatch, cache, name, failure):
     calls = []
 
-    def offline(url, *args, timeout=None, **kwargs):
-        calls.append((url, timeout))
+    def offline(adapter, request, *args, timeout=None, **kwargs):
+        calls.append((request.url, timeout))
         raise OFFLINE_FAILURES[failure]
 
-    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    monkeypatch.setattr(requests.adapters.HTTPAdapter, "send", offline)
     with pytest.raises(DatasetUnavailable) as info:
         LOADERS[name]("train", cache_dir=cache)
     err = info.value
@@ -316,7 +316,9 @@ def test_offline_lists_only_the_missing_files(monkeypatch, cache):
     for filename in present:
         (folder / filename).write_bytes(FAKE_FILES["fashion_mnist"][filename])
     monkeypatch.setattr(
-        urllib.request, "urlopen", lambda *a, **k: (_ for _ in ()).throw(urllib.error.URLError("offline"))
+        requests.adapters.HTTPAdapter,
+        "send",
+        lambda *a, **k: (_ for _ in ()).throw(requests.ConnectionError("offline")),
     )
     with pytest.raises(DatasetUnavailable) as info:
         load_fashion_mnist("test", cache_dir=cache)
@@ -339,7 +341,7 @@ def test_download_verify_cache_and_load(monkeypatch, cache, capfd, name):
         _check_loaded(name, cache)  # both splits, every option
     # every file fetched exactly once, however many loads
     assert sorted(requested) == sorted("/" + f for f in FAKE_FILES[name])
-    assert "downloading" in capfd.readouterr().err  # the progress bar
+    assert capfd.readouterr().err.count("100%|") == len(FAKE_FILES[name])  # a full progress bar each
 
     folder = cache / name
     cached = _files_under(cache)
@@ -365,8 +367,8 @@ def test_cached_files_are_checked_and_read_once_per_process(monkeypatch, cache):
     block_network(monkeypatch)
     monkeypatch.setattr(datasets, "_VERIFIED", set())
     hashed = []
-    real_sha256_file = datasets._sha256_file
-    monkeypatch.setattr(datasets, "_sha256_file", lambda p: hashed.append(p) or real_sha256_file(p))
+    real_file_hash = pooch.file_hash
+    monkeypatch.setattr(pooch, "file_hash", lambda p, **k: hashed.append(Path(p)) or real_file_hash(p, **k))
 
     x1, y1 = load_mnist("test", flatten=False, normalize=False, cache_dir=cache)
     assert hashed == [cache / "mnist" / "mnist.npz"]  # checked once ...
@@ -389,9 +391,9 @@ def test_pre_seeded_cache_works_offline_in_a_new_process(tmp_path):
             (root / name / filename).write_bytes(data)
     sums = {name: {f: _sha256(d) for f, d in files.items()} for name, files in FAKE_FILES.items()}
     code = (
-        "import json, sys, urllib.request\n"
+        "import json, sys, requests\n"
         "def offline(*a, **k): raise AssertionError('network used')\n"
-        "urllib.request.urlopen = offline\n"
+        "requests.adapters.HTTPAdapter.send = offline\n"
         "from dtfkit.course import datasets\n"
         f"for name, files in {sums!r}.items(): datasets.CHECKSUMS[name].update(files)\n"
         "out = {}\n"

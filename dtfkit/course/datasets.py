@@ -17,9 +17,9 @@ Typical use in a data-parallel worker:
 >>> xb.shape, yb.shape
 ((32, 64), (32,))
 
-``load_mnist`` and ``load_fashion_mnist`` download their files on first use (standard
-library only, checked against the sha256 in ``CHECKSUMS``) into a cache folder, then
-read them from there with no network at all: ``cache_dir=`` if given, else
+``load_mnist`` and ``load_fashion_mnist`` download their files on first use (with pooch,
+checked against the sha256 in ``CHECKSUMS``) into a cache folder, then read them from
+there with no network at all (pooch is only imported to download or check a file): ``cache_dir=`` if given, else
 ``$DTFKIT_DATA``, else ``~/.cache/dtfkit/datasets``; each data set has its own
 subfolder (``mnist/``, ``fashion_mnist/``). Offline, they raise ``DatasetUnavailable``
 saying which files to copy where; see ``datasets/README.md``.
@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import functools
 import gzip
-import hashlib
 import io
 import os
-import tempfile
+import re
 import threading
 from collections.abc import Iterator
 from importlib import resources
@@ -248,11 +247,11 @@ def _batch_iter(
 
 # --- downloaded data sets: MNIST and Fashion-MNIST ---------------------------
 #
-# Each data set is a few files fetched from ``BASE_URLS[name] + file name`` into
-# ``dataset_dir(name)``. A download goes to a temporary file in that folder and is
-# renamed into place only once its sha256 matches ``CHECKSUMS``, so the cache never
-# holds a partial or unverified file. Loaded arrays are kept per process in
-# ``_LOADED``: each task of a cluster reads (and checks) the files once.
+# Each data set is a few files that pooch (https://www.fatiando.org/pooch) downloads from
+# ``BASE_URLS[name] + file name`` into ``dataset_dir(name)``: to a temporary file in that
+# folder, renamed into place only once its sha256 matches ``CHECKSUMS``, so the cache never
+# holds a partial or unverified file. Loaded arrays are kept per process in ``_LOADED``:
+# each task of a cluster reads (and checks) the files once.
 
 _KERAS_MIRROR = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
 
@@ -293,7 +292,7 @@ _DATA_ENV = "DTFKIT_DATA"
 _TITLES = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST"}
 _LOAD_SPLITS = ("train", "test")
 _IMAGE_SHAPE = (28, 28)
-_CHUNK = 1 << 20
+_CHUNK = 1 << 16  # bytes per read (and progress bar step) of a download
 
 _LOCK = threading.RLock()
 # (name, folder, split) -> read-only (images uint8 (n, 28, 28), labels uint8 (n,))
@@ -385,19 +384,19 @@ def prepare(
 
     Files already there are checked against ``CHECKSUMS`` (once per process) and never
     downloaded again, so this works with no network once the cache is populated. Missing
-    files are downloaded from ``BASE_URLS[name]`` with a progress bar (``progress``),
-    giving up after ``timeout`` seconds (default ``DOWNLOAD_TIMEOUT``) without an answer.
-    Run it once on the machine (e.g. before starting a cluster) so that the tasks only
-    read the cache.
+    files are downloaded by pooch from ``BASE_URLS[name]``, with a tqdm progress bar
+    (``progress``), giving up after ``timeout`` seconds (default ``DOWNLOAD_TIMEOUT``)
+    without an answer. Run it once on the machine (e.g. before starting a cluster) so that
+    the tasks only read the cache.
 
     Raises:
         DatasetUnavailable: a file could not be downloaded (no network, DNS failure,
-            timeout, HTTP error); nothing partial is left in the cache.
+            timeout, HTTP error, connection cut); nothing partial is left in the cache.
         ChecksumMismatch: a downloaded file (deleted) or a cached file (kept) has the
             wrong sha256.
 
     >>> prepare("mnist")  # doctest: +SKIP
-    PosixPath('/home/me/.cache/dtfkit/course/datasets/mnist')
+    PosixPath('/home/me/.cache/dtfkit/datasets/mnist')
     """
     folder = dataset_dir(name, cache_dir)
     timeout = DOWNLOAD_TIMEOUT if timeout is None else float(timeout)
@@ -409,10 +408,9 @@ def prepare(
                 _verify_cached(name, folder / filename, expected)
         if missing:
             created = [p for p in (folder, *folder.parents) if not p.exists()]
-            folder.mkdir(parents=True, exist_ok=True)
             try:
-                for i, filename in enumerate(missing):
-                    _download(name, filename, folder, missing[i:], progress=progress, timeout=timeout)
+                for i in range(len(missing)):
+                    _download(name, folder, missing[i:], progress=progress, timeout=timeout)
             except BaseException:
                 for p in created:  # innermost first; only folders this call made, if empty
                     try:
@@ -423,20 +421,16 @@ def prepare(
     return folder
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _verify_cached(name: str, path: Path, expected: str) -> None:
+    # Checked here, not left to pooch: pooch would download a file whose hash differs again,
+    # over the user's copy, where dtfkit reports it and leaves it alone.
+    import pooch  # imported only when needed: every task imports this module at start-up
+
     st = path.stat()
     key = (str(path), st.st_size, st.st_mtime_ns)
     if key in _VERIFIED:
         return
-    actual = _sha256_file(path)
+    actual = pooch.file_hash(str(path), alg="sha256")
     if actual != expected:
         url = BASE_URLS[name] + path.name
         raise ChecksumMismatch(
@@ -451,98 +445,71 @@ def _verify_cached(name: str, path: Path, expected: str) -> None:
     _VERIFIED.add(key)
 
 
-def _download(
-    name: str,
-    filename: str,
-    folder: Path,
-    missing: list[str],
-    *,
-    progress: bool,
-    timeout: float,
-) -> None:
-    """Fetch one file into ``folder`` via a temporary file, renamed once its sha256 matches."""
-    # Imported here: only a download needs them, and tasks import this module at start-up.
-    import http.client
-    import urllib.error
+def _download(name: str, folder: Path, missing: list[str], *, progress: bool, timeout: float) -> None:
+    """Download ``missing[0]`` into ``folder`` (the rest are named if it fails).
 
-    # urlopen wraps DNS and connection failures in URLError (HTTPError is one too); reads
-    # can still time out or be cut off.
-    network_errors = (urllib.error.URLError, http.client.HTTPException, TimeoutError, ConnectionError)
+    pooch streams it to a temporary file in ``folder``, checks its sha256 and only then
+    renames it into place; it deletes the temporary file whatever happens.
+    """
+    import pooch
+    import requests
+
+    filename = missing[0]
     url = BASE_URLS[name] + filename
     expected = CHECKSUMS[name][filename]
-    dest = folder / filename
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{filename}.", suffix=".part", dir=folder)
-    tmp = Path(tmp_name)
+    downloader = pooch.HTTPDownloader(progressbar=progress, chunk_size=_CHUNK, timeout=timeout)
     try:
-        digest = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out:
-            try:
-                _fetch(url, out, digest, filename, progress=progress, timeout=timeout)
-            except network_errors as exc:
-                cause = _describe_failure(exc, url, timeout)
-                raise DatasetUnavailable(_offline_message(name, folder, missing, cause)) from exc
-        actual = digest.hexdigest()
-        if actual != expected:
-            raise ChecksumMismatch(
-                f"{filename} downloaded from {url} is not the expected {_TITLES[name]} file: "
-                f"its sha256 is {actual}, expected {expected}. The download was deleted and "
-                f"nothing was cached. Try again; if it happens again, the file on the mirror "
-                f"differs: check it and, if it is genuine, correct "
-                f"CHECKSUMS[{name!r}][{filename!r}] in dtfkit/course/datasets.py",
-                path=dest,
-                url=url,
-                expected=expected,
-                actual=actual,
-            )
-        os.replace(tmp, dest)
-        _VERIFIED.add((str(dest), dest.stat().st_size, dest.stat().st_mtime_ns))
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _fetch(url: str, out, digest, filename: str, *, progress: bool, timeout: float) -> None:
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        length = response.headers.get("Content-Length", "")
-        total = int(length) if length.isdigit() else None
-        bar = _download_bar(total, filename, progress)
-        received = 0
-        try:
-            while chunk := response.read(_CHUNK):
-                out.write(chunk)
-                digest.update(chunk)
-                received += len(chunk)
-                if bar is not None:
-                    bar.update(len(chunk))
-        finally:
-            if bar is not None:
-                bar.close()
-    if total is not None and received != total:  # http.client does not raise for a short body
-        raise ConnectionError(f"the connection closed after {received:,} of {total:,} bytes")
-
-
-def _download_bar(total: int | None, filename: str, enabled: bool):
-    if not enabled:
-        return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # tqdm is a dependency, but a download does not need it
-        return None
-    return tqdm(total=total, desc=f"downloading {filename}", unit="B", unit_scale=True, unit_divisor=1024)
+        pooch.retrieve(url, f"sha256:{expected}", fname=filename, path=folder, downloader=downloader)
+    except (requests.RequestException, ConnectionError, TimeoutError) as exc:
+        cause = _describe_failure(exc, url, timeout)
+        raise DatasetUnavailable(_offline_message(name, folder, missing, cause)) from exc
+    except ValueError as exc:
+        # pooch's hash check: "SHA256 hash of downloaded file (...) does not match the known
+        # hash: expected sha256:<hex> but got <hex>. Deleted download for safety. ..."
+        got = re.search(r"but got ([0-9a-fA-F]{64})", str(exc))
+        if got is None:
+            raise
+        actual = got.group(1).lower()
+        raise ChecksumMismatch(
+            f"{filename} downloaded from {url} is not the expected {_TITLES[name]} file: "
+            f"its sha256 is {actual}, expected {expected}. The download was deleted and "
+            f"nothing was cached. Try again; if it happens again, the file on the mirror "
+            f"differs: check it and, if it is genuine, correct "
+            f"CHECKSUMS[{name!r}][{filename!r}] in dtfkit/course/datasets.py",
+            path=folder / filename,
+            url=url,
+            expected=expected,
+            actual=actual,
+        ) from exc
+    st = (folder / filename).stat()
+    _VERIFIED.add((str(folder / filename), st.st_size, st.st_mtime_ns))
 
 
 def _describe_failure(exc: BaseException, url: str, timeout: float) -> str:
-    import urllib.error
+    """One line for a failed download, from requests' error and the ones it wraps."""
+    import requests
+    import urllib3
 
-    if isinstance(exc, urllib.error.HTTPError):
-        return f"the server answered HTTP {exc.code} {exc.reason} for {url}"
-    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-    if isinstance(reason, TimeoutError):
+    if isinstance(exc, requests.HTTPError) and exc.response is not None:
+        return f"the server answered HTTP {exc.response.status_code} {exc.response.reason} for {url}"
+    chain = [exc]  # requests wraps urllib3's errors, which wrap the socket's (or name the cause)
+    while (inner := _inner_error(chain[-1])) is not None and inner not in chain:
+        chain.append(inner)
+    root = chain[-1]
+    if isinstance(root, urllib3.exceptions.IncompleteRead):  # the body was cut short
+        return f"the connection closed after {root.partial:,} of {root.partial + root.expected:,} bytes from {url}"
+    if any(isinstance(e, (TimeoutError, requests.Timeout)) for e in chain):
         return f"no answer from {url} within {timeout:g} s (timed out)"
-    if isinstance(exc, urllib.error.URLError):
-        return f"could not reach {url}: {reason}"
-    return f"the download from {url} failed: {type(exc).__name__}: {exc}"
+    if isinstance(exc, requests.ConnectionError):
+        return f"could not reach {url}: {root}"
+    return f"the download from {url} failed: {type(root).__name__}: {root}"
+
+
+def _inner_error(exc: BaseException) -> BaseException | None:
+    for inner in (exc.__cause__, getattr(exc, "reason", None), *exc.args):
+        if isinstance(inner, BaseException):
+            return inner
+    return None
 
 
 def _offline_message(name: str, folder: Path, missing: list[str], cause: str) -> str:
