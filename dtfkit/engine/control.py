@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable
 from multiprocessing import AuthenticationError
@@ -53,3 +54,19 @@ def first_message(conn: Connection, authkey: bytes, kind: type) -> tuple | None:
         conn.close()
         return None
     return message
+
+
+def stop_listening(listener: Listener, address: str) -> None:
+    """Close ``listener`` and wake the ``serve()`` loop blocked in ``accept()`` so its thread ends.
+
+    The wake-up is a bare connection, not ``Client()``: the loop may have ended already
+    (it stops after any accept once closed), and ``Client()`` would then wait for a
+    handshake for ever.
+    """
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1.0)
+            sock.connect(address)
+    except OSError:
+        pass
+    listener.close()

@@ -44,7 +44,6 @@ import dataclasses
 import os
 import queue
 import secrets
-import socket
 import sys
 import threading
 import time
@@ -102,14 +101,6 @@ class WarmProcess:
     conn: object = None
     port: int | None = None
 
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    @property
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
 
 @dataclass
 class WarmNamespace:
@@ -124,7 +115,7 @@ class WarmNamespace:
         return self.anchor.namespace
 
     def warm(self) -> list[WarmProcess]:
-        return [p for p in self.procs if p.conn is not None and p.alive]
+        return [p for p in self.procs if p.conn is not None and p.popen.poll() is None]
 
 
 class _Spawner:
@@ -234,7 +225,7 @@ class TaskPool:
                         return
                     proc = spawner.call(lambda: self._spawn_warm(space))
                     space.procs.append(proc)
-                    self._pending[proc.pid] = proc
+                    self._pending[proc.popen.pid] = proc
                 self._write_state()
         finally:
             with self._lock:
@@ -329,7 +320,7 @@ class TaskPool:
             warm = space.warm()
             cold = [p for p in space.procs if p not in warm]
             for p in cold:
-                self._pending.pop(p.pid, None)
+                self._pending.pop(p.popen.pid, None)
             space.procs = warm
         for p in cold:
             end_warm(p)
@@ -349,7 +340,7 @@ class TaskPool:
             space = self._current
             if space is None:
                 return []
-            return [space.anchor.pid, *(p.pid for p in space.procs)]
+            return [space.anchor.pid, *(p.popen.pid for p in space.procs)]
 
     def _write_state(self) -> None:
         with self._lock:
@@ -358,7 +349,7 @@ class TaskPool:
             space = self._current
             idents = [] if space is None or not space.anchor.alive else [space.anchor.identity()]
             if space is not None:
-                idents += [state.process_identity(p.pid) for p in space.procs if p.alive]
+                idents += [state.process_identity(p.popen.pid) for p in space.procs if p.popen.poll() is None]
         state.write_state(self.dir, self.id, idents, f"warm pool of {self.size}")
 
     def close(self) -> None:
@@ -372,13 +363,7 @@ class TaskPool:
             self._lock.notify_all()
         if space is not None:
             _end(space)
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.settimeout(1.0)
-                sock.connect(self._socket_path)
-        except OSError:
-            pass
-        self._listener.close()
+        control.stop_listening(self._listener, self._socket_path)
         state.remove_state(self.dir)
         _OPEN.discard(self)
 

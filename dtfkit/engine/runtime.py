@@ -751,16 +751,7 @@ class ClusterRuntime:
         # What a task started in a session of its own escaped its process group; its
         # environment still names this cluster.
         state.end_marked_processes(self.id)
-        # Wake the accept loop so its thread ends. A bare connection, not Client():
-        # the loop may have ended already (it stops after any accept once closed is
-        # set), and Client() would then wait for a handshake for ever.
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.settimeout(1.0)
-                sock.connect(self.control_address)
-        except OSError:
-            pass
-        self._listener.close()
+        control.stop_listening(self._listener, self.control_address)
         for conn in self._conns:  # ends reader threads, a stalled handshake's included
             try:
                 # shutdown() wakes a thread blocked reading the socket; close() would not.
