@@ -41,7 +41,7 @@ import numpy as np
 import dtfkit
 from dtfkit.course.datasets import load_digits, shard
 from dtfkit.errors import DtfkitError
-from dtfkit.recipes import tf1
+from dtfkit.recipes import analysis, tf1
 
 AGGREGATED, DROPPED, PENDING = "aggregated", "dropped", "pending"
 FATE_COLORS = {AGGREGATED: "tab:green", DROPPED: "tab:red", PENDING: "tab:gray"}
@@ -404,9 +404,7 @@ class SyncRun:
 
     def shares(self, of: str = AGGREGATED) -> dict[str, float]:
         """Each worker's fraction of the aggregated gradients (``of="local_steps"``: of the steps)."""
-        counts = self.counts()
-        total = sum(row[of] for row in counts.values()) or 1
-        return {task: row[of] / total for task, row in counts.items()}
+        return analysis.shares({task: row[of] for task, row in self.counts().items()})
 
     def single_worker_updates(self) -> dict[str, int]:
         """How many updates averaged gradients of one worker only, per worker."""
@@ -450,11 +448,7 @@ class SyncRun:
     def update_window(self, first: int, last: int, skip_first: bool = True) -> tuple[float, float]:
         """The x range of ``plot_timeline`` (same origin) from just before update ``first``
         to just after update ``last``: ``ax.set_xlim(*run.update_window(20, 24))`` zooms in."""
-        times = self.update_times()
-        t0 = self._t0(skip_first)
-        lo, hi = times[first - 1] if first > 1 else t0, times[last]
-        pad = 0.15 * (hi - lo)
-        return lo - t0 - pad, hi - t0 + pad
+        return analysis.update_window(self.update_times(), first, last, origin=self._t0(skip_first), pad=0.15)
 
     def exit_lags(self) -> dict[str, float]:
         """Per worker, seconds from its last step to its session being closed."""
