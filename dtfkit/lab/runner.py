@@ -530,7 +530,7 @@ class Lab:
 
     def _execute(self, record: RunRecord, echo: Callable[[str, str], None]) -> None:
         from dtfkit.lab import tasks
-        from dtfkit.recipes import sync, tf1
+        from dtfkit.recipes import sync
 
         s = record.settings
         cluster = None
@@ -560,16 +560,7 @@ class Lab:
                     {**common, "workers": s.worker_names, "replicas_to_aggregate": s.aggregate},
                 )
             else:
-                fn, kwargs = (
-                    tf1.train_between_graph,
-                    {
-                        **common,
-                        "sync": False,
-                        "record_steps": True,
-                        "start_barrier": True,
-                        "straggler_in_step": True,
-                    },
-                )
+                fn, kwargs = tasks.train_recorded, common
             handle = cluster.submit(fn, kwargs=kwargs, on=s.worker_names, timeout=self.run_timeout, grace=3.0)
             t = time.monotonic()
             results = self._pump(cluster, handle, record)
