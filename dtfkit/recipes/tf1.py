@@ -5,6 +5,11 @@ session only needs the ps tasks and itself (``device_filters``), the
 ``MonitoredTrainingSession`` grace period is short, and every step is reported
 with ``dtfkit.report`` so the notebook can plot it.
 
+Its parts are public and small (``classifier``, ``on_ps``, ``run_scope``,
+``training_session``, ``peer_barrier``/``wait_for_peers``, ...): chapter 3's ``sync``
+recipe, the course checks and the lab's recorded runs (``dtfkit.lab.tasks``) are built
+from them, so the recipe itself keeps only what a chapter teaches.
+
 Example::
 
     from dtfkit.recipes import tf1
