@@ -15,13 +15,7 @@ import time
 
 import psutil
 
-
-def interleaving(rows: list[dict]) -> float:
-    """Fraction of consecutive global steps done by different workers (0: blocks, ~0.5: mixed)."""
-    ordered = [r["task"] for r in sorted(rows, key=lambda r: r["step"])]
-    if len(ordered) < 2:
-        return 0.0
-    return sum(a != b for a, b in zip(ordered, ordered[1:], strict=False)) / (len(ordered) - 1)
+from dtfkit.recipes import analysis
 
 
 def main(steps: int = 300, sync: bool = False) -> int:
@@ -40,15 +34,16 @@ def main(steps: int = 300, sync: bool = False) -> int:
         pids = list(cluster.pids().values())
     print()
     print(f"{'worker':<10}{'local steps':>12}{'share':>8}{'final loss':>12}{'test acc':>10}")
-    total = sum(r["local_steps"] for r in results.values())
+    shares = analysis.shares({name: r["local_steps"] for name, r in results.items()})
     for name, r in results.items():
-        share = r["local_steps"] / total if total else 0
-        print(f"{name:<10}{r['local_steps']:>12}{share:>8.0%}{r['loss']:>12.3f}{r['accuracy']:>10.1%}")
+        print(f"{name:<10}{r['local_steps']:>12}{shares[name]:>8.0%}{r['loss']:>12.3f}{r['accuracy']:>10.1%}")
+    # By global step: the fraction of consecutive global steps made by different workers.
+    interleaving = analysis.interleaving_fraction(rows, by="step")
     last = max(r["last_step"] for r in results.values())
     first = min(r["first_step"] for r in results.values())
     print(
         f"global step {max(r['global_step'] for r in results.values())} reached in {last - first:.1f} s "
-        f"({len(rows)} metric events); worker interleaving {interleaving(rows):.0%}"
+        f"({len(rows)} metric events); worker interleaving {interleaving:.0%}"
     )
     left = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     print(f"every process ended: {not left}")

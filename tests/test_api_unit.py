@@ -45,6 +45,8 @@ TF_FREE_MODULES = [
     "dtfkit.course.devices",
     "dtfkit.course.datasets",
     "dtfkit.recipes.tf1",
+    "dtfkit.recipes.analysis",
+    "dtfkit.htmltable",
     "dtfkit.recipes.placement",
     "dtfkit.recipes.between_graph",
     "dtfkit.recipes.sync",

@@ -41,6 +41,9 @@ def test_round_robin_puts_every_kernel_on_one_ps_and_greedy_balances():
     assert bg.round_robin_bytes([], 2) == [0, 0]
 
 
+W2 = ("worker:0", "worker:1")
+
+
 def _row(task, t, step):
     return {"task": task, "time": t, "step": step}
 
@@ -62,7 +65,9 @@ def test_interleavings_and_overlap_from_metric_rows():
         _row("worker:0", 1.0, 3),
         _row("worker:1", 0.9, 4),
     ]
-    assert bg.interleavings(mixed) == 2  # by time: w0, w1, w1, w0
+    assert bg.interleavings(mixed, tasks=W2) == 2  # by time: w0, w1, w1, w0
+    assert bg.interleavings(mixed) == 4  # every task: w0, w1, client, w1, w0
+    assert bg.interleavings(mixed, tasks=W2, by="step") == 3  # by global step: w0, w1, w0, w1
     assert bg.overlap_seconds(mixed) == pytest.approx(0.6)
     assert bg.overlap_seconds([_row("worker:0", 0.0, 1)]) == 0.0
 

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dtfkit.recipes import analysis
+
 if TYPE_CHECKING:
     from dtfkit.lab.runner import RunRecord
 
@@ -91,7 +93,7 @@ def plot_timeline(record: RunRecord, ax) -> None:
             if fate in FATE_COLORS:
                 color = FATE_COLORS[fate]
             else:
-                stale = 0 if applied is None else max(0, applied - read - 1)
+                stale = 0 if applied is None else analysis.staleness(read, applied)
                 color = STALENESS_COLORS[min(stale, 3)]
             ax.broken_barh(
                 [(start - t0, max(end - start, 0.002))],
@@ -116,10 +118,9 @@ def zoomed_timeline(record: RunRecord, updates: int = 8, title: str = ""):
     plot_timeline(record, ax)
     if len(times) > updates:
         t0 = _t0(record)
-        first = (len(times) - updates) // 2
-        lo, hi = times[first] - t0, times[first + updates] - t0
-        pad = 0.02 * (hi - lo)
-        ax.set_xlim(lo - pad, hi + pad)
+        first = (len(times) - updates) // 2  # times[first] is when update first + 1 was done
+        numbered = {i + 1: t for i, t in enumerate(times)}
+        ax.set_xlim(*analysis.update_window(numbered, first + 2, first + updates + 1, origin=t0, pad=0.02))
         for t in times[first : first + updates + 1]:
             ax.axvline(t - t0, color="0.6", lw=0.8, zorder=0)
         ax.set_xlabel(f"wall time (s); grey lines: updates {first + 1}–{first + updates + 1}")

@@ -19,18 +19,18 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import html
 import threading
 import time
 import uuid
 import warnings
 import weakref
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from dtfkit.errors import DtfkitError
+from dtfkit.htmltable import html_table
+from dtfkit.recipes import analysis
 
 MODES = ("sync", "async")
 LIVE_EVERY = 0.5  # seconds between live updates sent to listeners
@@ -147,7 +147,7 @@ class RunRecord:
         for steps in self.pushes().values():
             for _, _, read, applied, fate in steps:
                 if applied is not None and fate in ("applied", "aggregated"):
-                    out.append(max(0, applied - read - 1))
+                    out.append(analysis.staleness(read, applied))
         return out
 
     def max_staleness(self) -> int:
@@ -160,11 +160,15 @@ class RunRecord:
 
     def shares(self) -> dict[str, float]:
         """Each worker's share of the applied updates (sync: of the aggregated gradients)."""
-        counts = Counter()
-        for task, steps in self.pushes().items():
-            counts[task] = sum(1 for p in steps if p[3] is not None and p[4] in ("applied", "aggregated"))
-        total = sum(counts.values()) or 1
-        return {task: counts[task] / total for task in self.workers}
+        pushes = self.pushes()
+        return analysis.shares(
+            {
+                task: sum(
+                    1 for p in pushes.get(task, []) if p[3] is not None and p[4] in ("applied", "aggregated")
+                )
+                for task in self.workers
+            }
+        )
 
     # ------------------------------------------------------------ sync facts
     def update_sizes(self) -> set[int]:
@@ -172,20 +176,11 @@ class RunRecord:
         self._need_sync()
         return self.sync.update_sizes()
 
-    def lockstep_fraction(self) -> float:
-        """Sync: the fraction of updates whose gradients came from distinct workers (1.0: in
-        lockstep, no worker ran ahead and supplied two gradients of one update)."""
-        self._need_sync()
-        updates = [tasks for tasks in self.sync.updates().values() if tasks]
-        return sum(1 for t in updates if len(set(t)) == len(t)) / max(1, len(updates))
-
     def participation(self, task: str, last: float = 0.5) -> float:
         """Sync: the fraction of the last ``last`` of the updates that averaged a gradient
         of ``task`` (1.0: every one of them waited for it)."""
         self._need_sync()
-        updates = [tasks for _, tasks in sorted(self.sync.updates().items())]
-        tail = updates[int(len(updates) * (1 - last)) :]
-        return sum(1 for tasks in tail if task in tasks) / max(1, len(tail))
+        return analysis.participation([tasks for _, tasks in sorted(self.sync.updates().items())], task, last)
 
     def update_times(self) -> list[float]:
         """When each update (global step) was made, in order: sync from the ledger (the
@@ -197,12 +192,7 @@ class RunRecord:
     def update_interval(self, last: float = 1.0, how: str = "median") -> float:
         """Seconds between consecutive updates (the pace) over the last ``last`` of them:
         their ``"median"`` or ``"mean"``."""
-        ends = self.update_times()
-        ends = ends[int(len(ends) * (1 - last)) :]
-        gaps = sorted(b - a for a, b in zip(ends, ends[1:], strict=False))
-        if not gaps:
-            return float("nan")
-        return gaps[len(gaps) // 2] if how == "median" else sum(gaps) / len(gaps)
+        return analysis.update_interval(self.update_times(), last, how)
 
     def straggler_regime(self) -> str:
         """Sync with a straggler: which of the two regimes ``SyncReplicasOptimizer`` met.
@@ -227,8 +217,7 @@ class RunRecord:
     # ------------------------------------------------------------ summary
     def interleavings(self) -> int:
         """How often consecutive steps (by wall time) switch from one worker to another."""
-        order = [r["task"] for r in sorted(self.rows, key=lambda r: r["time"]) if "step" in r]
-        return sum(1 for a, b in zip(order, order[1:], strict=False) if a != b)
+        return analysis.interleavings(self.rows, by="time")
 
     def global_step(self) -> int:
         if self.sync is not None:
@@ -238,24 +227,12 @@ class RunRecord:
 
     def steady_time(self) -> float:
         """When every worker had made its first step (wall time; the run's start before)."""
-        firsts: dict[str, float] = {}
-        for r in self.rows:
-            firsts[r["task"]] = min(firsts.get(r["task"], r["time"]), r["time"])
-        return max(firsts.values()) if firsts else self.started
+        return analysis.steady_time(self.rows, default=self.started)
 
     def steps_per_sec(self) -> float:
         """Global steps per second, from the moment every worker had made its first step
         (the first step sets the session up and says nothing about the pace)."""
-        rows = sorted((r for r in self.rows if "step" in r), key=lambda r: r["time"])
-        firsts: dict[str, dict] = {}
-        for r in rows:
-            firsts.setdefault(r["task"], r)
-        if not firsts or len(rows) < 2:
-            return float("nan")
-        t0 = max(r["time"] for r in firsts.values())
-        base = max(r["step"] for r in rows if r["time"] <= t0)
-        span = rows[-1]["time"] - t0
-        return (rows[-1]["step"] - base) / span if span > 0 else float("nan")
+        return analysis.steps_per_sec(self.rows)
 
     def gradient_rates(self) -> dict[str, float]:
         """Gradients per second from the moment every worker had made its first step:
@@ -401,17 +378,13 @@ class Lab:
         if not rows:
             return "<table class='dtfkit-lab-table'><tr><td><i>no finished run yet</i></td></tr></table>"
         cols = list(rows[0])
-        cell = "style='padding:2px 8px;border-bottom:1px solid #ddd;text-align:left'"
-        head = "".join(f"<th {cell}>{html.escape(c)}</th>" for c in cols)
-        body = "".join(
-            "<tr class='dtfkit-lab-row'>"
-            + "".join(f"<td {cell}>{html.escape(str(r[c]))}</td>" for c in cols)
-            + "</tr>"
-            for r in rows
-        )
-        return (
-            "<table class='dtfkit-lab-table' style='border-collapse:collapse'>"
-            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        return html_table(
+            cols,
+            [[r[c] for c in cols] for r in rows],
+            css_class="dtfkit-lab-table",
+            row_class="dtfkit-lab-row",
+            cell_style="padding:2px 8px;border-bottom:1px solid #ddd;text-align:left",
+            table_style="border-collapse:collapse",
         )
 
     def _repr_html_(self) -> str:
@@ -557,7 +530,7 @@ class Lab:
 
     def _execute(self, record: RunRecord, echo: Callable[[str, str], None]) -> None:
         from dtfkit.lab import tasks
-        from dtfkit.recipes import sync, tf1
+        from dtfkit.recipes import sync
 
         s = record.settings
         cluster = None
@@ -587,16 +560,7 @@ class Lab:
                     {**common, "workers": s.worker_names, "replicas_to_aggregate": s.aggregate},
                 )
             else:
-                fn, kwargs = (
-                    tf1.train_between_graph,
-                    {
-                        **common,
-                        "sync": False,
-                        "record_steps": True,
-                        "start_barrier": True,
-                        "straggler_in_step": True,
-                    },
-                )
+                fn, kwargs = tasks.train_recorded, common
             handle = cluster.submit(fn, kwargs=kwargs, on=s.worker_names, timeout=self.run_timeout, grace=3.0)
             t = time.monotonic()
             results = self._pump(cluster, handle, record)

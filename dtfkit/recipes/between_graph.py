@@ -14,6 +14,8 @@ is meant for ``cluster.run(...)``; the rest is plain Python the notebook may cal
 - ``train_in_graph``: in-graph replication, one client driving a tower on every worker.
 - ``sparse_vs_dense_read``: an embedding table on a ps, read by row lookup or whole,
   with the bytes each moves measured from the run's trace.
+- ``interleavings``, ``overlap_seconds``: what the metric rows say about two workers'
+  steps (from ``dtfkit.recipes.analysis``, where the lab and the demo count the same way).
 
 Example::
 
@@ -32,6 +34,7 @@ import numpy as np
 
 import dtfkit
 from dtfkit.course.datasets import load_digits, shard
+from dtfkit.recipes.analysis import interleavings, overlap_seconds  # noqa: F401 - chapter 2 calls bg.interleavings
 from dtfkit.recipes.tf1 import (
     NUM_CLASSES,
     NUM_FEATURES,
@@ -361,24 +364,6 @@ def recv_bytes(step_stats) -> list[dict[str, Any]]:
 
 
 # -------------------------------------------------------------- plain helpers
-def interleavings(rows: Iterable[dict[str, Any]], tasks: Sequence[str] = ("worker:0", "worker:1")) -> int:
-    """How often consecutive steps (ordered by wall time) switch from one task to another,
-    counting only ``tasks``. 0 means the tasks' steps never alternated."""
-    order = [r["task"] for r in sorted(rows, key=lambda r: r["time"]) if r["task"] in tasks and "step" in r]
-    return sum(1 for a, b in zip(order, order[1:], strict=False) if a != b)
-
-
-def overlap_seconds(rows: Iterable[dict[str, Any]], a: str = "worker:0", b: str = "worker:1") -> float:
-    """Length of the wall-time window in which both ``a`` and ``b`` were stepping."""
-    times: dict[str, list[float]] = {a: [], b: []}
-    for r in rows:
-        if r["task"] in times and "step" in r:
-            times[r["task"]].append(r["time"])
-    if not times[a] or not times[b]:
-        return 0.0
-    return max(0.0, min(max(times[a]), max(times[b])) - max(min(times[a]), min(times[b])))
-
-
 def stack_excerpt(
     text: str,
     keep: Sequence[str] = (

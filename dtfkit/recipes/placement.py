@@ -35,10 +35,11 @@ imports it inside.
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from dtfkit.htmltable import html_table
 
 __all__ = [
     "Table",
@@ -480,21 +481,13 @@ class Table:
         return f"{self.title}\n{text}" if self.title else text
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in self.columns)
-        body = []
-        for row in self.rows:
-            colour = self.highlight.get(row.get("task", ""))
-            style = f" style='background:{colour}'" if colour else ""
-            cells = "".join(
-                f"<td style='text-align:left'>{html.escape(_cell(row.get(c, '')))}</td>" for c in self.columns
-            )
-            body.append(f"<tr{style}>{cells}</tr>")
-        caption = (
-            f"<caption style='text-align:left'><b>{html.escape(self.title)}</b></caption>"
-            if self.title
-            else ""
+        colours = [self.highlight.get(row.get("task", "")) for row in self.rows]
+        return html_table(
+            self.columns,
+            [[_cell(row.get(c, "")) for c in self.columns] for row in self.rows],
+            caption=self.title,
+            row_styles=[f"background:{c}" if c else None for c in colours],
         )
-        return f"<table>{caption}<tr>{head}</tr>{''.join(body)}</table>"
 
 
 def plot_timeline(

@@ -30,7 +30,6 @@ Example (in the notebook; the kernel never imports TensorFlow)::
 from __future__ import annotations
 
 import re
-import threading
 import time
 import uuid
 from collections import Counter
@@ -41,7 +40,7 @@ import numpy as np
 import dtfkit
 from dtfkit.course.datasets import load_digits, shard
 from dtfkit.errors import DtfkitError
-from dtfkit.recipes import tf1
+from dtfkit.recipes import analysis, tf1
 
 AGGREGATED, DROPPED, PENDING = "aggregated", "dropped", "pending"
 FATE_COLORS = {AGGREGATED: "tab:green", DROPPED: "tab:red", PENDING: "tab:gray"}
@@ -118,15 +117,14 @@ def train_sync(
     capacity = ledger_capacity(steps, aggregate, total)
     delay = (straggler_ms or {}).get(ctx.name, 0.0) / 1000.0
     name = run_name or f"sync{ctx.call_id}"
-    container = re.sub(r"[^A-Za-z0-9.]", ".", name)  # container names allow no "_"
+    container = tf1.container_name(name)
     x, y = load_digits(split="train")
     x, y = shard(x, y, rank, count)
     rng = np.random.default_rng(seed * 1000 + rank)
 
     tf.get_logger().setLevel("ERROR")
-    graph = tf.Graph()
     own_device = f"/job:{ctx.job_name}/task:{ctx.task_index}"
-    with graph.as_default(), tf.compat.v1.container(container), tf.compat.v1.variable_scope(name):
+    with tf1.run_scope(tf, name):
         with tf.compat.v1.device(_device_function(tf, ctx, own_device, variables_on)):
             images, labels, logits, loss = tf1.classifier(tf, hidden)
             # The ledger: this gradient's one-hot mark at [rank, local step index].
@@ -135,9 +133,7 @@ def train_sync(
             )
             index = tf.compat.v1.placeholder(tf.int32, [])
             mark = tf.reshape(tf.one_hot(rank * capacity + index, count * capacity), [count, capacity])
-            ready = tf.compat.v1.get_variable(
-                "ready", [], tf.int32, initializer=tf.compat.v1.zeros_initializer(), trainable=False
-            )
+            barrier = tf1.peer_barrier(tf)
             global_step = tf.compat.v1.train.get_or_create_global_step()
             opt = tf.compat.v1.train.SyncReplicasOptimizer(
                 tf.compat.v1.train.GradientDescentOptimizer(learning_rate),
@@ -146,7 +142,6 @@ def train_sync(
             )
             train_op = opt.minimize(loss + tf.reduce_sum(ledger * mark), global_step=global_step)
             local_step = _sync_local_step(tf)
-            arrive = ready.assign_add(1)
         hooks = [tf.compat.v1.train.StopAtStepHook(last_step=steps), opt.make_session_run_hook(is_chief)]
         filters = ["/job:ps", own_device] + ([_device_name(variables_on)] if variables_on else [])
         config = tf.compat.v1.ConfigProto(device_filters=filters)
@@ -163,7 +158,7 @@ def train_sync(
                 while not sess.should_stop():
                     if len(pushes) == 1:
                         if start_barrier:
-                            _barrier(tf, ctx.target, config, arrive, ready, count)
+                            tf1.wait_for_peers(tf, ctx.target, config, barrier, count)
                         if stall:
                             _wait_for_step(tf, ctx.target, config, global_step, stall)
                     if len(pushes) >= capacity:
@@ -186,7 +181,7 @@ def train_sync(
             closed = time.time()
             # The chief's queue-runner thread dies with CancelledError once the session
             # closes; let it finish while that (useless) traceback is still hidden.
-            _join_queue_runner_threads(timeout=5.0)
+            tf1.join_queue_runner_threads(timeout=5.0)
     done = [p for p in pushes if p[1] is not None]
     record: dict[str, Any] = {
         "task": ctx.name,
@@ -262,24 +257,6 @@ def _sync_local_step(tf):
     if len(found) != 1:
         raise DtfkitError(f"expected one sync_rep_local_step variable, found {[v.name for v in found]}")
     return found[0]
-
-
-def _barrier(tf, target: str, config, arrive, ready, count: int, timeout: float = 120.0) -> None:
-    """Count this worker in, then wait until ``count`` workers are in."""
-    with tf.compat.v1.Session(target, config=config) as plain:
-        plain.run(arrive)
-        deadline = time.monotonic() + timeout
-        while plain.run(ready) < count:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"not every worker started within {timeout:g} s")
-            time.sleep(0.01)
-
-
-def _join_queue_runner_threads(timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    for thread in threading.enumerate():
-        if thread.name.startswith("QueueRunnerThread"):
-            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _wait_for_step(tf, target: str, config, global_step, step: int, timeout: float = 120.0) -> None:
@@ -404,9 +381,7 @@ class SyncRun:
 
     def shares(self, of: str = AGGREGATED) -> dict[str, float]:
         """Each worker's fraction of the aggregated gradients (``of="local_steps"``: of the steps)."""
-        counts = self.counts()
-        total = sum(row[of] for row in counts.values()) or 1
-        return {task: row[of] / total for task, row in counts.items()}
+        return analysis.shares({task: row[of] for task, row in self.counts().items()})
 
     def single_worker_updates(self) -> dict[str, int]:
         """How many updates averaged gradients of one worker only, per worker."""
@@ -450,11 +425,7 @@ class SyncRun:
     def update_window(self, first: int, last: int, skip_first: bool = True) -> tuple[float, float]:
         """The x range of ``plot_timeline`` (same origin) from just before update ``first``
         to just after update ``last``: ``ax.set_xlim(*run.update_window(20, 24))`` zooms in."""
-        times = self.update_times()
-        t0 = self._t0(skip_first)
-        lo, hi = times[first - 1] if first > 1 else t0, times[last]
-        pad = 0.15 * (hi - lo)
-        return lo - t0 - pad, hi - t0 + pad
+        return analysis.update_window(self.update_times(), first, last, origin=self._t0(skip_first), pad=0.15)
 
     def exit_lags(self) -> dict[str, float]:
         """Per worker, seconds from its last step to its session being closed."""

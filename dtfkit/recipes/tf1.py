@@ -5,6 +5,11 @@ session only needs the ps tasks and itself (``device_filters``), the
 ``MonitoredTrainingSession`` grace period is short, and every step is reported
 with ``dtfkit.report`` so the notebook can plot it.
 
+Its parts are public and small (``classifier``, ``on_ps``, ``run_scope``,
+``training_session``, ``peer_barrier``/``wait_for_peers``, ...): chapter 3's ``sync``
+recipe, the course checks and the lab's recorded runs (``dtfkit.lab.tasks``) are built
+from them, so the recipe itself keeps only what a chapter teaches.
+
 Example::
 
     from dtfkit.recipes import tf1
@@ -116,67 +121,39 @@ def train_between_graph(
     report_every: int = 1,
     seed: int = 0,
     run_name: str | None = None,
-    record_steps: bool = False,
     start_barrier: bool = False,
-    straggler_in_step: bool = False,
 ) -> dict[str, Any]:
     """Train the digits MLP between-graph in this worker; returns this worker's summary.
 
-    ``straggler_ms`` slows named workers down (``{"worker:1": 50}``: 50 ms per step).
+    ``straggler_ms`` slows named workers down (``{"worker:1": 50}``: 50 ms before each step).
     Variables live on the ps tasks under ``run_name`` (default: one name per
     ``cluster.run`` call), so several runs on one cluster never share a model.
     The summary holds ``local_steps``, ``global_step``, ``loss``, ``accuracy`` (test
     split, read after training) and ``first_step``/``last_step`` wall times.
 
-    ``record_steps=True`` also measures staleness: each step reads the global step
-    before it reads the parameters (a control dependency), and reads it again once its
-    own update is applied. The summary then has ``pushes``, one ``[start, end, read,
-    applied]`` per local step, and each report carries ``read_step`` and ``start``;
-    ``applied - read - 1`` counts the other updates that landed between this step's read
-    of the global step and its read just after its own update: an upper bound on the
-    step's staleness (an update that lands after the step read the global step but before
-    its variables were fetched, or after its own increment but before the second read, is
-    counted without having made the gradient stale). It also creates the global
-    step before the model, so the variables land on other ps tasks than without it.
-
     ``start_barrier=True``: after its first step, each worker waits until every worker
     has made its first step (the first ``session.run`` sets the session up and can take
     a second; without the barrier a short async run is over before the others join).
+    The barrier's counter is one more variable, ``ready``, created after the global step.
 
-    ``straggler_in_step=True`` (with ``record_steps``): a straggler's delay happens inside
-    its step, after the forward pass has read the parameters and before the gradient is
-    applied, as a slow computation would, so other workers' updates land meanwhile and
-    its own update arrives stale.
+    Example::
+
+        cluster.run(train_between_graph, kwargs={"steps": 300, "start_barrier": True})
+        # {'worker:0': {'local_steps': 151, 'global_step': 300, 'accuracy': 0.93, ...}, 'worker:1': {...}}
     """
     import tensorflow as tf
 
     ctx = dtfkit.this_task()
     delay = (straggler_ms or {}).get(ctx.name, 0.0) / 1000.0
-    workers = ctx.num_workers + (1 if "chief" in ctx.cluster else 0)
-    x, y = load_digits(split="train")
-    x, y = shard(x, y, worker_rank(ctx), workers)
-    x_test, y_test = load_digits(split="test")
-    rng = np.random.default_rng(seed * 1000 + worker_rank(ctx))
+    workers = num_replicas(ctx)
+    x, y, rng = train_shard(ctx, seed)
 
     tf.get_logger().setLevel("ERROR")  # TF1 deprecation notices teach nothing here
-    graph = tf.Graph()
-    name = run_name or f"run{ctx.call_id}"
-    # SyncReplicasOptimizer's token queue is shared_name="sync_token_q" in every graph and
-    # the chief closes it on exit: without a container per run, the next sync run on the
-    # same ps fails with "FIFOQueue 'sync_token_q' is closed". Container names allow no "_".
-    container = re.sub(r"[^A-Za-z0-9.]", ".", name)
-    with graph.as_default(), tf.compat.v1.container(container), tf.compat.v1.variable_scope(name):
+    with run_scope(tf, run_name or f"run{ctx.call_id}"):
         with on_ps(tf, ctx):
-            read_step = None
-            if record_steps:
-                global_step = tf.compat.v1.train.get_or_create_global_step()
-                read_step = global_step.read_value()
-                with tf.control_dependencies([read_step]):  # the parameters are read after it
-                    images, labels, logits, loss = classifier(tf, hidden)
-            else:
-                images, labels, logits, loss = classifier(tf, hidden)
-                global_step = tf.compat.v1.train.get_or_create_global_step()
-            accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), labels), tf.float32))
+            model = classifier(tf, hidden)
+            global_step = tf.compat.v1.train.get_or_create_global_step()
+            accuracy = accuracy_of(tf, model)
             opt = (
                 tf.compat.v1.train.AdamOptimizer(learning_rate)
                 if optimizer == "adam"
@@ -190,31 +167,14 @@ def train_between_graph(
                     total_num_replicas=total_num_replicas or workers,
                 )
                 hooks.append(opt.make_session_run_hook(ctx.is_chief))
-            slow_part = []
-            if straggler_in_step and record_steps and delay:
-                # The slow computation sits between reading the parameters (the forward
-                # pass needs them) and writing the update: other workers' updates that
-                # land meanwhile really make this gradient stale.
-                slow_part = [tf.compat.v1.py_func(lambda _: _sleep(delay), [loss], tf.int64, stateful=True)]
-            with tf.control_dependencies(slow_part):
-                train_op = opt.minimize(loss, global_step=global_step)
-            fetch_step = global_step
-            if record_steps:
-                with tf.control_dependencies([train_op]):
-                    fetch_step = global_step.read_value()
-                fetch_step = [fetch_step, read_step]
-            if start_barrier:
-                ready = tf.compat.v1.get_variable(
-                    "ready", [], tf.int32, initializer=tf.compat.v1.zeros_initializer(), trainable=False
-                )
-                arrive = ready.assign_add(1)
+            train_op = opt.minimize(model.loss, global_step=global_step)
+            barrier = peer_barrier(tf) if start_barrier else None
 
         config = session_config(tf, ctx, device_filters)
         if not ctx.is_chief:
             wait_for_chief_init(tf, ctx.target, config)
         local_steps, step, value = 0, 0, float("nan")
         first_step = last_step = None
-        pushes: list[list] = []
         with quiet_queue_runner_cancel(tf):
             with training_session(
                 tf,
@@ -225,49 +185,143 @@ def train_between_graph(
                 stop_grace_period_secs=stop_grace_secs,
             ) as sess:
                 while not sess.should_stop():
-                    if start_barrier and local_steps == 1:
-                        from dtfkit.recipes.sync import _barrier  # sync imports this module
-
-                        _barrier(tf, ctx.target, config, arrive, ready, workers)
+                    if barrier is not None and local_steps == 1:
+                        wait_for_peers(tf, ctx.target, config, barrier, workers)
                     idx = rng.integers(0, len(x), batch_size)
-                    if delay and not (straggler_in_step and record_steps):
+                    if delay:
                         time.sleep(delay)
                     before = time.time()
-                    _, value, step = sess.run([train_op, loss, fetch_step], {images: x[idx], labels: y[idx]})
+                    _, value, step = sess.run(
+                        [train_op, model.loss, global_step], {model.images: x[idx], model.labels: y[idx]}
+                    )
                     last_step = time.time()
                     first_step = first_step or before
                     local_steps += 1
-                    extra = {}
-                    if record_steps:
-                        step, read = int(step[0]), int(step[1])
-                        pushes.append([before, last_step, read, step])
-                        extra = {"read_step": read, "start": before}
                     if report_every and local_steps % report_every == 0:
-                        dtfkit.report(step=step, loss=value, local_step=local_steps, **extra)
-            # The chief's queue-runner thread dies with CancelledError once the session has
-            # closed; wait for it while that traceback is still hidden (it got printed otherwise).
-            for thread in threading.enumerate():
-                if thread.name.startswith("QueueRunnerThread"):
-                    thread.join(5.0)
-        with tf.compat.v1.Session(ctx.target, config=config) as plain:
-            acc, final_step = plain.run([accuracy, global_step], {images: x_test, labels: y_test})
-    summary = {
+                        dtfkit.report(step=step, loss=value, local_step=local_steps)
+            join_queue_runner_threads(timeout=5.0)
+        acc, final_step = read_test_accuracy(tf, ctx, config, model, accuracy, global_step)
+    return {
         "local_steps": local_steps,
-        "global_step": int(final_step),
+        "global_step": final_step,
         "loss": float(value),
-        "accuracy": float(acc),
+        "accuracy": acc,
         "first_step": first_step,
         "last_step": last_step,
         "done": time.time(),
     }
-    if record_steps:
-        summary["pushes"] = pushes
-    return summary
 
 
-def _sleep(seconds: float) -> np.int64:
-    time.sleep(seconds)
-    return np.int64(0)
+# ------------------------------------------------------------ building blocks
+def num_replicas(ctx) -> int:
+    """The workers that train: every worker task, plus the chief task if there is one."""
+    return ctx.num_workers + (1 if "chief" in ctx.cluster else 0)
+
+
+def train_shard(ctx, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.random.Generator]:
+    """This worker's shard of the digits training split and its batch sampler
+    (``rng.integers(0, len(x), batch_size)``), seeded per worker."""
+    rank = worker_rank(ctx)
+    x, y = load_digits(split="train")
+    x, y = shard(x, y, rank, num_replicas(ctx))
+    return x, y, np.random.default_rng(seed * 1000 + rank)
+
+
+def container_name(run_name: str) -> str:
+    """The resource container of a run: ``run_name`` with every character a container
+    name does not allow (``_`` among them) made a ``.``."""
+    return re.sub(r"[^A-Za-z0-9.]", ".", run_name)
+
+
+@contextlib.contextmanager
+def run_scope(tf, run_name: str):
+    """A new graph (yielded) whose variables are named under ``run_name`` and live in the
+    run's own resource container on the ps.
+
+    ``SyncReplicasOptimizer``'s token queue is ``shared_name="sync_token_q"`` in every graph
+    and the chief closes it on exit: without a container per run, the next sync run on the
+    same ps fails with "FIFOQueue 'sync_token_q' is closed".
+
+    Example::
+
+        with run_scope(tf, "run3") as graph, on_ps(tf, ctx):
+            model = classifier(tf, 64)      # variables run3/dense_1/kernel, ... in container "run3"
+    """
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.container(container_name(run_name)):
+        with tf.compat.v1.variable_scope(run_name):
+            yield graph
+
+
+def accuracy_of(tf, model: Classifier):
+    """The fraction of ``model``'s predictions that match its ``labels`` (a scalar tensor)."""
+    return tf.reduce_mean(tf.cast(tf.equal(tf.argmax(model.logits, 1), model.labels), tf.float32))
+
+
+def read_test_accuracy(tf, ctx, config, model: Classifier, accuracy, global_step) -> tuple[float, int]:
+    """After training: ``accuracy`` on the digits test split and the global step, read in
+    a plain session (the training session has closed)."""
+    x_test, y_test = load_digits(split="test")
+    with tf.compat.v1.Session(ctx.target, config=config) as plain:
+        acc, step = plain.run([accuracy, global_step], {model.images: x_test, model.labels: y_test})
+    return float(acc), int(step)
+
+
+class Barrier(NamedTuple):
+    """A start barrier: ``ready`` counts the workers in (an int32 variable on a ps),
+    ``arrive`` adds this one."""
+
+    ready: Any
+    arrive: Any
+
+
+def peer_barrier(tf) -> Barrier:
+    """Create the barrier's counter, ``ready`` (call it under ``on_ps``, in every worker's graph).
+
+    Example::
+
+        barrier = peer_barrier(tf)
+        ...                              # after this worker's first step:
+        wait_for_peers(tf, ctx.target, config, barrier, count=2)
+    """
+    ready = tf.compat.v1.get_variable(
+        "ready", [], tf.int32, initializer=tf.compat.v1.zeros_initializer(), trainable=False
+    )
+    return Barrier(ready, ready.assign_add(1))
+
+
+def wait_for_peers(
+    tf, target: str, config, barrier: Barrier, count: int, timeout: float = 120.0, strict: bool = True
+) -> bool:
+    """Count this worker in, then wait until ``count`` workers are in; True once they are.
+
+    A worker's first ``session.run`` sets the step up on the ps and can take a second on
+    a busy machine: calling this after the first step makes the workers really train
+    side by side. After ``timeout`` seconds it raises ``TimeoutError``, or with
+    ``strict=False`` returns False and lets this worker go on (for a worker whose peers
+    may legitimately never arrive, e.g. stopped by a hook before their first step).
+    """
+    with tf.compat.v1.Session(target, config=config) as plain:
+        plain.run(barrier.arrive)
+        deadline = time.monotonic() + timeout
+        while plain.run(barrier.ready) < count:
+            if time.monotonic() > deadline:
+                if strict:
+                    raise TimeoutError(f"not every worker started within {timeout:g} s")
+                return False
+            time.sleep(0.01)
+    return True
+
+
+def join_queue_runner_threads(timeout: float) -> None:
+    """Wait (at most ``timeout`` s in all) for the queue-runner threads of a closed session.
+
+    The chief's queue-runner thread dies with CancelledError once the session has closed;
+    call this inside ``quiet_queue_runner_cancel`` so that traceback stays hidden."""
+    deadline = time.monotonic() + timeout
+    for thread in threading.enumerate():
+        if thread.name.startswith("QueueRunnerThread"):
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def wait_for_chief_init(tf, target: str, config, timeout: float = 120.0, poll: float = 0.1) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +20,15 @@ import dtfkit
 from dtfkit.course import classroom
 from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
 from dtfkit.course.datasets import load_digits, shard
-from dtfkit.recipes.tf1 import classifier, on_ps, session_config, training_session, wait_for_chief_init
+from dtfkit.recipes.tf1 import (
+    classifier,
+    on_ps,
+    peer_barrier,
+    session_config,
+    training_session,
+    wait_for_chief_init,
+    wait_for_peers,
+)
 
 
 def _train(
@@ -42,10 +49,7 @@ def _train(
             train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
                 loss, global_step=global_step
             )
-            ready = tf.compat.v1.get_variable(
-                "ready", [], tf.int32, initializer=tf.compat.v1.zeros_initializer(), trainable=False
-            )
-            arrive = ready.assign_add(1)
+            barrier = peer_barrier(tf)
         if make_hooks is not None:
             hooks = list(make_hooks(tf, steps, loss))
         else:
@@ -64,7 +68,13 @@ def _train(
                 first = step - 1 if first is None else first
                 local += 1
                 if local == 1:
-                    _start_together(tf, ctx.target, config, arrive, ready, ctx.num_workers)
+                    # An asynchronous chief can make every step before the other worker's session
+                    # is even up on a busy machine: the barrier makes "both workers trained" hold
+                    # whatever the load. Not strict: a worker whose hooks stopped it before its
+                    # first step never arrives, and the others go on after the timeout.
+                    wait_for_peers(
+                        tf, ctx.target, config, barrier, ctx.num_workers, timeout=60.0, strict=False
+                    )
         with tf.compat.v1.Session(ctx.target, config=config) as plain:
             final = int(plain.run(global_step))
     return {
@@ -73,21 +83,6 @@ def _train(
         "final_step": final,
         "hooks": [type(h).__name__ for h in hooks],
     }
-
-
-def _start_together(tf, target: str, config, arrive, ready, count: int, timeout: float = 60.0) -> None:
-    """After its first step, a worker waits (bounded) until ``count`` workers have made theirs.
-
-    An asynchronous chief can make every step before the other worker's session is even up
-    on a busy machine; the barrier makes "both workers trained" hold whatever the load. It
-    never raises: a worker whose hooks stopped it before its first step never arrives, and
-    the others go on after ``timeout``.
-    """
-    with tf.compat.v1.Session(target, config=config) as plain:
-        plain.run(arrive)
-        deadline = time.monotonic() + timeout
-        while plain.run(ready) < count and time.monotonic() < deadline:
-            time.sleep(0.01)
 
 
 @exercise("4.1", "Stop at a global step")
