@@ -31,6 +31,7 @@ from dtfkit.engine.layout import ClusterLayout, TaskId
 from dtfkit.engine.metrics import MetricLog
 from dtfkit.engine.runtime import ClusterRuntime, check_task_count, print_line
 from dtfkit.errors import DtfkitError, TaskNotRunning
+from dtfkit.htmltable import html_table
 
 _BY_NAME: dict[str, LocalCluster] = {}
 
@@ -388,13 +389,7 @@ class LocalCluster:
         warn = not rt.isolated and not self.closed
         note = html.escape("closed" if self.closed else rt.isolation_note)
         style = "color:#b00;font-weight:bold" if warn else "color:#060"
-        head = "".join(
-            f"<th style='text-align:left'>{h}</th>" for h in ("task", "role", "address", "pid", "state")
-        )
-        body = "".join(
-            "<tr>" + "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in row) + "</tr>"
-            for row in self._rows()
-        )
+        table = html_table(("task", "role", "address", "pid", "state"), self._rows())
         start = self._start_note()
         start_line = f"<br><span>start: {html.escape(start)}</span>" if start else ""
         lost = rt.logbook.dropped_note()
@@ -403,7 +398,7 @@ class LocalCluster:
             f"<div><b>dtfkit.LocalCluster</b> <code>{html.escape(self.id)}</code> "
             f"— {html.escape(_counts(rt.layout))}<br>"
             f"<span style='{style}'>network: {note}</span>{start_line}"
-            f"<table><tr>{head}</tr>{body}</table>"
+            f"{table}"
             f"<small>logs: <code>{html.escape(rt.logbook.directory or '')}</code>{dropped}</small></div>"
         )
 

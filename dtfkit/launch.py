@@ -128,9 +128,7 @@ def _supervise(
         # A finished worker lingers (its server up for peers that need it) and says so
         # with its exit code, after its last line of output.
         gone = sorted(
-            t
-            for t in remaining
-            if not runtime.procs[t].alive or runtime.procs[t].script_code is not None
+            t for t in remaining if not runtime.procs[t].alive or runtime.procs[t].script_code is not None
         )
         for task in gone:
             if runtime.procs[task].script_code is None:

@@ -51,6 +51,8 @@ LINE_END_BYTES = 256
 TASK_MEMORY_BYTES = 4 * 1024 * 1024
 RECENT_MEMORY_BYTES = 16 * 1024 * 1024
 LOG_FILE_BYTES = 16 * 1024 * 1024
+
+
 def read_line(stream, limit: int = MAX_LINE_BYTES) -> bytes:
     """One line from a binary stream, at most about ``limit`` bytes of it kept.
 

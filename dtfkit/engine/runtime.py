@@ -351,11 +351,18 @@ class ClusterRuntime:
         else:
             mode = self.mode
         config = TaskConfig(
-            task=task.name, gen=gen, mode=mode, control=self.control_address, authkey=self._authkey.hex(), port=port
+            task=task.name,
+            gen=gen,
+            mode=mode,
+            control=self.control_address,
+            authkey=self._authkey.hex(),
+            port=port,
         )
         if mode == "script":
             script = self.script
-            config = dataclasses.replace(config, script=script.path, script_args=script.args, linger=script.linger)
+            config = dataclasses.replace(
+                config, script=script.path, script_args=script.args, linger=script.linger
+            )
         return config
 
     def _spawn(self, task: TaskId, port: int | None = None) -> TaskProcess:

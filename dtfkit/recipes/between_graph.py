@@ -365,7 +365,7 @@ def recv_bytes(step_stats) -> list[dict[str, Any]]:
 
 # -------------------------------------------------------------- plain helpers
 def stack_excerpt(
-    text: str,
+    stacks: str,
     keep: Sequence[str] = (
         "in tutorial_worker",
         "in MonitoredTrainingSession",
@@ -374,9 +374,16 @@ def stack_excerpt(
         "in _extend_graph",
     ),
 ) -> str:
-    """The frames of a ``TaskTimeout`` message whose ``in <function>`` part is in ``keep``,
-    each with its source line, skipped frames shown as ``...``: the path the stuck task took."""
-    lines = text.splitlines()
+    """The frames of one task's stacks (``TaskTimeout.stacks[task]``) whose ``in <function>``
+    part is in ``keep``, each with its source line, skipped frames shown as ``...``: the
+    path the stuck task took.
+
+    Example::
+
+        except dtfkit.TaskTimeout as exc:
+            print(bg.stack_excerpt(exc.stacks["worker:1"]))
+    """
+    lines = stacks.splitlines()
     out: list[str] = []
     skipped = False
     for i, line in enumerate(lines):

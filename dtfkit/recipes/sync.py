@@ -547,8 +547,7 @@ _FRAME = re.compile(r'File ".*?([\w.]+\.py)", line \d+, in (\w+)')
 
 
 def stack_excerpt(
-    text: str,
-    task: str,
+    stacks: str,
     modules: tuple[str, ...] = (
         "monitored_session.py",
         "coordinator.py",
@@ -556,15 +555,17 @@ def stack_excerpt(
         "session.py",
     ),
 ) -> list[str]:
-    """From a ``TaskTimeout`` message, the innermost frames of ``task``'s threads that
-    lie in ``modules``: ``["MainThread: coordinator.py join", ...]`` (no line numbers,
-    so the lines are stable across runs)."""
-    section = text.split(f"--- {task} ---", 1)
-    if len(section) < 2:
-        return []
-    body = section[1].split("\n--- ", 1)[0]
+    """From one task's stacks (``TaskTimeout.stacks[task]``), the innermost frames of each
+    thread that lie in ``modules``: ``["MainThread: coordinator.py join", ...]`` (no line
+    numbers, so the lines are stable across runs).
+
+    Example::
+
+        except dtfkit.TaskTimeout as exc:
+            sync.stack_excerpt(exc.stacks["worker:0"])
+    """
     out = []
-    for block in re.split(r"^Thread ", body, flags=re.M)[1:]:
+    for block in re.split(r"^Thread ", stacks, flags=re.M)[1:]:
         thread, _, frames = block.partition(":\n")
         hits = [f"{m.group(1)} {m.group(2)}" for m in _FRAME.finditer(frames) if m.group(1) in modules]
         if hits:
