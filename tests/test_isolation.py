@@ -159,3 +159,43 @@ def test_isolated_cluster_cannot_be_reached_from_another_namespace(cluster, host
     assert {result[p] for p in control} == {"open"}, result
     # ...the isolated cluster's servers are not.
     assert all(result[p] != "open" for p in isolated), result
+
+
+# ------------------------------------------------- an anchor that makes no namespace
+# The tasks are spawned alongside the anchor, which doubles as the isolation probe
+# in a process that has not probed yet: when it fails, the tasks are ended and the
+# probe decides between an error and the host network, as when it ran first.
+FAILING_ANCHOR = [sys.executable, "-c", "print('failed simulated anchor failure'); raise SystemExit(1)"]
+
+
+@pytest.fixture
+def failing_anchor(monkeypatch):
+    monkeypatch.setattr(netns, "anchor_command", lambda: FAILING_ANCHOR)
+    monkeypatch.setattr(netns, "_KNOWN", None)  # not probed yet in this process (restored after)
+    return monkeypatch
+
+
+def test_without_namespaces_a_failed_anchor_falls_back_to_the_host_network(failing_anchor):
+    failing_anchor.setattr(netns, "_probe", lambda: (False, "simulated: no user namespaces"))
+    with pytest.warns(UserWarning, match="simulated: no user namespaces"):
+        cluster = dtfkit.LocalCluster(workers=1, progress=False, name=None, pool=False)
+    with cluster:
+        assert not cluster.isolated
+        assert "NOT isolated" in repr(cluster)
+        assert "netns" not in cluster.pids()
+        assert cluster.run(task_name, timeout=60) == {"worker:0": "worker:0"}
+    assert netns.known_isolation() == (False, "simulated: no user namespaces")
+
+
+def test_without_namespaces_network_isolated_refuses(failing_anchor):
+    failing_anchor.setattr(netns, "_probe", lambda: (False, "simulated: no user namespaces"))
+    with pytest.raises(dtfkit.ClusterStartError, match="network='isolated' was asked for, but simulated"):
+        dtfkit.LocalCluster(workers=1, network="isolated", progress=False, name=None, pool=False)
+
+
+def test_an_anchor_failing_where_namespaces_work_is_an_error(failing_anchor):
+    failing_anchor.setattr(netns, "_probe", lambda: (True, ""))
+    with pytest.raises(
+        dtfkit.ClusterStartError, match="could not be created: failed simulated anchor failure"
+    ):
+        dtfkit.LocalCluster(workers=1, progress=False, name=None, pool=False)

@@ -35,6 +35,13 @@ from typing import Any
 from dtfkit.engine.protocol import TaskConfig
 
 
+class StartAgain(Exception):
+    """Raised by ``Launcher.spawned()`` when what the tasks share failed after they were
+    spawned (an anchor started alongside them, say). The runtime ends those tasks, calls
+    ``Launcher.recover(failure)`` (which raises, or prepares something else), and spawns
+    them again."""
+
+
 class TaskHandle(ABC):
     """One started task process, as its launcher sees it."""
 
@@ -105,6 +112,18 @@ class Launcher(ABC):
     def start(self, config: TaskConfig, env: dict[str, str], cwd: str) -> TaskHandle:
         """Start one task process running ``python -m dtfkit.engine.task_main`` with
         ``env`` plus ``CONFIG_ENV`` set to ``config.to_json()``, in ``cwd``."""
+
+    def spawned(self) -> None:  # noqa: B027
+        """Every task of a batch is spawned: wait for what they share to be ready (bounded).
+
+        Raises ``StartAgain`` if it failed. Spawning before this lets the tasks' own
+        start-up overlap whatever ``prepare()`` started.
+        """
+
+    def recover(self, failure: StartAgain) -> None:
+        """After ``spawned()`` raised ``failure`` and the tasks were ended: raise a clear
+        error, or prepare again so the tasks can be spawned once more."""
+        raise failure
 
     def started(self) -> None:  # noqa: B027
         """Every task of the cluster's start is up (or the start failed): free what is left over."""

@@ -26,7 +26,7 @@ import threading
 import warnings
 
 from dtfkit.engine import lifeline, netns, state
-from dtfkit.engine.launcher import Launcher, TaskHandle
+from dtfkit.engine.launcher import Launcher, StartAgain, TaskHandle
 from dtfkit.engine.logs import read_line
 from dtfkit.engine.protocol import CONFIG_ENV, TaskConfig
 from dtfkit.errors import ClusterStartError, DtfkitError
@@ -88,34 +88,68 @@ class LocalProcess(TaskHandle):
 
 
 class NamespaceAnchor:
-    """A process holding a fresh user + network namespace (loopback up) for tasks to join."""
+    """A process holding a fresh user + network namespace (loopback up) for tasks to join.
 
-    def __init__(self, popen: subprocess.Popen, namespace: str, mark: str = ""):
+    ``start()`` waits until the namespace exists. ``launch()`` does not: tasks spawned
+    meanwhile get ``gate`` (the read end of a pipe the anchor closes once ready) and wait
+    on it themselves, so the anchor's start-up overlaps theirs; ``confirm()`` then reads
+    the anchor's answer.
+    """
+
+    def __init__(self, popen: subprocess.Popen, namespace: str = "", mark: str = "", gate: int | None = None):
         self.popen = popen
-        self.namespace = namespace
+        self.namespace = namespace  # "" until confirmed
         self.mark = mark  # the DTFKIT_CLUSTER value in its environment, when not the cluster's
+        self.gate = gate
+
+    @classmethod
+    def launch(cls, env: dict[str, str], mark: str = "") -> NamespaceAnchor:
+        """Start an anchor without waiting for it (see ``confirm()``)."""
+        gate, ready_end = os.pipe()  # not inheritable: only the children given it by pass_fds
+        try:
+            popen = subprocess.Popen(
+                netns.anchor_command(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env={**env, netns.READY_FD_ENV: str(ready_end)},
+                start_new_session=True,
+                pass_fds=(ready_end,),
+            )
+        except BaseException:
+            os.close(gate)
+            raise
+        finally:
+            os.close(ready_end)  # the anchor holds the only write end now
+        return cls(popen, mark=mark, gate=gate)
 
     @classmethod
     def start(cls, env: dict[str, str], mark: str = "") -> NamespaceAnchor:
         """Start an anchor and wait (bounded) until its namespace is up; ``ClusterStartError`` if not."""
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "dtfkit.engine.netns"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-        line = _read_line_within(popen.stdout, ANCHOR_READY_SECONDS)
-        if not line.startswith("ready "):
-            kill_group(popen)
-            popen.stdout.close()
-            popen.stdin.close()
+        anchor = cls.launch(env, mark)
+        why = anchor.confirm()
+        if why:
             raise ClusterStartError(
-                f"the network namespace could not be created: {line or 'no answer in 30 s'}; "
+                f"the network namespace could not be created: {why}; "
                 "pass network='host' to run without isolation"
             )
-        return cls(popen, line.split()[1], mark)
+        return anchor
+
+    def confirm(self) -> str:
+        """Wait (bounded) for the anchor's answer: ``""`` once its namespace is up, else why not
+        (the anchor is then ended)."""
+        if self.gate is not None:
+            os.close(self.gate)  # every task that waits on it has its own copy
+            self.gate = None
+        if self.namespace:
+            return ""
+        line = _read_line_within(self.popen.stdout, ANCHOR_READY_SECONDS)
+        if not line.startswith("ready "):
+            self.close()
+            return line or f"no answer in {ANCHOR_READY_SECONDS:g} s"
+        netns.remember_isolation(True)
+        self.namespace = line.split()[1]
+        return ""
 
     @property
     def pid(self) -> int:
@@ -132,6 +166,9 @@ class NamespaceAnchor:
         return ident
 
     def close(self) -> None:
+        if self.gate is not None:
+            os.close(self.gate)
+            self.gate = None
         try:
             self.popen.stdin.close()  # EOF: the anchor leaves, and with it the namespace
         except OSError:
@@ -140,7 +177,17 @@ class NamespaceAnchor:
         self.popen.stdout.close()
 
 
-def spawn_task(config: TaskConfig, env: dict[str, str], cwd: str | None) -> subprocess.Popen:
+class _NoNamespace(StartAgain):
+    """The anchor launched alongside the tasks made no namespace; ``why`` is its answer."""
+
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
+
+
+def spawn_task(
+    config: TaskConfig, env: dict[str, str], cwd: str | None, pass_fds: tuple[int, ...] = ()
+) -> subprocess.Popen:
     """Start ``python -m dtfkit.engine.task_main`` for ``config``, leader of its own process group."""
     env = {**env, CONFIG_ENV: config.to_json()}
     return subprocess.Popen(
@@ -151,6 +198,7 @@ def spawn_task(config: TaskConfig, env: dict[str, str], cwd: str | None) -> subp
         env=env,
         cwd=cwd,
         start_new_session=True,
+        pass_fds=pass_fds,
     )
 
 
@@ -200,31 +248,68 @@ class LocalLauncher(Launcher):
             self.isolation_note = "host network (opted out): servers reachable from other machines"
             warnings.warn(HOST_NETWORK_WARNING, stacklevel=5)
             return
-        ok, why = netns.isolation_available()
-        if not ok:
-            if self.network == "isolated":
-                raise ClusterStartError(f"network='isolated' was asked for, but {why}")
-            self.isolation_note = f"NOT isolated: {why}; servers reachable from other machines"
-            warnings.warn(
-                f"dtfkit: {why}. The cluster uses the host network: its TensorFlow servers "
-                "listen on every interface without authentication. Use it only on a trusted network.",
-                stacklevel=5,
-            )
+        known = netns.known_isolation()
+        if known is not None and not known[0]:
+            self._without_namespace(known[1])
             return
+        # Launched, not awaited: the tasks are spawned at once and wait for the anchor
+        # themselves (netns.wait_ready), so its start-up (a Python interpreter, ~0.1 s)
+        # overlaps theirs; spawned() reads its answer. If this process has not probed
+        # isolation yet, the anchor is the probe.
         main_thread = threading.current_thread() is threading.main_thread()
-        self.use_anchor(NamespaceAnchor.start(with_lifeline(env, from_long_lived_thread=main_thread)))
+        self.anchor = NamespaceAnchor.launch(with_lifeline(env, from_long_lived_thread=main_thread))
 
     def use_anchor(self, anchor: NamespaceAnchor) -> None:
         """Run the tasks in ``anchor``'s namespace (this launcher ends it at ``close()``)."""
         self.anchor = anchor
+        self._confirmed()
+
+    def _confirmed(self) -> None:
         self.isolated = True
-        self.isolation_note = f"isolated network namespace {anchor.namespace}"
+        self.isolation_note = f"isolated network namespace {self.anchor.namespace}"
 
     def start(self, config: TaskConfig, env: dict[str, str], cwd: str) -> TaskHandle:
+        pass_fds: tuple[int, ...] = ()
         if self.anchor is not None:
-            config = dataclasses.replace(config, netns_pid=self.anchor.pid)
+            gate = self.anchor.gate  # set while the anchor may still be starting
+            config = dataclasses.replace(config, netns_pid=self.anchor.pid, netns_ready_fd=gate)
+            pass_fds = () if gate is None else (gate,)
         main_thread = threading.current_thread() is threading.main_thread()
-        return LocalProcess(spawn_task(config, with_lifeline(env, from_long_lived_thread=main_thread), cwd))
+        env = with_lifeline(env, from_long_lived_thread=main_thread)
+        return LocalProcess(spawn_task(config, env, cwd, pass_fds=pass_fds))
+
+    def spawned(self) -> None:
+        if self.anchor is None or self.isolated:
+            return
+        why = self.anchor.confirm()
+        if why:
+            raise _NoNamespace(why)
+        self._confirmed()
+
+    def recover(self, failure: StartAgain) -> None:
+        if not isinstance(failure, _NoNamespace):
+            raise failure
+        self.anchor = None  # confirm() ended it
+        # The anchor doubled as the probe: ask the probe whether namespaces are
+        # unavailable here, or only this anchor failed.
+        ok, why = netns.isolation_available()
+        if ok:
+            raise ClusterStartError(
+                f"the network namespace could not be created: {failure.why}; "
+                "pass network='host' to run without isolation"
+            )
+        self._without_namespace(why)
+
+    def _without_namespace(self, why: str) -> None:
+        """No namespace: refuse (``network="isolated"``) or use the host network, with a warning."""
+        if self.network == "isolated":
+            raise ClusterStartError(f"network='isolated' was asked for, but {why}")
+        self.isolation_note = f"NOT isolated: {why}; servers reachable from other machines"
+        warnings.warn(
+            f"dtfkit: {why}. The cluster uses the host network: its TensorFlow servers "
+            "listen on every interface without authentication. Use it only on a trusted network.",
+            stacklevel=6,
+        )
 
     def processes(self) -> list[dict]:
         return [self.anchor.identity()] if self.anchor is not None and self.anchor.alive else []

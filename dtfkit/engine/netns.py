@@ -4,8 +4,9 @@ TensorFlow servers listen on every interface, with no authentication, and run an
 graph they are sent. dtfkit therefore starts each cluster inside its own user +
 network namespace: one small *anchor* process creates the namespaces and brings
 the loopback interface up; every task of the cluster joins them with ``setns``
-before it does anything else. Nothing outside the namespace can reach the
-servers, and the ports cannot collide with any other cluster.
+before it starts a thread or opens a network socket (tasks are spawned while the
+anchor still starts and wait for it, see ``wait_ready``). Nothing outside the
+namespace can reach the servers, and the ports cannot collide with any other cluster.
 
 Example::
 
@@ -18,12 +19,12 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
-import functools
 import os
 import socket
 import struct
 import subprocess
 import sys
+import threading
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -31,6 +32,9 @@ _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
 _IFREQ = "16sh14x"
+# The write end of a pipe the owner gives the anchor: the anchor closes it once the
+# namespace is ready (or dies), so tasks spawned alongside it see EOF then (wait_ready).
+READY_FD_ENV = "DTFKIT_NETNS_READY_FD"
 
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
@@ -83,17 +87,61 @@ def enter(anchor_pid: int) -> None:
             os.close(fd)
 
 
+def wait_ready(fd: int) -> None:
+    """Block until the anchor closed its end of the readiness pipe ``fd`` (ready or dead).
+
+    Lets the owner spawn a cluster's tasks while its anchor still starts: Python's
+    start-up in both overlaps. If the anchor died instead, ``enter`` then fails and
+    the owner, which reads the anchor's answer, reports why.
+    """
+    try:
+        while os.read(fd, 4096):
+            pass
+    finally:
+        os.close(fd)
+
+
 def namespace_id(pid: int | str = "self") -> str:
     """The network namespace identity of a process, e.g. ``'net:[4026532281]'``."""
     return os.readlink(f"/proc/{pid}/ns/net")
 
 
-@functools.lru_cache(maxsize=1)
+# The answer of isolation_available(), once known in this process. A cluster's own
+# anchor answers it too (see known_isolation): the first cluster need not wait for a
+# separate probe process before its anchor (about 0.1 s on two cores).
+_KNOWN: tuple[bool, str] | None = None
+_KNOWN_LOCK = threading.Lock()
+
+
+def known_isolation() -> tuple[bool, str] | None:
+    """What ``isolation_available()`` would answer, if this process knows it already (else None)."""
+    return _KNOWN
+
+
+def remember_isolation(ok: bool, why: str = "") -> None:
+    """Record what an anchor showed (it does what the probe does); a known answer stays."""
+    global _KNOWN
+    with _KNOWN_LOCK:
+        if _KNOWN is None:
+            _KNOWN = (ok, why)
+
+
 def isolation_available() -> tuple[bool, str]:
     """Whether unprivileged user + network namespaces work here, and why not if not.
 
-    The answer is measured once per process by starting a tiny probe process.
+    The answer is measured once per process by starting a tiny probe process (or
+    taken from an anchor that already succeeded, see ``remember_isolation``).
     """
+    global _KNOWN
+    if _KNOWN is None:
+        answer = _probe()
+        with _KNOWN_LOCK:
+            if _KNOWN is None:
+                _KNOWN = answer
+    return _KNOWN
+
+
+def _probe() -> tuple[bool, str]:
     if not sys.platform.startswith("linux"):
         return False, f"network namespaces are Linux-only (this is {sys.platform})"
     probe = "from dtfkit.engine import netns; netns.unshare_user_and_net(); netns.loopback_up(); print('ok')"
@@ -113,6 +161,17 @@ def isolation_available() -> tuple[bool, str]:
     return False, f"user namespaces are not available ({last})"
 
 
+def anchor_command() -> list[str]:
+    """The command that starts an anchor (``_anchor_main``).
+
+    ``-S``: no site module. The anchor needs only the standard library and dtfkit
+    (on PYTHONPATH, which -S keeps); site's .pth processing (an editable install's
+    finder, certifi, ...) was about a third of its start-up (59 -> 41 ms alone), and
+    tasks spawned alongside it wait for it (see wait_ready).
+    """
+    return [sys.executable, "-S", "-m", "dtfkit.engine.netns"]
+
+
 def _env_with_package_path() -> dict[str, str]:
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -125,10 +184,20 @@ def _anchor_main() -> None:
     from dtfkit.engine import lifeline
 
     lifeline.die_with_parent()
-    unshare_user_and_net()
-    loopback_up()
+    try:
+        unshare_user_and_net()
+        loopback_up()
+    except OSError as exc:
+        # One line the owner can show (it reads only the first); tasks waiting on the
+        # readiness pipe see EOF when we exit.
+        sys.stdout.write(f"failed {exc}\n")
+        sys.stdout.flush()
+        sys.exit(1)
     sys.stdout.write(f"ready {namespace_id()}\n")
     sys.stdout.flush()
+    ready_fd = os.environ.get(READY_FD_ENV)
+    if ready_fd:
+        os.close(int(ready_fd))  # tasks waiting in wait_ready() may join now
     # The owner keeps our stdin open; EOF means it closed the cluster or died.
     while sys.stdin.buffer.read(4096):
         pass

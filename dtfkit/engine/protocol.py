@@ -46,6 +46,7 @@ class TaskConfig:
     control: str = ""  # the owner's control address (a Unix socket path)
     authkey: str = ""  # hex
     netns_pid: int | None = None  # join this process's network namespace first
+    netns_ready_fd: int | None = None  # an inherited pipe: EOF once that namespace exists (netns.wait_ready)
     port: int | None = None  # the port to bind (a restart keeps its address); None: any
     tensorflow: bool = True  # False: a plain Python task (FakeLauncher), no TensorFlow, no server
     script: str | None = None

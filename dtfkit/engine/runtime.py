@@ -24,7 +24,7 @@ from multiprocessing.connection import Listener
 from typing import Any
 
 from dtfkit.engine import control, gpu_plan, protocol, state
-from dtfkit.engine.launcher import Launcher, TaskHandle
+from dtfkit.engine.launcher import Launcher, StartAgain, TaskHandle
 from dtfkit.engine.layout import ClusterLayout, TaskId, cluster_dict, tf_config
 from dtfkit.engine.logs import LogBook
 from dtfkit.engine.metrics import MetricLog
@@ -315,27 +315,43 @@ class ClusterRuntime:
         """Start every task and return once each one is serving (or raise)."""
         try:
             self.launcher.prepare(len(self.layout.tasks), self.task_env(), self.cwd, gpus=self._n_gpus)
-            for attempt in range(1, START_ATTEMPTS + 1):
-                try:
-                    self.start_tasks(self.layout.tasks)
-                    break
-                except _PortTaken as exc:
-                    if attempt == START_ATTEMPTS:
-                        raise ClusterStartError(
-                            f"{exc.task} could not bind its port {START_ATTEMPTS} times in a row "
-                            "(another program took it between reservation and start); "
-                            "try again, or use the default isolated network"
-                        ) from None
-                    for proc in self.procs.values():
-                        proc.kill()
-                    self._reap(list(self.procs.values()))
-                    self.procs.clear()
+            try:
+                self._start_all_tasks()
+            except StartAgain as failure:
+                # What the tasks share failed after they were spawned (an anchor started
+                # alongside them): end them; the launcher raises or prepares anew.
+                self._end_all_tasks()
+                self.launcher.recover(failure)
+                self._start_all_tasks()
             self._write_state()
         except BaseException:
             self.launcher.started()
             self.close()
             raise
         self.launcher.started()
+
+    def _start_all_tasks(self) -> None:
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self.start_tasks(self.layout.tasks)
+                return
+            except _PortTaken as exc:
+                if attempt == START_ATTEMPTS:
+                    raise ClusterStartError(
+                        f"{exc.task} could not bind its port {START_ATTEMPTS} times in a row "
+                        "(another program took it between reservation and start); "
+                        "try again, or use the default isolated network"
+                    ) from None
+                self._end_all_tasks()
+
+    def _end_all_tasks(self) -> None:
+        procs = list(self.procs.values())
+        for proc in procs:
+            proc.kill()
+        self._reap(procs)
+        for proc in procs:  # so that none of their last lines shows up in a later wait
+            proc.output_closed.wait(timeout=10)
+        self.procs.clear()
 
     def task_env(self) -> dict[str, str]:
         """The environment every task of this cluster starts with (before per-task GPU settings)."""
@@ -408,6 +424,7 @@ class ClusterRuntime:
             pending[t] = self._spawn(t, port=self.addresses.get(t) and _port_of(self.addresses[t]))
         bar = _progress_bar(len(pending), f"starting {_describe(list(pending))}", self.progress)
         try:
+            self.launcher.spawned()  # after the spawns, so that they overlapped what it waits for
             with self.live_output():
                 if not restart:
                     self._wait(

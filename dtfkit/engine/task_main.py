@@ -1,8 +1,10 @@
 """The program every task process runs (``python -m dtfkit.engine.task_main``).
 
-Order matters: join the cluster's network namespace while still single-threaded,
-connect to the owner, reserve a port, import TensorFlow while the owner gathers
-everyone's ports, then start the server from the ClusterSpec the owner sends back.
+Order matters: connect to the owner (over a Unix socket, no thread started),
+wait for the namespace anchor if it is still starting, join the cluster's network
+namespace while still single-threaded, reserve a port, import TensorFlow while the
+owner gathers everyone's ports, then start the server from the ClusterSpec the
+owner sends back.
 """
 
 from __future__ import annotations
@@ -25,18 +27,14 @@ from dtfkit.engine.protocol import TaskConfig
 class Channel:
     """The task's end of the control connection to its owner."""
 
-    def __init__(self, cfg: TaskConfig, conn=None):
-        from multiprocessing.connection import Client
-
+    def __init__(self, conn):
+        # Connected and greeted already: before joining the namespace (a cold task,
+        # connect()) or after importing TensorFlow (a pool process).
         self.inbox: queue.Queue = queue.Queue()
         self.send_lock = threading.Lock()
         self.current_call: int | None = None
         self.cancelled: set[int] = set()
-        if conn is None:
-            self.conn = Client(cfg.control, authkey=bytes.fromhex(cfg.authkey))
-            self.send(protocol.Hello(cfg.task, cfg.gen, os.getpid()))
-        else:  # a pool process: connected and greeted already
-            self.conn = conn
+        self.conn = conn
         threading.Thread(target=self._watch, name="dtfkit-control", daemon=True).start()
 
     def send(self, message) -> None:
@@ -90,6 +88,20 @@ class Channel:
         if not isinstance(message, kind):
             raise RuntimeError(f"expected {kind.__name__} from the owner, got {type(message).__name__}")
         return message
+
+
+def connect(cfg: TaskConfig):
+    """Connect to the owner and say hello (a cold task); the connection, not yet watched.
+
+    Starts no thread, so a cold task does it before it joins the namespace: a Unix
+    socket is reached through the file system whatever the network namespace, and
+    the handshake's round trips then overlap the wait for the anchor.
+    """
+    from multiprocessing.connection import Client
+
+    conn = Client(cfg.control, authkey=bytes.fromhex(cfg.authkey))
+    conn.send(protocol.Hello(cfg.task, cfg.gen, os.getpid()))
+    return conn
 
 
 def _format_stacks() -> str:
@@ -229,10 +241,10 @@ def _run_script(cfg: TaskConfig, cluster: dict, job: str, index: int) -> int:
     return 0
 
 
-def _start_cold(cfg: TaskConfig):
-    """Connect, reserve a port (reported at once), import TensorFlow."""
+def _start_cold(cfg: TaskConfig, conn):
+    """Watch the connection, reserve a port (reported at once), import TensorFlow."""
     mode = cfg.mode
-    channel = Channel(cfg)
+    channel = Channel(conn)
     signal.signal(signal.SIGINT, channel.on_sigint)
 
     from dtfkit import taskapi
@@ -276,7 +288,7 @@ def _wait_for_adoption(cfg: TaskConfig):
     conn = Client(cfg.control, authkey=bytes.fromhex(cfg.authkey))
     conn.send(protocol.Warm(os.getpid(), reserved.getsockname()[1]))
     # The connection is our lifeline from here on: EOF means the pool or the owner ended.
-    channel = Channel(cfg, conn=conn)
+    channel = Channel(conn)
     signal.signal(signal.SIGINT, channel.on_sigint)
     cfg = channel.wait_for(protocol.Adopt).config
     for key, value in cfg.env.items():
@@ -316,14 +328,18 @@ def main() -> None:
     cfg = TaskConfig.from_json(os.environ[protocol.CONFIG_ENV])
     lifeline.die_with_parent()
     signal.signal(signal.SIGINT, signal.default_int_handler)  # until the channel is up
+    conn = connect(cfg) if cfg.mode != "warm" else None
     if cfg.netns_pid:
         from dtfkit.engine import netns
 
+        if cfg.netns_ready_fd is not None:
+            # Spawned while the anchor still starts: wait until it made the namespace.
+            netns.wait_ready(cfg.netns_ready_fd)
         netns.enter(cfg.netns_pid)
     if cfg.mode == "warm":
         cfg, channel, reserved, tf = _wait_for_adoption(cfg)  # now the task it was adopted as
     else:
-        channel, reserved, tf = _start_cold(cfg)
+        channel, reserved, tf = _start_cold(cfg, conn)
     job, index = cfg.job, cfg.index
     mode = cfg.mode  # "serve", "noserve", "script" or "client"
 
