@@ -24,7 +24,7 @@ from dtfkit.course.check import _core
 from dtfkit.course.student import MarkerError, count_markers, student_notebook, write_student_copies
 
 NOTEBOOKS = REPO / "notebooks"
-# chapter notebook -> the exercises it checks automatically (chapter 8: add its line here).
+# chapter notebook -> the exercises it checks automatically (a new chapter: add its line here).
 CHAPTERS = {
     "01_clusterspec_basics": ["1.1", "1.2"],
     "02_between_graph_replication": ["2.1", "2.2"],
@@ -34,6 +34,7 @@ CHAPTERS = {
     "06_custom_training_loops": ["6.1", "6.2"],
     "07_multi_worker_and_parameter_server": ["7.1", "7.2"],
     "08_sync_async_lab": ["8.1", "8.2"],
+    "09_ps_vs_ring_allreduce": ["9.1", "9.2"],
 }
 CHECK_CELL = re.compile(r"^# check exercise (\d+\.\d+)")
 
@@ -108,10 +109,10 @@ def test_stub_detection_and_results():
 
 
 def test_checks_import_without_tensorflow():
-    # The notebook side of chapters 1-4 and 7 never imports TensorFlow, checks included (5/6 import it when run).
+    # The notebook side of chapters 1-4, 7-9 never imports TensorFlow, checks included (5/6 import it when run).
     modules = ", ".join(
         ["dtfkit.course.classroom", "dtfkit.course.student"]
-        + [f"dtfkit.course.check.ch0{i}" for i in range(1, 9)]
+        + [f"dtfkit.course.check.ch0{i}" for i in range(1, 10)]
     )
     code = f"import json, sys, {modules}\nprint(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras'))))"
     out = subprocess.run(
