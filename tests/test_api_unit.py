@@ -52,6 +52,7 @@ TF_FREE_MODULES = [
     "dtfkit.recipes.sync",
     "dtfkit.recipes.fault",
     "dtfkit.recipes.strategies_multi",
+    "dtfkit.recipes.allreduce",
     "dtfkit.lab",
     "dtfkit.lab.panel",
     "dtfkit.lab.plots",

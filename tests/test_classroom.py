@@ -22,9 +22,10 @@ from conftest import REPO, subprocess_env
 from dtfkit.course import check, classroom
 from dtfkit.course.check import _core
 from dtfkit.course.student import MarkerError, count_markers, student_notebook, write_student_copies
+from dtfkit.recipes import allreduce
 
 NOTEBOOKS = REPO / "notebooks"
-# chapter notebook -> the exercises it checks automatically (chapter 8: add its line here).
+# chapter notebook -> the exercises it checks automatically (a new chapter: add its line here).
 CHAPTERS = {
     "01_clusterspec_basics": ["1.1", "1.2"],
     "02_between_graph_replication": ["2.1", "2.2"],
@@ -34,6 +35,7 @@ CHAPTERS = {
     "06_custom_training_loops": ["6.1", "6.2"],
     "07_multi_worker_and_parameter_server": ["7.1", "7.2"],
     "08_sync_async_lab": ["8.1", "8.2"],
+    "09_ps_vs_ring_allreduce": ["9.1", "9.2"],
 }
 CHECK_CELL = re.compile(r"^# check exercise (\d+\.\d+)")
 
@@ -108,10 +110,10 @@ def test_stub_detection_and_results():
 
 
 def test_checks_import_without_tensorflow():
-    # The notebook side of chapters 1-4 and 7 never imports TensorFlow, checks included (5/6 import it when run).
+    # The notebook side of chapters 1-4, 7-9 never imports TensorFlow, checks included (5/6 import it when run).
     modules = ", ".join(
         ["dtfkit.course.classroom", "dtfkit.course.student"]
-        + [f"dtfkit.course.check.ch0{i}" for i in range(1, 9)]
+        + [f"dtfkit.course.check.ch0{i}" for i in range(1, 10)]
     )
     code = f"import json, sys, {modules}\nprint(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras'))))"
     out = subprocess.run(
@@ -268,3 +270,30 @@ def test_a_wrong_answer_gets_actionable_feedback():
     assert result.status == _core.FAILED
     assert result.message.startswith("worker:1 never trained: its session waits for worker:0"), result.message
     assert "device_filters" in result.hint
+
+
+def test_chapter_9_checks_explain_wrong_answers_before_starting_a_cluster(no_spawn):
+    # Wrong formulas and broken schedules are caught in plain Python: no cluster is started.
+    floats = check.ch09.ps_bytes(lambda n, floats: n * floats)
+    assert floats.status == _core.FAILED and "4 bytes" in floats.hint
+    both_ways = check.ch09.ps_bytes(lambda n, floats: 2 * n * floats * 4)
+    assert both_ways.status == _core.FAILED and "only what it receives" in both_ways.hint
+
+    def broken_ring_schedule(n):  # the exercise's broken ring: left neighbour, right-going chunk indices
+        left = [(i - 1) % n for i in range(n)]
+        return {
+            "reduce_scatter": [[(i, left[i], (i - s) % n) for i in range(n)] for s in range(n - 1)],
+            "all_gather": [[(i, left[i], (i + 1 - s) % n) for i in range(n)] for s in range(n - 1)],
+        }
+
+    wrong_sum = check.ch09.ring(broken_ring_schedule)
+    assert wrong_sum.status == _core.FAILED and "wrong value" in wrong_sum.message
+
+    def skipping(n):
+        return {
+            phase: [[(i, (i + 2) % n, c) for i, _, c in step] for step in steps]
+            for phase, steps in allreduce.ring_schedule(n).items()
+        }
+
+    not_a_ring = check.ch09.ring(skipping, hidden=True)  # 4 workers: i + 2 is no neighbour
+    assert not_a_ring.status == _core.FAILED and "not a neighbour" in not_a_ring.message

@@ -1,0 +1,118 @@
+"""Checks for chapter 9 (parameter server vs ring all-reduce).
+
+Example::
+
+    from dtfkit.course import check
+    check.ch09.ps_bytes(ps_bytes_received)
+    check.ch09.ring(my_ring_schedule)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
+from dtfkit.recipes import allreduce
+
+FLOATS = 1200  # divisible by 2, 3 and 4
+
+
+@exercise("9.1", "Predict the parameter server's bytes")
+def ps_bytes(ps_bytes_received: Callable, *, hidden: bool = False) -> CheckResult:
+    """Compare ``ps_bytes_received(n, floats)`` with the formula for several sizes, then with the
+    bytes ``ps:0`` received in a real, traced synchronisation of 3 workers.
+
+    Example::
+
+        check.ch09.ps_bytes(ps_bytes_received)
+    """
+    for n, floats in ((3, FLOATS), (2, 12), (4, 36), (7, 1000)):
+        want = allreduce.expected_bytes("ps", n, floats)["ps:0"]["received"]
+        got = ps_bytes_received(n, floats)
+        if got == want:
+            continue
+        size = 4 * floats
+        hints = {
+            n * floats: "you counted floats, not bytes: a float32 is 4 bytes",
+            size: "that is one worker's gradient: how many workers send theirs to the ps?",
+            2 * n * size: "that counts what the ps sends too: only what it receives",
+            n * size // 2: "every worker sends its whole gradient, not half of it",
+        }
+        return failed(
+            f"for {n} workers and {floats} floats you predicted {got!r} bytes; ps:0 receives {want}",
+            hints.get(got, "every worker sends its whole float32 gradient to ps:0"),
+        )
+    n = 4 if hidden else 3
+    # worker:0 is the client here: one process fewer to start than a separate client.
+    with cluster(ps=1, workers=n) as c:
+        (run,) = c.run(allreduce.sync_run, args=("ps", n, FLOATS), on="worker:0", timeout=180).values()
+    traced = run["bytes"]["ps:0"]["received"]
+    if traced != ps_bytes_received(n, FLOATS):
+        return failed(
+            f"the trace says ps:0 received {traced} bytes from {n} workers, you predicted "
+            f"{ps_bytes_received(n, FLOATS)}"
+        )
+    return passed(
+        f"your prediction matches the {traced} bytes ps:0 received in a traced run with {n} workers "
+        f"of {FLOATS} floats, and the formula for other sizes"
+    )
+
+
+def _shape_problem(schedule: object, n: int) -> str | None:
+    """What is wrong with a schedule's shape (not its sums), or None."""
+    if not isinstance(schedule, dict) or set(schedule) != {"reduce_scatter", "all_gather"}:
+        return "return a dict with the keys 'reduce_scatter' and 'all_gather'"
+    for phase, steps in schedule.items():
+        if len(steps) != n - 1:
+            return f"{phase} has {len(steps)} steps; a ring of {n} needs {n - 1}"
+        for s, step in enumerate(steps):
+            senders = sorted(src for src, _, _ in step)
+            if senders != list(range(n)):
+                return f"in {phase} step {s} the senders are {senders}: every worker sends exactly one chunk"
+            far = [(src, dst) for src, dst, _ in step if (dst - src) % n not in (1, n - 1)]
+            if far:
+                return f"in {phase} step {s} worker {far[0][0]} sends to worker {far[0][1]}, not a neighbour"
+    return None
+
+
+@exercise("9.2", "Fix the ring")
+def ring(schedule_fn: Callable, *, hidden: bool = False) -> CheckResult:
+    """Check ``schedule_fn(n)`` (a ``ring_schedule``-like dict) on NumPy, then build it in TensorFlow
+    on 3 workers (4 when hidden), run it traced and compare sums and bytes.
+
+    Example::
+
+        check.ch09.ring(my_ring_schedule)
+    """
+    n = 4 if hidden else 3
+    schedule = schedule_fn(n)
+    problem = _shape_problem(schedule, n)
+    if problem:
+        return failed(f"the schedule for {n} workers is not a ring: {problem}")
+    grads = [np.full(FLOATS, 10.0**i) for i in range(n)]
+    want = sum(10.0**i for i in range(n))
+    for i, out in enumerate(allreduce.simulate(schedule, grads)):
+        bad = [c for c, chunk in enumerate(np.array_split(out, n)) if not np.allclose(chunk, want)]
+        if bad:
+            return failed(
+                f"worker {i} ends with the wrong value in chunk(s) {bad} (expected every number to be {want:g})",
+                "in reduce-scatter a worker must send the chunk it has just added to; "
+                "follow one chunk round the ring, step by step",
+            )
+    with cluster(workers=n) as c:
+        (run,) = c.run(
+            allreduce.run_schedule_check, args=(schedule_fn, n, FLOATS), on="worker:0", timeout=180
+        ).values()
+    if not run["correct"]:
+        return failed(
+            f"in TensorFlow the {n} workers did not all end with the sum (max error {run['max_error']:g})"
+        )
+    if run["bytes"] != allreduce.expected_bytes("ring", n, FLOATS):
+        return failed(f"the traced bytes {run['bytes']} are not 2 (n - 1) chunks per worker")
+    per_worker = run["bytes"]["worker:0"]["sent"]
+    return passed(
+        f"all {n} workers ended with the sum, and each sent and received {per_worker} bytes "
+        f"= 2 x ({n} - 1) chunks of {4 * FLOATS // n} bytes"
+    )

@@ -1,0 +1,373 @@
+"""Synchronising gradients two ways: through a parameter server, or around a ring (chapter 9).
+
+Each of the first ``n`` workers holds a gradient vector of ``floats`` float32 numbers (a
+variable on that worker). Two graphs add them up so that every worker ends with the sum:
+
+- ``build_ps``: every worker sends its gradient to ``ps:0``, the ps adds them, and every
+  worker reads the sum back. The ps receives ``n`` gradients and sends ``n`` sums.
+- ``build_ring``: ring all-reduce (Patarasuk & Yuan 2009; Baidu's write-up; Horovod). The
+  gradient is cut into ``n`` chunks. Reduce-scatter: ``n - 1`` steps in which every worker
+  sends one chunk to its right neighbour, which adds it to its own copy; then every worker
+  holds one chunk fully summed. All-gather: ``n - 1`` steps in which the summed chunks go
+  round the ring. Every worker sends and receives ``2 (n - 1) / n`` of the gradient,
+  whatever ``n`` is.
+
+``ring_schedule(n)`` is the ring as plain Python (who sends which chunk to whom, step by
+step); ``build_ring`` turns a schedule into ops placed with ``tf.device``. ``sync_run`` (in
+a client task) builds either graph in one client graph, runs it through one session on
+worker:0's master with a full trace, and returns the bytes every task sent and received
+(from the ``_Send``/``_Recv`` pairs of the partition graphs, ``placement.transfer_table``),
+whether every worker got the right sum, and optionally the time per synchronisation.
+``expected_bytes`` gives the same table from the formulas. ``mwms_allreduce`` all-reduces
+the same vectors with ``MultiWorkerMirroredStrategy`` (RING) for comparison.
+
+Example (in a notebook; TensorFlow runs only in the tasks)::
+
+    import dtfkit
+    from dtfkit.recipes import allreduce
+
+    with dtfkit.LocalCluster(ps=1, workers=4) as cluster:
+        (run,) = cluster.run(allreduce.sync_run, args=("ring", 4, 1200), on="client").values()
+    run["correct"], run["bytes"]["worker:0"]          # True, {'sent': 7200, 'received': 7200}
+    allreduce.expected_bytes("ring", 4, 1200)["worker:0"]   # the same, from the formula
+
+Importing this module does not import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+import dtfkit
+from dtfkit.recipes import placement
+
+__all__ = [
+    "METHODS",
+    "build_ps",
+    "build_ring",
+    "busiest_link",
+    "bytes_by_task",
+    "expected_bytes",
+    "mwms_allreduce",
+    "ring_schedule",
+    "run_schedule_check",
+    "simulate",
+    "sync_run",
+    "sync_sweep",
+    "worker_gradient",
+]
+
+METHODS = ("ps", "ring")
+# One transfer of a schedule: (from worker, to worker, chunk index).
+Send = tuple[int, int, int]
+
+
+# ------------------------------------------------------------- the ring, as plain Python
+def ring_schedule(n: int) -> dict[str, list[list[Send]]]:
+    """Who sends which chunk to whom at every step of a ring all-reduce over ``n`` workers.
+
+    Worker ``i`` always sends to its right neighbour ``(i + 1) % n``. In reduce-scatter
+    step ``s`` it sends chunk ``(i - s) % n`` (the one it has just added to); in all-gather
+    step ``s`` the finished chunk ``(i + 1 - s) % n``.
+
+    >>> ring_schedule(3)["reduce_scatter"]
+    [[(0, 1, 0), (1, 2, 1), (2, 0, 2)], [(0, 1, 2), (1, 2, 0), (2, 0, 1)]]
+    >>> ring_schedule(3)["all_gather"]
+    [[(0, 1, 1), (1, 2, 2), (2, 0, 0)], [(0, 1, 0), (1, 2, 1), (2, 0, 2)]]
+    """
+    right = [(i + 1) % n for i in range(n)]
+    return {
+        "reduce_scatter": [[(i, right[i], (i - s) % n) for i in range(n)] for s in range(n - 1)],
+        "all_gather": [[(i, right[i], (i + 1 - s) % n) for i in range(n)] for s in range(n - 1)],
+    }
+
+
+def simulate(schedule: dict[str, list[list[Send]]], grads: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Run a schedule on NumPy arrays (no TensorFlow): what every worker ends with.
+
+    Reduce-scatter sends add to the receiver's chunk; all-gather sends replace it.
+
+    >>> out = simulate(ring_schedule(3), [np.full(6, 1.0), np.full(6, 2.0), np.full(6, 4.0)])
+    >>> [o.tolist() for o in out] == [[7.0] * 6] * 3
+    True
+    """
+    n = len(grads)
+    chunks = [list(np.array_split(np.asarray(g, dtype=np.float64), n)) for g in grads]
+    for phase, combine in (("reduce_scatter", np.add), ("all_gather", lambda _, theirs: theirs)):
+        for step in schedule[phase]:
+            sent = [(dst, c, chunks[src][c]) for src, dst, c in step]  # every send of a step at once
+            for dst, c, value in sent:
+                chunks[dst][c] = combine(chunks[dst][c], value)
+    return [np.concatenate(c) for c in chunks]
+
+
+# ------------------------------------------------------------------ the graphs (in tasks)
+def build_ring(tf: Any, grads: Sequence[Any], devices: Sequence[str], schedule: dict | None = None) -> list:
+    """Ring all-reduce of ``grads[i]`` (on ``devices[i]``); returns each worker's sum, on its device.
+
+    ``schedule`` defaults to ``ring_schedule(len(devices))``. Every send of the schedule
+    becomes an op on the *receiving* device whose input lives on the sender: TensorFlow
+    cuts the graph there and adds one ``_Send``/``_Recv`` pair, one chunk on the wire.
+
+    Example (in a task)::
+
+        outs = build_ring(tf, [g0, g1, g2], ["/job:worker/task:0", "/job:worker/task:1", "/job:worker/task:2"])
+    """
+    n = len(devices)
+    schedule = schedule if schedule is not None else ring_schedule(n)
+    chunks = []  # chunks[i][c]: worker i's current copy of chunk c
+    for i in range(n):
+        with tf.compat.v1.device(devices[i]):
+            chunks.append(tf.split(grads[i], n, name=f"chunks_{i}"))
+    for s, step in enumerate(schedule["reduce_scatter"]):
+        received = [(dst, c, chunks[src][c]) for src, dst, c in step]  # what was sent, before any add
+        for dst, c, value in received:
+            with tf.compat.v1.device(devices[dst]):
+                chunks[dst][c] = tf.add(chunks[dst][c], value, name=f"reduce_scatter_{s}/w{dst}_c{c}")
+    for s, step in enumerate(schedule["all_gather"]):
+        received = [(dst, c, chunks[src][c]) for src, dst, c in step]
+        for dst, c, value in received:
+            with tf.compat.v1.device(devices[dst]):
+                chunks[dst][c] = tf.identity(value, name=f"all_gather_{s}/w{dst}_c{c}")
+    outs = []
+    for i in range(n):
+        with tf.compat.v1.device(devices[i]):
+            outs.append(tf.concat(chunks[i], 0, name=f"ring_sum_{i}"))
+    return outs
+
+
+def build_ps(tf: Any, grads: Sequence[Any], devices: Sequence[str], ps: str = "/job:ps/task:0") -> list:
+    """Every worker's gradient to ``ps``, added there, the sum read back by every worker.
+
+    Example (in a task)::
+
+        outs = build_ps(tf, [g0, g1], ["/job:worker/task:0", "/job:worker/task:1"])
+    """
+    with tf.compat.v1.device(ps):
+        total = tf.add_n(list(grads), name="ps_sum")
+    outs = []
+    for i, device in enumerate(devices):
+        with tf.compat.v1.device(device):
+            outs.append(tf.identity(total, name=f"read_sum_{i}"))
+    return outs
+
+
+def worker_gradient(tf: Any, index: int, floats: int, seed: int = 0) -> Any:
+    """Worker ``index``'s gradient: ``floats`` uniform float32 numbers, the same in every run.
+
+    Example (in a task)::
+
+        g = worker_gradient(tf, 1, 1200)     # a tensor of shape [1200]
+    """
+    return tf.random.stateless_uniform([floats], seed=[seed, index], minval=-1.0, maxval=1.0)
+
+
+def _graph_config(tf: Any) -> Any:
+    # Grappler would fold and fuse this little graph (concat(split(x)) and friends): the
+    # transfers we want to see would vanish. Switched off here, for this session only.
+    config = tf.compat.v1.ConfigProto()
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    return config
+
+
+def sync_run(
+    method: str,
+    n: int,
+    floats: int,
+    *,
+    repeats: int = 0,
+    seed: int = 0,
+    schedule: dict | None = None,
+    return_sum: bool = False,
+    timeout_ms: int = 120_000,
+) -> dict[str, Any]:
+    """In a client task: synchronise ``floats`` float32 gradients of the first ``n`` workers once,
+    traced; check the sums; optionally time ``repeats`` more synchronisations.
+
+    ``method`` is ``"ring"`` or ``"ps"`` (``ps:0``); ``schedule`` replaces the ring's.
+    Each worker's gradient is a variable on that worker (``worker_gradient``). The traced
+    run fetches nothing (the sums stay on the workers), so every transfer is the method's.
+
+    Returns ``method``, ``n``, ``floats``, ``transfers`` (``placement.transfer_table``
+    rows), ``bytes`` (``bytes_by_task``), ``correct`` (every worker's result
+    ``np.allclose`` to the NumPy sum), ``max_error``, ``seconds`` (one per repeat), and
+    ``sum`` (worker:0's result) when ``return_sum``.
+
+    Example::
+
+        (run,) = cluster.run(sync_run, args=("ps", 3, 1200), on="client").values()
+        run["bytes"]["ps:0"]     # {'sent': 14400, 'received': 14400}
+    """
+    import tensorflow as tf
+
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+    if floats % n:
+        raise ValueError(f"{floats} floats do not split into {n} equal chunks")
+    ctx = dtfkit.this_task()
+    devices = [f"/job:worker/task:{i}" for i in range(n)]
+    with tf.Graph().as_default() as graph:
+        grads = []
+        for i, device in enumerate(devices):
+            with tf.compat.v1.device(device):
+                var = tf.compat.v1.get_variable(
+                    f"grad_{i}", initializer=worker_gradient(tf, i, floats, seed), use_resource=True
+                )
+                grads.append(var.read_value())
+        if method == "ring":
+            outs = build_ring(tf, grads, devices, schedule)
+        else:
+            outs = build_ps(tf, grads, devices)
+        targets = [out.op for out in outs]  # run, fetch nothing: no transfer to the client
+        target = "grpc://" + ctx.cluster["worker"][0]
+        with tf.compat.v1.Session(target, config=_graph_config(tf)) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            traced = placement.trace_run(sess, targets, graph=graph, timeout_ms=timeout_ms)
+            seconds = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                sess.run(targets)
+                seconds.append(time.perf_counter() - start)
+            values = sess.run(outs + grads)
+    results, inputs = values[:n], values[n:]
+    want = np.sum(np.stack(inputs), axis=0)
+    errors = [float(np.max(np.abs(r - want))) for r in results]
+    out = {
+        "method": method,
+        "n": n,
+        "floats": floats,
+        "transfers": traced["transfers"],
+        "bytes": bytes_by_task(traced["transfers"]),
+        "correct": all(np.allclose(r, want, atol=1e-5) for r in results),
+        "max_error": max(errors),
+        "seconds": seconds,
+    }
+    if return_sum:
+        out["sum"] = results[0]
+    return out
+
+
+def sync_sweep(
+    ns: Sequence[int], floats: int, *, methods: Sequence[str] = METHODS, repeats: int = 0, seed: int = 0
+) -> list[dict[str, Any]]:
+    """In a client task: ``sync_run`` for every ``n`` in ``ns`` and every method, in one process
+    (a client task starts in seconds; one for the whole sweep). ``sum`` is kept for the largest
+    ``n`` of the ring.
+
+    Example::
+
+        (runs,) = cluster.run(sync_sweep, args=([2, 3, 4], 1200), on="client").values()
+        [(r["method"], r["n"], r["bytes"]["worker:0"]["sent"]) for r in runs]
+    """
+    return [
+        sync_run(
+            method, n, floats, repeats=repeats, seed=seed, return_sum=(method == "ring" and n == max(ns))
+        )
+        for n in ns
+        for method in methods
+    ]
+
+
+def mwms_allreduce(floats: int, *, seed: int = 0, repeats: int = 0) -> dict[str, Any]:
+    """On every worker of ``LocalCluster(workers=n, start_servers=False)``: all-reduce (SUM) this
+    worker's ``worker_gradient`` with ``MultiWorkerMirroredStrategy`` and the RING implementation.
+
+    Creates the strategy first (before any op). Returns ``task``, ``num_replicas``,
+    ``gradient`` (this worker's own vector), ``sum`` (the all-reduced vector) and
+    ``seconds`` (one per repeat).
+
+    Example::
+
+        with dtfkit.LocalCluster(workers=4, start_servers=False) as c:
+            c.run(mwms_allreduce, args=(1200,))["worker:0"]["sum"]
+    """
+    import tensorflow as tf
+
+    ring = tf.distribute.experimental.CommunicationImplementation.RING
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(
+        communication_options=tf.distribute.experimental.CommunicationOptions(implementation=ring)
+    )
+    index = strategy.cluster_resolver.task_id
+    mine = worker_gradient(tf, index, floats, seed)
+
+    @tf.function
+    def all_reduce():
+        per_replica = strategy.run(lambda: tf.identity(mine))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    total = all_reduce().numpy()  # the first call also traces and sets up the collective
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        all_reduce().numpy()
+        seconds.append(time.perf_counter() - start)
+    return {
+        "task": f"worker:{index}",
+        "num_replicas": int(strategy.num_replicas_in_sync),
+        "gradient": mine.numpy(),
+        "sum": total,
+        "seconds": seconds,
+    }
+
+
+# ------------------------------------------------------------- plain Python (no TensorFlow)
+def bytes_by_task(transfers: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Bytes each task sent and received, from ``transfer_table`` rows (unknown sizes count 0).
+
+    >>> bytes_by_task([{"from": "worker:0", "to": "ps:0", "bytes": 8}, {"from": "ps:0", "to": "worker:0", "bytes": 8}])
+    {'ps:0': {'sent': 8, 'received': 8}, 'worker:0': {'sent': 8, 'received': 8}}
+    """
+    out: dict[str, dict[str, int]] = {}
+    for row in transfers:
+        size = int(row.get("bytes") or 0)
+        out.setdefault(row["from"], {"sent": 0, "received": 0})["sent"] += size
+        out.setdefault(row["to"], {"sent": 0, "received": 0})["received"] += size
+    return dict(sorted(out.items()))
+
+
+def expected_bytes(method: str, n: int, floats: int, itemsize: int = 4) -> dict[str, dict[str, int]]:
+    """Bytes each task sends and receives in one synchronisation, from the formulas.
+
+    ps: every worker sends its gradient and receives the sum (``size`` each way); ``ps:0``
+    receives and sends ``n * size``. ring: every worker sends and receives
+    ``2 (n - 1)`` chunks of ``size / n``.
+
+    >>> expected_bytes("ps", 2, 12)
+    {'ps:0': {'sent': 96, 'received': 96}, 'worker:0': {'sent': 48, 'received': 48}, 'worker:1': {'sent': 48, 'received': 48}}
+    >>> expected_bytes("ring", 4, 12)["worker:3"]
+    {'sent': 72, 'received': 72}
+    """
+    size = floats * itemsize
+    if method == "ps":
+        out = {"ps:0": {"sent": n * size, "received": n * size}}
+        out.update({f"worker:{i}": {"sent": size, "received": size} for i in range(n)})
+        return out
+    if method == "ring":
+        per_worker = 2 * (n - 1) * (size // n)
+        return {f"worker:{i}": {"sent": per_worker, "received": per_worker} for i in range(n)}
+    raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+
+
+def busiest_link(bytes_table: dict[str, dict[str, int]]) -> int:
+    """The most bytes any task sent or received: what its link must carry.
+
+    >>> busiest_link(expected_bytes("ps", 4, 12))
+    192
+    """
+    return max(max(row["sent"], row["received"]) for row in bytes_table.values())
+
+
+def run_schedule_check(
+    schedule_fn: Callable[[int], dict[str, list[list[Send]]]], n: int, floats: int
+) -> dict[str, Any]:
+    """In a client task: build the ring from ``schedule_fn(n)`` and run it (``sync_run``).
+
+    Example::
+
+        cluster.run(run_schedule_check, args=(ring_schedule, 3, 1200), on="client")
+    """
+    return sync_run("ring", n, floats, schedule=schedule_fn(n))
