@@ -49,6 +49,8 @@ def test_echo_hides_tensorflow_log_lines_only(capsys):
         "I1123 15:46:50.682624 140375780522880 monitored_session.py:240] Graph was finalized.",
         "WARNING:tensorflow:It seems that global step (tf.train.get_global_step) has not been increased.",
         "W1123 15:47:12.442603 140126397619072 basic_session_run_hooks.py:742] It seems that ...",
+        "Instructions for updating:",
+        "The `SyncReplicaOptimizer` class is deprecated. For synchronous training, please use ...",
         "Train step 10, loss: 2.1",
         "worker 1 done: local_steps=3 global_step=4",
         "Traceback (most recent call last):",

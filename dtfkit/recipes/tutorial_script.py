@@ -57,12 +57,23 @@ def show(name: str, start: str | None = None, stop: str | None = None, path: str
         print(f"{number:4d}  {line}")
 
 
+_DEPRECATION_TAIL = "Instructions for updating:"
+_hiding_next: set[str] = set()  # tasks whose next line ends a hidden deprecation notice
+
+
 def echo_script_lines(task: str, line: str) -> None:
     """``launch(..., echo=echo_script_lines)``: print what the script prints, ``[worker:0] line``,
-    but not TensorFlow's own INFO and WARNING log lines (the log files in ``result.log_dir``
-    keep them)."""
-    if not _TF_LOG.match(line):
-        print(f"[{task}] {line}", flush=True)
+    but not TensorFlow's own INFO and WARNING log lines, deprecation notices included (the log
+    files in ``result.log_dir`` keep them)."""
+    if _TF_LOG.match(line):
+        return
+    if line == _DEPRECATION_TAIL:  # a deprecation WARNING goes on with this line and one more
+        _hiding_next.add(task)
+        return
+    if task in _hiding_next:
+        _hiding_next.discard(task)
+        return
+    print(f"[{task}] {line}", flush=True)
 
 
 def worker_reports(result) -> dict[str, dict]:
