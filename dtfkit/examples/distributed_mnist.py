@@ -32,7 +32,8 @@ The cluster can instead come from ``TF_CONFIG`` (``{"cluster": {"ps": [...],
 the command line wins over ``TF_CONFIG``.
 
 Output: a ps prints ``ps N serving at grpc://...``; a worker prints
-``Train step S, loss: L`` when the global step it reads is a multiple of 100,
+``Train step S, loss: L`` when the global step it reads is a multiple of 100
+(``--log_every``; 1 prints every local step),
 ``worker N stopped training, closing the session (...)`` when its loop ends,
 and finally ``worker N done: local_steps=<int> global_step=<int>`` (the steps
 this worker ran, and the global step read when its session closed). The chief
@@ -105,6 +106,12 @@ flags.DEFINE_string(
 )
 flags.DEFINE_integer(
     "stop_grace_secs", 120, "MonitoredTrainingSession stop_grace_period_secs (TF default 120)"
+)
+flags.DEFINE_integer(
+    "log_every",
+    100,
+    "Print 'Train step' when the global step read is a multiple of this (the tutorial: 100; "
+    "1 prints every local step, to watch the workers' global steps interleave or march together)",
 )
 flags.DEFINE_boolean(
     "device_filters",
@@ -298,7 +305,7 @@ def run_worker(server, cluster, task_index):
                     feed_dict={images: img_batch, labels: label_batch},
                 )
                 local_steps += 1
-                if step % 100 == 0:
+                if step % FLAGS.log_every == 0:
                     print(f"Train step {step:d}, loss: {ls:f}", flush=True)
             print(
                 f"worker {task_index} stopped training, closing the session "
