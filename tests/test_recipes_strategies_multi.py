@@ -1,8 +1,11 @@
 """``dtfkit.recipes.strategies_multi``: MultiWorkerMirroredStrategy on 2 workers that
 start their own servers, and ParameterServerStrategy with a ClusterCoordinator in the
-chief surviving a killed worker (real processes, real TensorFlow)."""
+chief surviving a killed worker, and a side-car evaluator reading the workers'
+checkpoints from outside the cluster (real processes, real TensorFlow)."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -53,3 +56,42 @@ def test_parameter_server_training_survives_a_killed_worker():
     assert result["scheduled"] == result["completed"] == steps
     assert result["executions"] >= steps  # at least once: a re-run may count twice
     assert result["last_loss"] < result["first_loss"]
+
+
+def test_read_tf_config_parses_the_environment(monkeypatch):
+    config = {"cluster": {"worker": ["localhost:1"]}, "task": {"type": "evaluator", "index": 0}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(config))
+    assert sm.read_tf_config() == config
+
+
+@pytest.mark.slow
+def test_sidecar_evaluator_reads_the_workers_checkpoints_outside_the_cluster(tmp_path):
+    steps = 20
+    with dtfkit.LocalCluster(workers=2, evaluator=1, start_servers=False, progress=False) as cluster:
+        configs = cluster.run(sm.read_tf_config, on="all", timeout=60)
+        evaluation = cluster.submit(
+            sm.sidecar_evaluate,
+            kwargs={"checkpoint_dir": str(tmp_path), "last_step": steps, "timeout": 90},
+            on="evaluator",
+            timeout=150,
+        )
+        results = cluster.run(
+            sm.train_multi_worker_mirrored,
+            kwargs={"steps": steps, "checkpoint_dir": str(tmp_path), "checkpoint_every": 10},
+            timeout=120,
+        )
+        sidecar = evaluation.result()["evaluator:0"]
+    evaluator = configs["evaluator:0"]
+    assert evaluator["task"] == {"type": "evaluator", "index": 0}
+    assert "evaluator" not in evaluator["cluster"]
+    assert evaluator["cluster"] == configs["worker:0"]["cluster"] == configs["worker:1"]["cluster"]
+    assert sidecar["task_type"] == "evaluator" and sidecar["task_id"] == 0
+    assert sidecar["cluster_jobs"] == ["worker"]
+    assert sidecar["last_step_seen"] == steps
+    assert [step for step, _ in sidecar["evaluated"]] == sorted({step for step, _ in sidecar["evaluated"]})
+    chief = results["worker:0"]
+    assert [p.rsplit("-", 1)[1] for p in chief["checkpoints"]] == ["10", "20"]
+    assert results["worker:1"]["checkpoints"] == []
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == []  # worker:1 removed its folder
+    for restored, trained in zip(sidecar["weights"], chief["weights"], strict=True):
+        assert np.array_equal(restored, trained)

@@ -17,6 +17,12 @@ Two training loops, each a plain function the notebook ships to the tasks:
 ``startup_check`` tells whether a task is still in the state
 ``MultiWorkerMirroredStrategy`` needs (``TF_CONFIG`` set, its port free, no op run).
 
+A side-car evaluator: ``read_tf_config`` returns a task's ``TF_CONFIG``;
+``sidecar_evaluate`` runs in the ``evaluator`` task of
+``LocalCluster(workers=2, evaluator=1, start_servers=False)`` and evaluates every
+checkpoint that ``train_multi_worker_mirrored(checkpoint_dir=...)`` writes, until the
+last one (TensorFlow keeps the evaluator out of the cluster it trains with).
+
 TensorFlow is imported inside the functions, so importing this module does not.
 
 Example::
@@ -25,6 +31,13 @@ Example::
     with dtfkit.LocalCluster(workers=2, start_servers=False) as cluster:
         cluster.run(sm.startup_check)
         cluster.run(sm.train_multi_worker_mirrored, kwargs={"steps": 40})
+
+    d = tempfile.mkdtemp()  # the checkpoints, shared by the workers and the evaluator
+    with dtfkit.LocalCluster(workers=2, evaluator=1, start_servers=False) as cluster:
+        evaluation = cluster.submit(sm.sidecar_evaluate, kwargs={"checkpoint_dir": d, "last_step": 40},
+                                    on="evaluator")
+        cluster.run(sm.train_multi_worker_mirrored, kwargs={"steps": 40, "checkpoint_dir": d})
+        evaluation.result()
 """
 
 from __future__ import annotations
@@ -86,6 +99,20 @@ def startup_check() -> dict[str, Any]:
     }
 
 
+def read_tf_config() -> dict[str, Any]:
+    """This task's ``TF_CONFIG``, parsed (``{"cluster": {...}, "task": {"type": ..., "index": ...}}``).
+
+    Reads the environment only: no TensorFlow op runs, so it is safe before a
+    ``MultiWorkerMirroredStrategy`` is created.
+    """
+    return json.loads(os.environ["TF_CONFIG"])
+
+
+def _is_chief(task_type: str, task_id: int, cluster: dict[str, Any]) -> bool:
+    """The chief of a multi-worker job: the ``chief`` task, or ``worker:0`` when there is none."""
+    return task_type == "chief" or (task_type == "worker" and task_id == 0 and "chief" not in cluster)
+
+
 def _mlp(keras, hidden: int, seed: int):
     init = keras.initializers.GlorotUniform(seed=seed)
     return keras.Sequential(
@@ -106,6 +133,8 @@ def train_multi_worker_mirrored(
     implementation: str = "RING",
     seed: int = 0,
     report_every: int = 1,
+    checkpoint_dir: str | None = None,
+    checkpoint_every: int = 0,
 ) -> dict[str, Any]:
     """Synchronous data-parallel training with ``MultiWorkerMirroredStrategy``; run
     on every worker of a ``LocalCluster(start_servers=False)``.
@@ -124,6 +153,14 @@ def train_multi_worker_mirrored(
     (every trainable variable as a list of numpy arrays, to compare across
     workers) and ``test_accuracy``. Reports ``step``, ``loss`` every
     ``report_every`` steps.
+
+    With ``checkpoint_dir``, every worker saves ``tf.train.Checkpoint(model=model)``
+    every ``checkpoint_every`` steps (0: none in between) and after the last step, numbered by
+    the step (``ckpt-100``), as TensorFlow's multi-worker tutorial does: every worker
+    saves (saving may need the other workers), the chief into ``checkpoint_dir``,
+    the others into a temporary folder inside it that they delete afterwards. The
+    summary then also has ``checkpoints`` (the chief's checkpoint paths; ``[]`` on
+    the other workers).
     """
     import tensorflow as tf
 
@@ -166,6 +203,12 @@ def train_multi_worker_mirrored(
             tf.distribute.ReduceOp.SUM, loss, axis=None
         ), strategy.experimental_local_results(count)
 
+    manager, write_dir, saved = None, None, []
+    if checkpoint_dir:
+        chief = _is_chief(resolver.task_type, resolver.task_id, resolver.cluster_spec().as_dict())
+        write_dir = checkpoint_dir if chief else os.path.join(checkpoint_dir, f"tmp_{task.replace(':', '_')}")
+        manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), write_dir, max_to_keep=None)
+
     iterator = iter(dist_ds)
     losses, seen = [], 0
     for step in range(1, steps + 1):
@@ -174,6 +217,11 @@ def train_multi_worker_mirrored(
         seen += int(sum(int(c) for c in counts))
         if report_every and step % report_every == 0:
             dtfkit.report(step=step, loss=losses[-1])
+        if manager is not None and (step == steps or (checkpoint_every and step % checkpoint_every == 0)):
+            saved.append(manager.save(checkpoint_number=step))
+    if manager is not None and write_dir != checkpoint_dir:
+        tf.io.gfile.rmtree(write_dir)
+        saved = []
 
     xt, yt = load_digits(split="test", seed=seed)
     logits = model(tf.constant(xt, tf.float32), training=False)
@@ -188,6 +236,59 @@ def train_multi_worker_mirrored(
         "examples_seen": seen,
         "weights": [np.asarray(v.numpy()) for v in model.trainable_variables],
         "test_accuracy": accuracy,
+        "checkpoints": saved,
+    }
+
+
+def sidecar_evaluate(
+    *,
+    checkpoint_dir: str,
+    last_step: int,
+    timeout: float = 120.0,
+    hidden: int = 32,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """A side-car evaluator: run in the ``evaluator`` task while the workers train.
+
+    Waits for each new checkpoint in ``checkpoint_dir`` (``tf.train.checkpoints_iterator``,
+    which polls the folder's ``checkpoint`` file), restores it into a model built
+    without any strategy, and evaluates it on the test split; stops after the
+    checkpoint of ``last_step``, or when no new checkpoint came for ``timeout`` seconds.
+    It only reads files: it joins no collective and no server, which is why
+    TensorFlow leaves the evaluator out of the training cluster. A checkpoint
+    written while the previous one was being evaluated may be skipped (the iterator
+    yields the newest), as with ``tf.keras.utils.SidecarEvaluator`` of Keras 2.
+
+    Returns ``task_type``, ``task_id`` and ``cluster_jobs`` as
+    ``TFConfigClusterResolver`` sees them, ``evaluated`` (``[(step, test accuracy)]``),
+    ``last_step_seen`` and ``weights`` (the restored trainable variables of the last
+    checkpoint evaluated). Reports ``eval_step``, ``eval_accuracy`` per checkpoint.
+    """
+    import tensorflow as tf
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    import keras
+
+    model = _mlp(keras, hidden, seed)
+    xt, yt = load_digits(split="test", seed=seed)
+    evaluated: list[tuple[int, float]] = []
+    for path in tf.train.checkpoints_iterator(checkpoint_dir, timeout=timeout):
+        # every variable of the model restored; the checkpoint's save_counter is not needed here
+        tf.train.Checkpoint(model=model).read(path).assert_existing_objects_matched().expect_partial()
+        step = int(path.rsplit("-", 1)[1])
+        logits = model(tf.constant(xt, tf.float32), training=False)
+        accuracy = float(np.mean(np.argmax(np.asarray(logits), axis=1) == yt))
+        evaluated.append((step, accuracy))
+        dtfkit.report(eval_step=step, eval_accuracy=accuracy)
+        if step >= last_step:
+            break
+    return {
+        "task_type": resolver.task_type,
+        "task_id": resolver.task_id,
+        "cluster_jobs": sorted(resolver.cluster_spec().as_dict()),
+        "evaluated": evaluated,
+        "last_step_seen": evaluated[-1][0] if evaluated else None,
+        "weights": [np.asarray(v.numpy()) for v in model.trainable_variables],
     }
 
 
