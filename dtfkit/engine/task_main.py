@@ -1,7 +1,8 @@
 """The program every task process runs (``python -m dtfkit.engine.task_main``).
 
-Order matters: join the cluster's network namespace while still single-threaded,
-connect to the owner, reserve a port, import TensorFlow while the owner gathers
+Order matters: join the cluster's network namespace while still single-threaded
+(with emulated links: make one of its own in the cluster's user namespace), connect to
+the owner (with links: have the anchor connect the namespace to its hub), reserve a port, import TensorFlow while the owner gathers
 everyone's ports, then start the server from the ClusterSpec the owner sends back.
 """
 
@@ -238,6 +239,14 @@ def _start_cold(cfg: TaskConfig):
     from dtfkit import taskapi
 
     taskapi.STATE.send = channel.send
+    if cfg.link:
+        from dtfkit.engine import netns
+
+        try:
+            netns.request_link(cfg.link["socket"], cfg.link["address"], cfg.link["rate"])
+        except BaseException:  # noqa: BLE001
+            channel.send(protocol.StartFailed("link", traceback.format_exc()))
+            os._exit(3)
     reserved = None
     if mode != "client":
         try:
@@ -319,7 +328,10 @@ def main() -> None:
     if cfg.netns_pid:
         from dtfkit.engine import netns
 
-        netns.enter(cfg.netns_pid)
+        if cfg.link:  # a namespace of its own, linked to the anchor's hub once the channel is up
+            netns.enter_own(cfg.netns_pid)
+        else:
+            netns.enter(cfg.netns_pid)
     if cfg.mode == "warm":
         cfg, channel, reserved, tf = _wait_for_adoption(cfg)  # now the task it was adopted as
     else:
