@@ -93,7 +93,7 @@ def assert_rate_at_most(seconds: float, size: int, rate: str) -> None:
 
 
 # ------------------------------------------------------------------ unit tests
-@pytest.mark.parametrize("bad", ["100", "fast", "10 mbps", "100mb", "0kbit", "-1mbit", 100, ""])
+@pytest.mark.parametrize("bad", ["100", "fast", "10 mbps", "100mb", "0kbit", "-1mbit", "40gbit", 100, ""])
 def test_bad_rate_strings_are_refused_before_anything_starts(bad, no_spawn):
     with pytest.raises(DtfkitError) as info:
         dtfkit.LocalCluster(workers=1, link=bad, progress=False, pool=False, name=None)
