@@ -591,8 +591,8 @@ def bench_links(repeat: int, log: Callable[[str], None]) -> list[Row]:
             ideal = size * 8 / bits
             worker = f"worker:{i}"
             host = cluster.address(worker).rpartition(":")[0]
-            stream = Row("links", f"{rate}: TCP stream ps -> worker, {size / 1e6:.0f} MB")
-            tensor = Row("links", f"{rate}: TF tensor read ps -> worker, {size / 1e6:.0f} MB")
+            stream = Row("links", f"{rate}: TCP stream ps -> worker, {size / 1e6:.1f} MB")
+            tensor = Row("links", f"{rate}: TF tensor read ps -> worker, {size / 1e6:.1f} MB")
             for n in range(repeat):
                 receiving = cluster.submit(_link_receive, (LINK_PORT, size), on=worker, timeout=300)
                 cluster.run(_link_send, (host, LINK_PORT, size), on="ps:0", timeout=300)
