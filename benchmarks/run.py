@@ -18,6 +18,10 @@ shutdown  the kit's TF1 recipe (``train_between_graph``, 400 steps, 2 ps + 2 wor
           LocalCluster: last step to every process gone, async and sync.
 import    ``import dtfkit`` time and whether it imported TensorFlow; resident memory of a
           1 ps + 2 worker cluster and of one warm pool process.
+links     emulated links (``LocalCluster(link=...)``): the time of an S-byte transfer from
+          ps to a worker at 10, 50 and 200 mbit/s (S = 2 s worth), a plain TCP stream and a
+          TensorFlow tensor read across the cluster, against S/rate (ratio >= 1: the link
+          holds the rate); and the start of 1 ps + 4 workers with and without links.
 notebooks the whole notebook suite under nbval (only with ``--notebooks``; 6+ minutes).
 
 Prints a table and writes ``benchmarks/RESULTS.md`` (machine, load average during the
@@ -52,7 +56,7 @@ SERVER = (
     "import sys, tensorflow as tf; spec = tf.train.ClusterSpec({{'ps': {ps}, 'worker': {workers}}}); "
     "tf.distribute.Server(spec, job_name=sys.argv[1], task_index=int(sys.argv[2])).join()"
 )
-ALL = ("ready", "seed", "shutdown", "import")
+ALL = ("ready", "seed", "shutdown", "import", "links")
 
 
 # ------------------------------------------------------------------ helpers
@@ -508,6 +512,112 @@ def bench_notebooks(log: Callable[[str], None]) -> list[Row]:
 
 
 # --------------------------------------------------------------- report
+# ---------------------------------------------------------------- 5. links
+LINK_RATES = ("10mbit", "50mbit", "200mbit")
+LINK_PORT = 47001
+
+
+def _link_receive(port: int, size: int) -> float:
+    """In a task: accept one connection, read ``size`` bytes; seconds from first byte to last."""
+    import socket
+    import time
+
+    with socket.create_server(("", port)) as server:
+        server.settimeout(120)
+        conn, _ = server.accept()
+        with conn:
+            got, first = 0, None
+            while got < size:
+                chunk = conn.recv(1 << 20)
+                if not chunk:
+                    break
+                first = first or time.monotonic()
+                got += len(chunk)
+    return time.monotonic() - first
+
+
+def _link_send(host: str, port: int, size: int) -> None:
+    import socket
+    import time
+
+    for _ in range(600):
+        try:
+            sock = socket.create_connection((host, port), timeout=60)
+            break
+        except OSError:
+            time.sleep(0.05)
+    with sock:
+        sock.sendall(b"\0" * size)
+
+
+def _link_tensor_read(floats: int) -> float:
+    """In a worker: seconds to read a ``floats``-element variable that lives on ps:0 (TF1 graph)."""
+    import time
+
+    import tensorflow as tf
+
+    import dtfkit
+
+    ctx = dtfkit.this_task()
+    with tf.Graph().as_default():
+        with tf.compat.v1.device("/job:ps/task:0"):
+            var = tf.compat.v1.Variable(tf.zeros([floats]), name=f"big_{floats}")
+        with tf.compat.v1.device(f"/job:worker/task:{ctx.task_index}"):
+            total = tf.reduce_sum(tf.identity(var))
+        with tf.compat.v1.Session(ctx.target) as sess:
+            sess.run(var.initializer)
+            sess.run(tf.reduce_sum(var))  # warm up the graph on ps without a transfer
+            start = time.monotonic()
+            sess.run(total)
+            return time.monotonic() - start
+
+
+def bench_links(repeat: int, log: Callable[[str], None]) -> list[Row]:
+    import dtfkit
+    from dtfkit.engine import netns
+
+    ok, why = netns.isolation_available()
+    if not ok:
+        return [Row("links", "emulated links", text=f"skipped: {why}")]
+    rows = []
+    # One cluster: ps unlimited, worker:i at LINK_RATES[i], so ps -> worker:i runs at that rate.
+    link = {f"worker:{i}": rate for i, rate in enumerate(LINK_RATES)}
+    with dtfkit.LocalCluster(
+        ps=1, workers=len(LINK_RATES), link=link, progress=False, pool=False, name=None
+    ) as cluster:
+        for i, rate in enumerate(LINK_RATES):
+            bits = netns.parse_rate(rate)
+            size = bits // 8 * 2  # 2 s at the rate
+            ideal = size * 8 / bits
+            worker = f"worker:{i}"
+            host = cluster.address(worker).rpartition(":")[0]
+            stream = Row("links", f"{rate}: TCP stream ps -> worker, {size / 1e6:.1f} MB")
+            tensor = Row("links", f"{rate}: TF tensor read ps -> worker, {size / 1e6:.1f} MB")
+            for n in range(repeat):
+                receiving = cluster.submit(_link_receive, (LINK_PORT, size), on=worker, timeout=300)
+                cluster.run(_link_send, (host, LINK_PORT, size), on="ps:0", timeout=300)
+                stream.values.append(receiving.result()[worker])
+                tensor.values.append(
+                    cluster.run(_link_tensor_read, (size // 4,), on=worker, timeout=300)[worker]
+                )
+                log(
+                    f"  links {rate} #{n + 1}: stream {stream.values[-1]:.2f} s, tensor {tensor.values[-1]:.2f} s"
+                )
+            for row in (stream, tensor):
+                row.note = f"S/rate = {ideal:.2f} s; measured/ideal = {row.median / ideal:.2f}"
+            rows += [stream, tensor]
+    # Start of the chapter's largest cluster, with and without links (cold, no pool).
+    plain = Row("links", "1 ps + 4 workers ready, cold, no link")
+    linked = Row("links", "1 ps + 4 workers ready, cold, link='100mbit'", baseline=plain.label)
+    for n in range(repeat):
+        for row, kw in ((plain, {}), (linked, {"link": "100mbit"})):
+            start = time.monotonic()
+            with dtfkit.LocalCluster(ps=1, workers=4, progress=False, pool=False, name=None, **kw):
+                row.values.append(time.monotonic() - start)
+            log(f"  links start {row.label} #{n + 1}: {row.values[-1]:.2f} s")
+    return rows + [plain, linked]
+
+
 def machine() -> dict[str, str]:
     model = platform.processor()
     try:
@@ -684,6 +794,7 @@ def main(argv: list[str] | None = None) -> int:
         ("import", lambda: bench_import(ns.repeat, log)),
         ("shutdown", lambda: bench_shutdown(ns.repeat, log)),
         ("seed", lambda: bench_seed(ns.repeat_long, ns.hang_timeout, log)),
+        ("links", lambda: bench_links(ns.repeat, log)),
         ("notebooks", lambda: bench_notebooks(log)),
     ]
     wanted = [name for name, _ in steps if name in chosen or (name == "notebooks" and ns.notebooks)]

@@ -58,6 +58,18 @@ class LocalCluster:
         network: ``"auto"`` (default: a private network namespace when the OS allows,
             else the host network with a warning), ``"isolated"`` (required), or
             ``"host"`` (reachable from other machines: for multi-host lessons only).
+        link: emulated network links, to make bandwidth visible (loopback is
+            effectively infinitely fast). ``"100mbit"`` gives every task a network
+            namespace and address (``10.77.x.y``) of its own, joined to the others by a
+            link of that rate both ways (a token bucket on what it sends and on what it
+            receives: a transfer between two tasks runs at the slower one's rate).
+            Per job or per task: ``{"ps": "50mbit", "worker": "200mbit"}``,
+            ``{"worker:1": "10mbit", "default": "1gbit"}``; a task no key names has no
+            limit. Rates as tc writes them (``kbit``, ``mbit``, ``gbit``), 8kbit to 10gbit. Only bandwidth is
+            emulated, not delay. A restarted task keeps its address and link. Tasks with
+            links never come from the warm pool. ``None`` (default): every task shares one
+            namespace over loopback. Refused with ``network="host"`` or where network
+            namespaces are unavailable.
         gpus: ``"auto"``, ``"share"`` or ``"none"`` (see ``dtfkit.engine.gpu_plan``).
         env: extra environment variables for every task (e.g. ``GRPC_FAIL_FAST``).
         start_servers: False starts the processes (TensorFlow imported, ``TF_CONFIG``
@@ -103,6 +115,7 @@ class LocalCluster:
         evaluator: int = 0,
         *,
         network: str = "auto",
+        link: str | dict[str, str] | None = None,
         gpus: str = "auto",
         env: dict[str, str] | None = None,
         start_servers: bool = True,
@@ -124,9 +137,13 @@ class LocalCluster:
             previous.close()
             print(f"dtfkit: closed the cluster this cell started before ({previous.id})")
         if launcher is None:
-            launcher = _local_launcher(network, pool)
+            launcher = _local_launcher(network, pool, link)
         elif not isinstance(launcher, Launcher):
             raise DtfkitError(f"launcher must be a dtfkit.engine.launcher.Launcher, not {launcher!r}")
+        elif link is not None:
+            raise DtfkitError(
+                "link= is an option of the local launcher: pass LocalLauncher(link=...) instead"
+            )
         self._rt = ClusterRuntime(
             layout,
             launcher=launcher,
@@ -207,7 +224,7 @@ class LocalCluster:
         return {p.task.name: p.status for p in self._rt.procs.values()}
 
     def address(self, task: str, index: int | None = None) -> str:
-        """``"localhost:PORT"`` of a task."""
+        """``"localhost:PORT"`` of a task (``"10.77.0.2:PORT"`` with ``link=``)."""
         proc = self._rt.task_process(task, index)  # an unknown task is a clear error
         if proc.task not in self._rt.addresses:
             raise DtfkitError(f"{proc.task} has no address: it runs no server ({proc.task.job} tasks do not)")
@@ -354,14 +371,18 @@ class LocalCluster:
         return LogText("\n".join(out))
 
     # ------------------------------------------------------------------ repr
-    def _rows(self) -> list[tuple[str, str, str, str, str]]:
+    def _links(self) -> bool:
+        return getattr(self._rt.launcher, "links", None) is not None
+
+    def _rows(self) -> list[tuple[str, ...]]:
+        """One row per task: name, role, address, pid, state (and link, with ``link=``)."""
         rows = []
+        link_of = getattr(self._rt.launcher, "link_of", None) if self._links() else None
         for task in self._rt.layout.tasks:
             proc = self._rt.procs.get(task)
             address = self._rt.addresses.get(task, "-") if task.serves else "(no server)"
-            rows.append(
-                (task.name, task.job, address, str(proc.pid) if proc else "-", proc.status if proc else "-")
-            )
+            row = (task.name, task.job, address, str(proc.pid) if proc else "-", proc.status if proc else "-")
+            rows.append(row + (link_of(task.name),) if link_of else row)
         return rows
 
     def __repr__(self) -> str:
@@ -371,8 +392,9 @@ class LocalCluster:
         if start:
             lines.append(f"  start: {start}")
         lines += [
-            f"  {name:<12} {address:<18} pid {pid:<8} {status}"
-            for name, _, address, pid, status in self._rows()
+            f"  {row[0]:<12} {row[2]:<18} pid {row[3]:<8} {row[4]}"
+            + (f"  link {row[5]}" if len(row) > 5 else "")
+            for row in self._rows()
         ]
         dropped = self._rt.logbook.dropped_note()
         if dropped:
@@ -389,7 +411,8 @@ class LocalCluster:
         warn = not rt.isolated and not self.closed
         note = html.escape("closed" if self.closed else rt.isolation_note)
         style = "color:#b00;font-weight:bold" if warn else "color:#060"
-        table = html_table(("task", "role", "address", "pid", "state"), self._rows())
+        columns = ("task", "role", "address", "pid", "state") + (("link",) if self._links() else ())
+        table = html_table(columns, self._rows())
         start = self._start_note()
         start_line = f"<br><span>start: {html.escape(start)}</span>" if start else ""
         lost = rt.logbook.dropped_note()
@@ -403,19 +426,25 @@ class LocalCluster:
         )
 
 
-def _local_launcher(network: str, pool) -> Launcher:
-    """Local processes, adopted from a warm pool when one is used (see ``LocalCluster(pool=)``)."""
+def _local_launcher(network: str, pool, link=None) -> Launcher:
+    """Local processes, adopted from a warm pool when one is used (see ``LocalCluster(pool=)``).
+
+    With ``link=`` the tasks start cold (``PoolLauncher`` says why in ``pool_note``)."""
     from dtfkit.engine import pool as pools
     from dtfkit.engine.local import LocalLauncher
 
     if pool is None:
         pool = pools.enabled_by_default()
+    if link is not None and (pool is True or isinstance(pool, pools.TaskPool)):
+        launcher = LocalLauncher(network, link)  # a bad link= fails here, before any pool starts
+        launcher.note = f"started cold: {pools.LINKS_COLD}"
+        return launcher
     if pool is True:
         pool = pools.default_pool()
     if pool is False:
-        return LocalLauncher(network)
+        return LocalLauncher(network, link)
     if isinstance(pool, pools.TaskPool):
-        return pools.PoolLauncher(pool, network)
+        return pools.PoolLauncher(pool, network, link)
     raise DtfkitError(f"pool must be True, False, None or a dtfkit.engine.pool.TaskPool, not {pool!r}")
 
 

@@ -104,8 +104,11 @@ class Launcher(ABC):
         """Where the owner listens for its tasks to connect back (a Unix socket in ``folder``)."""
         return os.path.join(folder, "control.sock")
 
-    def host(self) -> str:
-        """The host name that goes into the ClusterSpec addresses (``host:port``)."""
+    def host(self, task: str) -> str:
+        """The host of ``task`` ("worker:1") in the ClusterSpec addresses (``host:port``).
+
+        The same task gets the same host again when it restarts.
+        """
         return "localhost"
 
     @abstractmethod

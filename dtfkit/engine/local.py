@@ -5,12 +5,15 @@ kill ends whatever it started too), with its output on a pipe. With
 ``network="auto"`` or ``"isolated"`` the tasks share a private user + network
 namespace held by an anchor process (``python -m dtfkit.engine.netns``), so their
 TensorFlow servers, which listen on every interface without authentication, are
-reachable from nowhere else. The warm pool (``dtfkit.engine.pool``) starts its
+reachable from nowhere else. With ``link=`` every task gets a network namespace and
+an address (``10.77.x.y``) of its own instead, joined to the others through a bridge
+in the anchor's namespace by a rate-limited link (see ``dtfkit.engine.netns``). The warm pool (``dtfkit.engine.pool``) starts its
 processes and anchors with the same helpers.
 
 Example::
 
     >>> launcher = LocalLauncher(network="auto")                       # doctest: +SKIP
+    >>> launcher = LocalLauncher(link={"ps": "50mbit", "worker": "200mbit"})  # doctest: +SKIP
     >>> runtime = ClusterRuntime(layout, launcher=launcher)             # doctest: +SKIP
 """
 
@@ -103,12 +106,12 @@ class NamespaceAnchor:
         self.gate = gate
 
     @classmethod
-    def launch(cls, env: dict[str, str], mark: str = "") -> NamespaceAnchor:
-        """Start an anchor without waiting for it (see ``confirm()``)."""
+    def launch(cls, env: dict[str, str], mark: str = "", links: str | None = None) -> NamespaceAnchor:
+        """Start an anchor without waiting for it (see ``confirm()``); ``links`` as in ``start()``."""
         gate, ready_end = os.pipe()  # not inheritable: only the children given it by pass_fds
         try:
             popen = subprocess.Popen(
-                netns.anchor_command(),
+                netns.anchor_command(links),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -124,10 +127,19 @@ class NamespaceAnchor:
         return cls(popen, mark=mark, gate=gate)
 
     @classmethod
-    def start(cls, env: dict[str, str], mark: str = "") -> NamespaceAnchor:
-        """Start an anchor and wait (bounded) until its namespace is up; ``ClusterStartError`` if not."""
-        anchor = cls.launch(env, mark)
+    def start(cls, env: dict[str, str], mark: str = "", links: str | None = None) -> NamespaceAnchor:
+        """Start an anchor and wait (bounded) until its namespace is up; ``ClusterStartError`` if not.
+
+        ``links``: the path of a Unix socket where the anchor, the hub of emulated links,
+        answers the tasks' requests for a link (``dtfkit.engine.netns.request_link``).
+        """
+        anchor = cls.launch(env, mark, links)
         why = anchor.confirm()
+        if why.startswith("links unavailable"):
+            raise ClusterStartError(
+                f"link= needs virtual network links in the cluster's namespace, and this system "
+                f"refused them ({why.partition(': ')[2]}); leave link= out to use loopback"
+            )
         if why:
             raise ClusterStartError(
                 f"the network namespace could not be created: {why}; "
@@ -229,21 +241,102 @@ def with_lifeline(env: dict[str, str], *, from_long_lived_thread: bool) -> dict[
     return env
 
 
+LINK_JOBS = ("ps", "worker", "chief", "evaluator", "client")
+_LINK_KEY_FORM = "'default', a job ('ps', 'worker', 'chief', 'evaluator', 'client') or a task ('worker:1')"
+
+
+def plan_links(link) -> dict[str, int] | None:
+    """Check ``link=`` and turn it into ``{key: bits per second}`` (None: no links).
+
+    ``"100mbit"`` is ``{"default": 100000000}``; a dict maps ``"default"``, a job or a
+    task (``"worker:1"``) to a rate. ``DtfkitError`` naming the bad key or value.
+    """
+    if link is None:
+        return None
+    if isinstance(link, str):
+        link = {"default": link}
+    if not isinstance(link, dict) or not link:
+        raise DtfkitError(
+            f"link must be a rate such as '100mbit', or a dict such as "
+            f"{{'ps': '50mbit', 'worker': '200mbit'}}, not {link!r}"
+        )
+    plan = {}
+    for key, rate in link.items():
+        job, colon, index = key.partition(":") if isinstance(key, str) else ("", "", "")
+        if not (key == "default" or (job in LINK_JOBS and (not colon or index.isdigit()))):
+            raise DtfkitError(f"link key {key!r} names no task: use {_LINK_KEY_FORM}")
+        try:
+            plan[key] = netns.parse_rate(rate)
+        except ValueError as exc:
+            raise DtfkitError(f"link[{key!r}]: {exc}") from None
+    return plan
+
+
+def link_rate(plan: dict[str, int], task: str) -> int | None:
+    """The rate of ``task`` ("worker:1") in ``plan``: its own, its job's, the default, or None (no limit)."""
+    for key in (task, task.partition(":")[0], "default"):
+        if key in plan:
+            return plan[key]
+    return None
+
+
 class LocalLauncher(Launcher):
     """Every task a fresh local interpreter; a private network namespace unless ``network="host"``.
 
     Args:
         network: ``"auto"`` (a private namespace when the OS allows, else the host
             network with a warning), ``"isolated"`` (required), ``"host"``.
+        link: emulated, rate-limited links: every task gets its own network namespace
+            and address, limited to the rate ``plan_links(link)`` gives it (see
+            ``LocalCluster``). Refused on the host network, or where namespaces are
+            unavailable. None (default): all tasks share one namespace over loopback.
     """
 
-    def __init__(self, network: str = "auto"):
+    def __init__(self, network: str = "auto", link=None):
         if network not in NETWORK_MODES:
             raise DtfkitError(f"network must be one of {', '.join(NETWORK_MODES)}, not {network!r}")
         self.network = network
         self.anchor: NamespaceAnchor | None = None
+        self.links = plan_links(link)
+        self._addresses: dict[str, str] = {}  # task name -> its link address (kept on restart)
+        self._links_socket: str | None = None
+        if self.links is not None:
+            if network == "host":
+                raise DtfkitError(
+                    "link= needs each task in a network namespace of its own, and network='host' "
+                    "puts them all on this machine's network: leave network at 'auto' (or "
+                    "'isolated'), or leave link out"
+                )
+            ok, why = netns.isolation_available()
+            if not ok:
+                raise DtfkitError(f"link= needs network namespaces, and {why}; leave link out")
+
+    def link_of(self, task: str) -> str:
+        """``"100mbit"``, ``"no limit"``, or ``""`` without links: what the cluster table shows."""
+        if self.links is None:
+            return ""
+        rate = link_rate(self.links, task)
+        return netns.format_rate(rate) if rate else "no limit"
+
+    def host(self, task: str) -> str:
+        if self.links is None:
+            return "localhost"
+        if task not in self._addresses:
+            self._addresses[task] = netns.link_address(len(self._addresses))
+        return self._addresses[task]
 
     def prepare(self, tasks: int, env: dict[str, str], cwd: str, *, gpus: int = 0) -> None:
+        if self.links is not None:
+            main_thread = threading.current_thread() is threading.main_thread()
+            # The cluster's private folder (0700): only its owner can ask for links.
+            folder = os.path.join(env[state.BASE_ENV], env[state.CLUSTER_ENV])
+            self._links_socket = os.path.join(folder, "links.sock")
+            anchor = NamespaceAnchor.start(
+                with_lifeline(env, from_long_lived_thread=main_thread), links=self._links_socket
+            )
+            self.use_anchor(anchor)
+            self.isolation_note = f"isolated, emulated links: each task its own network namespace, bridged in {anchor.namespace}"
+            return
         if self.network == "host":
             self.isolation_note = "host network (opted out): servers reachable from other machines"
             warnings.warn(HOST_NETWORK_WARNING, stacklevel=5)
@@ -274,6 +367,13 @@ class LocalLauncher(Launcher):
             gate = self.anchor.gate  # set while the anchor may still be starting
             config = dataclasses.replace(config, netns_pid=self.anchor.pid, netns_ready_fd=gate)
             pass_fds = () if gate is None else (gate,)
+        if self.links is not None:
+            link = {
+                "socket": self._links_socket,
+                "address": self.host(config.task),
+                "rate": link_rate(self.links, config.task),
+            }
+            config = dataclasses.replace(config, link=link)
         main_thread = threading.current_thread() is threading.main_thread()
         env = with_lifeline(env, from_long_lived_thread=main_thread)
         return LocalProcess(spawn_task(config, env, cwd, pass_fds=pass_fds))

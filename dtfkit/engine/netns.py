@@ -8,18 +8,32 @@ before it starts a thread or opens a network socket (tasks are spawned while the
 anchor still starts and wait for it, see ``wait_ready``). Nothing outside the
 namespace can reach the servers, and the ports cannot collide with any other cluster.
 
+With emulated links (``LocalCluster(link="100mbit")``) the anchor's namespace is a
+*hub* instead: it holds a bridge, and every task makes a network namespace of its own
+(a child of the anchor's user namespace, ``enter_own()``), then asks the anchor
+(``request_link()``, over a Unix socket, passing the namespace as a file descriptor)
+to connect it: a veth pair, one end on the bridge, the other the task's ``eth0`` with
+a ``10.77.x.y`` address, and a token bucket (``tbf``) on both ends' egress so that what
+the task sends and what it receives are limited to its rate. The interfaces vanish
+with the namespaces: the hub's when the anchor ends, a task's when the task does.
+
 Example::
 
     >>> from dtfkit.engine import netns
     >>> netns.isolation_available()          # doctest: +SKIP
     (True, '')
+    >>> netns.parse_rate("100mbit")
+    100000000
 """
 
 from __future__ import annotations
 
 import ctypes
 import fcntl
+import json
 import os
+import re
+import select
 import socket
 import struct
 import subprocess
@@ -101,6 +115,160 @@ def wait_ready(fd: int) -> None:
         os.close(fd)
 
 
+def enter_own(anchor_pid: int) -> None:
+    """Join the user namespace of ``anchor_pid`` and make a network namespace of one's own.
+
+    The new network namespace belongs to the anchor's user namespace, so the anchor can
+    move an interface into it. Must run before the process starts any thread.
+    """
+    if _libc is None:
+        raise OSError("network namespaces need Linux")
+    fd = os.open(f"/proc/{anchor_pid}/ns/user", os.O_RDONLY)
+    try:
+        _check(_libc.setns(fd, CLONE_NEWUSER), f"setns(user namespace of pid {anchor_pid})")
+    finally:
+        os.close(fd)
+    _check(_libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+    loopback_up()
+
+
+# ------------------------------------------------------------------ emulated links
+LINK_PREFIX = "10.77"  # every cluster has its own hub, so every cluster may use the same range
+LINK_REPLY_SECONDS = 30.0
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(kbit|mbit|gbit)\s*$", re.IGNORECASE)
+_RATE_UNITS = {"kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
+RATE_FORM = "a number and kbit, mbit or gbit, as tc writes rates: '500kbit', '100mbit', '1.5gbit'"
+
+
+def parse_rate(value) -> int:
+    """A tc-style rate (``"100mbit"``) in bits per second; ``ValueError`` naming the bad value."""
+    match = _RATE.match(value) if isinstance(value, str) else None
+    bits = int(float(match.group(1)) * _RATE_UNITS[match.group(2).lower()]) if match else 0
+    # Below 1 kB/s a link is no use; above 10 Gbit/s loopback is the better model (and
+    # the token bucket's rate field, in bytes/s, holds 34 Gbit/s at most).
+    if not 8000 <= bits <= 10**10:
+        raise ValueError(f"link rate {value!r} is not a rate: expected {RATE_FORM}, from 8kbit to 10gbit")
+    return bits
+
+
+def format_rate(bits: int) -> str:
+    """``100000000`` -> ``'100mbit'`` (the largest unit that keeps it whole)."""
+    for unit in ("gbit", "mbit", "kbit"):
+        if bits % _RATE_UNITS[unit] == 0:
+            return f"{bits // _RATE_UNITS[unit]}{unit}"
+    return f"{bits}bit"
+
+
+def link_address(n: int) -> str:
+    """The ``n``-th task address of a hub (``n`` from 0): ``10.77.0.2``, ``10.77.0.3``, ..."""
+    third, fourth = divmod(n + 1, 254)  # the last byte runs 1..254: never .0 or .255
+    return f"{LINK_PREFIX}.{third}.{fourth + 1}"
+
+
+def request_link(path: str, address: str, rate: int | None, timeout: float = LINK_REPLY_SECONDS) -> None:
+    """Ask the anchor listening at ``path`` to connect this process's network namespace.
+
+    ``rate`` in bits per second (None: no limit). Raises ``OSError`` with the anchor's
+    reason, or after ``timeout`` seconds without an answer.
+    """
+    fd = os.open("/proc/self/ns/net", os.O_RDONLY)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            try:
+                sock.connect(path)
+                socket.send_fds(sock, [json.dumps({"address": address, "rate": rate}).encode()], [fd])
+                reply = sock.recv(4096).decode("utf-8", errors="replace")
+            except TimeoutError:
+                raise OSError(
+                    f"the namespace anchor did not connect {address} within {timeout:g} s"
+                ) from None
+            except OSError as exc:
+                raise OSError(f"the namespace anchor could not be asked for a link ({exc})") from None
+    finally:
+        os.close(fd)
+    if reply != "ok":
+        raise OSError(f"the link for {address} could not be made: {reply or 'the anchor gave no answer'}")
+
+
+def _tbf_args(rate: int) -> dict:
+    """Token bucket settings for ``rate`` bits/s: a burst of 10 ms of traffic (at least 16 KiB,
+    more than one full-size frame), up to 50 ms of queue."""
+    burst = max(16 * 1024, rate // 8 // 100)
+    return {"rate": f"{max(rate // 1000, 1)}kbit", "burst": burst, "latency": "50ms"}
+
+
+def _mac_of(address: str) -> str:
+    """A fixed, locally administered MAC address for ``address``: a restarted task keeps its
+    MAC too, so its peers' ARP caches stay right."""
+    return "02:00:" + ":".join(f"{int(octet):02x}" for octet in address.split("."))
+
+
+class _Hub:
+    """The anchor's side: a bridge in the hub namespace, and a veth pair per request."""
+
+    BRIDGE = "dtfbr0"
+
+    def __init__(self) -> None:
+        from pyroute2 import IPRoute
+
+        self.IPRoute = IPRoute
+        self.ipr = IPRoute()
+        self.ipr.link("add", ifname=self.BRIDGE, kind="bridge")
+        self.bridge = self.ipr.link_lookup(ifname=self.BRIDGE)[0]
+        self.ipr.link("set", index=self.bridge, state="up")
+        self.count = 0
+
+    def serve(self, conn: socket.socket) -> None:
+        conn.settimeout(10.0)
+        fds: list[int] = []
+        try:
+            message, fds, _, _ = socket.recv_fds(conn, 4096, 1)
+            request = json.loads(message)
+            if len(fds) != 1:
+                raise ValueError("the request carried no network namespace")
+            self.connect(fds[0], request["address"], request.get("rate"))
+            reply = "ok"
+        except Exception as exc:  # noqa: BLE001 - the task gets the reason
+            reply = f"{type(exc).__name__}: {exc}"
+        finally:
+            for fd in fds:
+                os.close(fd)
+        try:
+            conn.sendall(reply.encode())
+        except OSError:
+            pass
+
+    def connect(self, ns_fd: int, address: str, rate: int | None) -> None:
+        self.count += 1
+        # A fresh hub-side name each time: the pair of a restarted task's old process may
+        # still be on its way out (namespaces are torn down asynchronously).
+        hub_name = f"dtf{self.count}"
+        ipr = self.ipr
+        ipr.link("add", ifname=hub_name, kind="veth", peer={"ifname": "eth0", "net_ns_fd": ns_fd})
+        index = ipr.link_lookup(ifname=hub_name)[0]
+        ipr.link("set", index=index, master=self.bridge, state="up")
+        if rate:
+            ipr.tc("add", "tbf", index=index, handle="1:", **_tbf_args(rate))
+        # A netlink socket works in the namespace it was made in: make one in the task's.
+        own = os.open("/proc/self/ns/net", os.O_RDONLY)
+        try:
+            _check(_libc.setns(ns_fd, CLONE_NEWNET), "setns(the task's network namespace)")
+            try:
+                task_ipr = self.IPRoute()
+            finally:
+                _check(_libc.setns(own, CLONE_NEWNET), "setns(back to the hub)")
+        finally:
+            os.close(own)
+        with task_ipr:
+            eth = task_ipr.link_lookup(ifname="eth0")[0]
+            task_ipr.link("set", index=eth, address=_mac_of(address))
+            task_ipr.addr("add", index=eth, address=address, prefixlen=16)
+            if rate:
+                task_ipr.tc("add", "tbf", index=eth, handle="1:", **_tbf_args(rate))
+            task_ipr.link("set", index=eth, state="up")
+
+
 def namespace_id(pid: int | str = "self") -> str:
     """The network namespace identity of a process, e.g. ``'net:[4026532281]'``."""
     return os.readlink(f"/proc/{pid}/ns/net")
@@ -161,14 +329,17 @@ def _probe() -> tuple[bool, str]:
     return False, f"user namespaces are not available ({last})"
 
 
-def anchor_command() -> list[str]:
-    """The command that starts an anchor (``_anchor_main``).
+def anchor_command(links: str | None = None) -> list[str]:
+    """The command that starts an anchor (``_anchor_main``); ``links``: the hub's socket path.
 
     ``-S``: no site module. The anchor needs only the standard library and dtfkit
     (on PYTHONPATH, which -S keeps); site's .pth processing (an editable install's
     finder, certifi, ...) was about a third of its start-up (59 -> 41 ms alone), and
-    tasks spawned alongside it wait for it (see wait_ready).
+    tasks spawned alongside it wait for it (see wait_ready). A hub of emulated links
+    needs pyroute2 from site-packages, so it keeps the site module.
     """
+    if links:
+        return [sys.executable, "-m", "dtfkit.engine.netns", "--links", links]
     return [sys.executable, "-S", "-m", "dtfkit.engine.netns"]
 
 
@@ -179,8 +350,12 @@ def _env_with_package_path() -> dict[str, str]:
     return env
 
 
-def _anchor_main() -> None:
-    """Entry point of the anchor process: hold the namespaces until stdin closes."""
+def _anchor_main(argv: list[str]) -> None:
+    """Entry point of the anchor process: hold the namespaces until stdin closes.
+
+    ``--links PATH``: also be the hub of emulated links, answering ``request_link()``
+    at the Unix socket ``PATH``.
+    """
     from dtfkit.engine import lifeline
 
     lifeline.die_with_parent()
@@ -193,15 +368,33 @@ def _anchor_main() -> None:
         sys.stdout.write(f"failed {exc}\n")
         sys.stdout.flush()
         sys.exit(1)
+    hub = listener = None
+    if argv[:1] == ["--links"]:
+        try:
+            hub = _Hub()
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(argv[1])
+            listener.listen(64)
+        except Exception as exc:  # noqa: BLE001 - the owner shows the reason
+            sys.stdout.write(f"links unavailable: {type(exc).__name__}: {exc}\n")
+            sys.stdout.flush()
+            return
     sys.stdout.write(f"ready {namespace_id()}\n")
     sys.stdout.flush()
     ready_fd = os.environ.get(READY_FD_ENV)
     if ready_fd:
         os.close(int(ready_fd))  # tasks waiting in wait_ready() may join now
     # The owner keeps our stdin open; EOF means it closed the cluster or died.
-    while sys.stdin.buffer.read(4096):
-        pass
+    watched = [0] + ([listener] if listener is not None else [])
+    while True:
+        ready, _, _ = select.select(watched, [], [])
+        if 0 in ready and not os.read(0, 4096):
+            return
+        if listener is not None and listener in ready:
+            conn, _ = listener.accept()
+            with conn:
+                hub.serve(conn)
 
 
 if __name__ == "__main__":
-    _anchor_main()
+    _anchor_main(sys.argv[1:])

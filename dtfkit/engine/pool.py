@@ -392,6 +392,9 @@ def _end(space: WarmNamespace) -> None:
     space.anchor.close()
 
 
+LINKS_COLD = "link= gives every task a network namespace of its own; warm processes share the pool's"
+
+
 class PoolLauncher(LocalLauncher):
     """A ``LocalLauncher`` that first adopts the warm namespace of a ``TaskPool``.
 
@@ -409,8 +412,8 @@ class PoolLauncher(LocalLauncher):
         'adopted 3 warm process(es) from pool 1234-abcd'
     """
 
-    def __init__(self, pool: TaskPool, network: str = "auto"):
-        super().__init__(network)
+    def __init__(self, pool: TaskPool, network: str = "auto", link=None):
+        super().__init__(network, link)
         self.pool = pool
         self._warm: list[WarmProcess] = []
         self._changes: dict[str, str | None] = {}  # what adopted tasks must set (None: unset)
@@ -431,6 +434,8 @@ class PoolLauncher(LocalLauncher):
         warm_env = self.pool.warm_env()
         if self.network == "host":
             return "network='host' (the pool is for isolated clusters)"
+        if self.links is not None:
+            return LINKS_COLD
         if warm_env is None:
             return "the warm pool was empty (it fills in the background)"
         self._changes = env_changes(warm_env, env, cwd)

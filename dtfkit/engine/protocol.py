@@ -47,6 +47,9 @@ class TaskConfig:
     authkey: str = ""  # hex
     netns_pid: int | None = None  # join this process's network namespace first
     netns_ready_fd: int | None = None  # an inherited pipe: EOF once that namespace exists (netns.wait_ready)
+    # Emulated links: {"socket": the anchor's, "address": "10.77.0.2", "rate": bits/s or None}.
+    # The task then makes a network namespace of its own instead of joining netns_pid's.
+    link: dict[str, Any] | None = None
     port: int | None = None  # the port to bind (a restart keeps its address); None: any
     tensorflow: bool = True  # False: a plain Python task (FakeLauncher), no TensorFlow, no server
     script: str | None = None

@@ -433,8 +433,11 @@ class ClusterRuntime:
                         pending,
                         "report its port",
                     )
-                    host = self.launcher.host()
-                    self.addresses = {t: f"{host}:{p.port}" for t, p in pending.items() if p.port is not None}
+                    self.addresses = {
+                        t: f"{self.launcher.host(t.name)}:{p.port}"
+                        for t, p in pending.items()
+                        if p.port is not None
+                    }
                     self.cluster = cluster_dict(self.addresses)
                 else:
                     self._wait(

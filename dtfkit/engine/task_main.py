@@ -2,9 +2,10 @@
 
 Order matters: connect to the owner (over a Unix socket, no thread started),
 wait for the namespace anchor if it is still starting, join the cluster's network
-namespace while still single-threaded, reserve a port, import TensorFlow while the
-owner gathers everyone's ports, then start the server from the ClusterSpec the
-owner sends back.
+namespace while still single-threaded (with emulated links: make one of its own in
+the cluster's user namespace, which the anchor connects to its hub once the channel
+is up), reserve a port, import TensorFlow while the owner gathers everyone's ports,
+then start the server from the ClusterSpec the owner sends back.
 """
 
 from __future__ import annotations
@@ -250,6 +251,14 @@ def _start_cold(cfg: TaskConfig, conn):
     from dtfkit import taskapi
 
     taskapi.STATE.send = channel.send
+    if cfg.link:
+        from dtfkit.engine import netns
+
+        try:
+            netns.request_link(cfg.link["socket"], cfg.link["address"], cfg.link["rate"])
+        except BaseException:  # noqa: BLE001
+            channel.send(protocol.StartFailed("link", traceback.format_exc()))
+            os._exit(3)
     reserved = None
     if mode != "client":
         try:
@@ -335,7 +344,10 @@ def main() -> None:
         if cfg.netns_ready_fd is not None:
             # Spawned while the anchor still starts: wait until it made the namespace.
             netns.wait_ready(cfg.netns_ready_fd)
-        netns.enter(cfg.netns_pid)
+        if cfg.link:  # a namespace of its own, linked to the anchor's hub once the channel is up
+            netns.enter_own(cfg.netns_pid)
+        else:
+            netns.enter(cfg.netns_pid)
     if cfg.mode == "warm":
         cfg, channel, reserved, tf = _wait_for_adoption(cfg)  # now the task it was adopted as
     else:
