@@ -170,7 +170,7 @@ FAILING_ANCHOR = [sys.executable, "-c", "print('failed simulated anchor failure'
 
 @pytest.fixture
 def failing_anchor(monkeypatch):
-    monkeypatch.setattr(netns, "anchor_command", lambda: FAILING_ANCHOR)
+    monkeypatch.setattr(netns, "anchor_command", lambda links=None: FAILING_ANCHOR)
     monkeypatch.setattr(netns, "_KNOWN", None)  # not probed yet in this process (restored after)
     return monkeypatch
 
