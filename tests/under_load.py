@@ -1,4 +1,4 @@
-"""Run the timing-sensitive tests and chapters 3, 4 and 8 with CPU burners beside them.
+"""Run the timing-sensitive tests and chapters 3, 4, 8 and 9 with CPU burners beside them.
 
 What a test or a chapter checks must hold on a busy 2-core classroom server, not only on
 a quiet machine. This command starts ``--burners`` processes that each spin one core at
@@ -31,6 +31,7 @@ CHAPTERS = [
     "notebooks/03_sync_replicas_optimizer.ipynb",
     "notebooks/04_monitored_training_session.ipynb",
     "notebooks/08_sync_async_lab.ipynb",
+    "notebooks/09_ps_vs_ring_allreduce.ipynb",
 ]
 BURN = "while True:\n    pass\n"
 
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             if not opts.no_chapters:
                 results.append(
-                    run_part(f"round {round_no}: chapters 3, 4, 8", [*CHAPTERS, *opts.pytest_args])
+                    run_part(f"round {round_no}: chapters 3, 4, 8, 9", [*CHAPTERS, *opts.pytest_args])
                 )
     finally:
         stop_burners(burners)
