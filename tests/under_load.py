@@ -3,7 +3,7 @@
 What a test or a chapter checks must hold on a busy 2-core classroom server, not only on
 a quiet machine. This command starts ``--burners`` processes that each spin one core at
 100 %, runs the tests marked ``timing`` and the chapters whose facts come from real
-training runs (3, 4 and 8) under nbval, then ends the burners (by pid, also on Ctrl-C or
+training runs (3, 4, 8 and 9) under nbval, then ends the burners (by pid, also on Ctrl-C or
 a failure) and prints one line per part with its exit code and duration.
 
 Usage, from the repository root::
