@@ -6,6 +6,7 @@ second. ``test_cluster_work.py`` covers the same ground on real TensorFlow serve
 from __future__ import annotations
 
 import os
+import signal
 import threading
 
 import psutil
@@ -33,15 +34,12 @@ def fail_on_worker_1_others_block():
 
 def ignore_interrupts_on_worker_0_fail_on_worker_1(gate: str):
     if dtfkit.this_task().name == "worker:1":
-        while not os.path.exists(gate):  # fail only once worker:0 is in its loop
+        while not os.path.exists(gate):  # fail only once worker:0 is deaf to interrupts
             threading.Event().wait(0.01)
         raise ValueError("worker 1 gives up")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a task deaf to interrupts: the grace period ends it
     open(gate, "w").close()
-    while True:
-        try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
-            pass  # a task that swallows interrupts: the grace period ends it
+    threading.Event().wait()
 
 
 def block_here():
