@@ -545,8 +545,8 @@ class ClusterRuntime:
         if event.kind == "log":
             self._echo(event.gen, event.task, event.payload)
             return None
-        proc = next((p for p in self.procs.values() if p.task.name == event.task), None)
-        if proc is None or proc.gen != event.gen:
+        proc = self._current(event)
+        if proc is None:
             return None
         if event.kind == "hello":
             proc.conn = event.payload
