@@ -6,6 +6,7 @@ Examples::
     python -m dtfkit demo
     python -m dtfkit cleanup
     python -m dtfkit student-copies notebooks/ -o student/
+    python -m dtfkit student-copies notebooks/ --format nbgrader -o course/source/
 """
 
 from __future__ import annotations
@@ -52,10 +53,21 @@ def _cleanup(ns: argparse.Namespace) -> int:
 
 
 def _student_copies(ns: argparse.Namespace) -> int:
-    from dtfkit.course.student import write_student_copies
+    from dtfkit.course.student import write_nbgrader_source, write_student_copies
 
-    for path in write_student_copies(ns.source, ns.output):
+    if ns.format == "nbgrader":
+        written = write_nbgrader_source(
+            ns.source, ns.output, lock_others=ns.lock_other_cells, exercises_only=ns.exercises_only
+        )
+    else:
+        written = write_student_copies(ns.source, ns.output)
+    for path in written:
         print(f"wrote {path}")
+    if ns.format == "nbgrader":
+        print(
+            f"next: in the course folder whose 'source' folder is {ns.output}, run "
+            "'nbgrader generate_assignment NAME' for each NAME above (see docs/nbgrader.md)"
+        )
     return 0
 
 
@@ -96,16 +108,39 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_cleanup)
 
     s = sub.add_parser(
-        "student-copies", help="write notebooks with solutions stubbed and hidden checks removed"
+        "student-copies",
+        help="write notebooks with solutions stubbed and hidden checks removed, or nbgrader source notebooks",
     )
     s.add_argument("source", help="a folder of instructor notebooks, or one notebook")
     s.add_argument("-o", "--output", required=True, help="the folder to write the student copies to")
+    s.add_argument(
+        "--format",
+        choices=["student", "nbgrader"],
+        default="student",
+        help="student: copies to hand out (default); nbgrader: source notebooks for nbgrader, with "
+        "solutions, hidden tests and grading metadata, one assignment folder per notebook",
+    )
+    s.add_argument(
+        "--exercises-only",
+        action="store_true",
+        help="nbgrader: keep only the exercises section (cells tagged dtfkit-exercise), which grades faster",
+    )
+    s.add_argument(
+        "--lock-other-cells",
+        action="store_true",
+        help="nbgrader: mark every cell but the answers read-only (autograde restores them)",
+    )
     s.set_defaults(func=_student_copies)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    ns = build_parser().parse_args(argv)
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.command == "student-copies" and ns.format != "nbgrader":
+        for flag in ("exercises_only", "lock_other_cells"):
+            if getattr(ns, flag):
+                parser.error(f"--{flag.replace('_', '-')} needs --format nbgrader")
     try:
         return ns.func(ns)
     except DtfkitError as exc:
