@@ -192,3 +192,37 @@ def test_demo_trains_both_workers_and_ends_every_process(tmp_path):
     assert "every process ended: True" in out.stdout
     cluster_id = re.search(r"LocalCluster (\S+):", out.stdout).group(1)
     assert_no_process_of(cluster_id)
+
+
+def test_student_copies_in_nbgrader_format_writes_one_assignment_per_chapter(tmp_path):
+    """`student-copies --format nbgrader`: nbgrader's source folder layout, graded cells marked."""
+    import json
+
+    source = tmp_path / "course" / "source"
+    args = ["student-copies", str(REPO / "notebooks"), "--format", "nbgrader", "-o", str(source)]
+    out = run_cli([*args, "--exercises-only", "--lock-other-cells"], tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    chapters = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))
+    written = sorted(p.relative_to(source).as_posix() for p in source.glob("*/*.ipynb"))
+    assert written == [f"{c}/{c}.ipynb" for c in chapters]
+    assert out.stdout.count("wrote ") == len(chapters) and "nbgrader generate_assignment" in out.stdout
+    nb = json.loads((source / chapters[0] / f"{chapters[0]}.ipynb").read_text(encoding="utf-8"))
+    ids = [c["metadata"]["nbgrader"]["grade_id"] for c in nb["cells"]]
+    chapter = int(chapters[0].split("_")[0])
+    assert {f"ex{chapter}_1_answer", f"ex{chapter}_1_check"} <= set(ids)
+    assert all("dtfkit-exercise" in c["metadata"]["tags"] for c in nb["cells"])
+
+
+def test_student_copies_refuses_nbgrader_options_without_the_format_and_names_a_broken_cell(tmp_path):
+    wrong = run_cli(["student-copies", str(REPO / "notebooks"), "-o", "x", "--exercises-only"], tmp_path, 60)
+    assert wrong.returncode == 2 and "--exercises-only needs --format nbgrader" in wrong.stderr
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text(
+        '{"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": null,'
+        ' "source": "def f():\\n    ### BEGIN SOLUTION\\n    return 1\\n    ### END SOLUTION"}],'
+        ' "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    )
+    out = run_cli(["student-copies", str(broken), "--format", "nbgrader", "-o", "src"], tmp_path, 60)
+    assert out.returncode == 2, out.stdout
+    assert "broken.ipynb, cell 0: this answer cell has no check cell after it" in out.stderr
+    assert not (tmp_path / "src").exists()
