@@ -106,6 +106,9 @@ def test_a_well_formed_exercise_is_accepted():
     out = nbgrader_notebook({"cells": [_cell("intro", "markdown"), _cell(ANSWER), _cell(CHECK)]}, "t.ipynb")
     assert sorted(_graded(out)) == ["ex9_1_answer", "ex9_1_check"]
     assert "nbgrader" not in out["cells"][0]["metadata"]  # not locked unless asked
+    twins = [dict(_cell("a", "markdown"), id="same"), dict(_cell("b", "markdown"), id="same")]
+    locked = nbgrader_notebook({"cells": [*twins, _cell(ANSWER), _cell(CHECK)]}, "t.ipynb", lock_others=True)
+    assert sorted(_graded(locked)) == ["cell_same", "cell_same_1", "ex9_1_answer", "ex9_1_check"]
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from dtfkit.course.classroom import TAG as EXERCISE_TAG
 from dtfkit.errors import DtfkitError
 
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -164,7 +165,6 @@ def _read_notebook(path: Path) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ nbgrader source notebooks
 NBGRADER_SCHEMA = 3
-EXERCISE_TAG = "dtfkit-exercise"  # the same tag as classroom.TAG (not imported: that module is for kernels)
 _CHECK_HEADER = re.compile(r"^# check exercise (\d+)\.(\d+)(?![\d.])")
 _LOOKS_LIKE_CHECK = re.compile(r"^#\s*check\s+exercise\b", re.I)
 # nbgrader finds its markers by substring ("BEGIN SOLUTION" anywhere in a line), so any line that
@@ -251,6 +251,7 @@ def nbgrader_notebook(
             )
     pending: tuple[dict[str, Any], str] | None = None  # an answer cell waiting for its check cell
     exercises: dict[str, str] = {}
+    locked_ids: set[str] = set()
     for index, cell in indexed:
         where = f"{name}, cell {index}" + (f" (id {cell['id']})" if cell.get("id") else "")
         text = _source(cell)
@@ -328,10 +329,12 @@ def nbgrader_notebook(
                 "never runs them. Next step: move them into the check cell ('# check exercise N.k') they belong to"
             )
         elif lock_others:
-            cell_id = cell.get("id") or str(index)
-            metadata["nbgrader"] = _nbgrader_meta(
-                f"cell_{re.sub(r'[^A-Za-z0-9_-]', '_', cell_id)}", grade=False, solution=False, locked=True
-            )
+            locked_id = f"cell_{re.sub(r'[^A-Za-z0-9_-]', '_', str(cell.get('id') or index))}"
+            # Cell ids should be unique, but a hand-edited notebook may repeat one.
+            if locked_id in locked_ids:
+                locked_id = f"{locked_id}_{index}"
+            locked_ids.add(locked_id)
+            metadata["nbgrader"] = _nbgrader_meta(locked_id, grade=False, solution=False, locked=True)
     if pending is not None:
         raise MarkerError(
             f"{pending[1]}: this answer cell has no check cell after it. Next step: add the exercise's check "
