@@ -36,7 +36,7 @@ from nbgrader.nbgraderformat import MetadataValidator  # noqa: E402
 
 NOTEBOOKS = REPO / "notebooks"
 CHAPTER = "05_keras_mirrored_strategy"
-EXERCISES = ["5_1", "5_2"]
+EXERCISES = ["5_1", "5_2"]  # the chapter's checked exercises (as in test_classroom.CHAPTERS)
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 
 
