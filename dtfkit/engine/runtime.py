@@ -31,6 +31,7 @@ from dtfkit.engine.metrics import MetricLog
 from dtfkit.engine.protocol import TaskConfig
 from dtfkit.engine.taskenv import task_environment
 from dtfkit.errors import ClusterStartError, DtfkitError, TaskNotRunning
+from dtfkit.progress import Progress
 
 TASK_MODES = ("serve", "noserve", "script")  # what the cluster's tasks do (a client task: "client")
 START_ATTEMPTS = 3
@@ -422,7 +423,9 @@ class ClusterRuntime:
                     "or pass a larger start_timeout."
                 )
             pending[t] = self._spawn(t, port=self.addresses.get(t) and _port_of(self.addresses[t]))
-        bar = _progress_bar(len(pending), f"starting {_describe(list(pending))}", self.progress)
+        bar = Progress(
+            [t.name for t in pending], f"starting {_describe(list(pending))}", enabled=self.progress
+        )
         try:
             self.launcher.spawned()  # after the spawns, so that they overlapped what it waits for
             with self.live_output():
@@ -454,15 +457,23 @@ class ClusterRuntime:
                     p.send(protocol.Spec(self.cluster, config, self.setup_payload))
 
                 def all_ready() -> bool:
-                    if bar is not None:
-                        bar.n = sum(p.ready for p in pending.values())
-                        bar.refresh()
+                    bar.update(sum(p.ready for p in pending.values()))
                     return all(p.ready for p in pending.values())
 
                 self._wait(all_ready, deadline, pending, "start serving")
-        finally:
-            if bar is not None:
-                bar.close()
+            bar.done("restarted" if restart and any(t.job != "client" for t in pending) else "started")
+        except _PortTaken as exc:
+            bar.failed(f"{exc.task} could not bind its port")
+            raise
+        except StartAgain:
+            bar.failed("what the tasks share failed to start")
+            raise
+        except KeyboardInterrupt:
+            bar.failed("interrupted")
+            raise
+        except BaseException as exc:
+            bar.failed(f"failed with {type(exc).__name__}")
+            raise
 
     def start_client(self) -> TaskProcess:
         """Start a fresh client task (no server, on the cluster's network) and return it once ready."""
@@ -851,11 +862,3 @@ def _describe(tasks: list[TaskId]) -> str:
 def print_line(task: str, line: str) -> None:
     """The default echo: ``[worker:0] line``, printed (in the cell that waits)."""
     print(f"[{task}] {line}", flush=True)
-
-
-def _progress_bar(total: int, desc: str, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="task", leave=False)
