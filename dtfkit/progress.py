@@ -99,6 +99,7 @@ class Progress:
         self.ready = 0
         self.began = time.monotonic()
         self.ended = False
+        self.summary = ""  # the line it ended with
         self._live: _LiveBar | None = None
         self._handle = None
         self._tty = False
@@ -155,9 +156,10 @@ class Progress:
         return f"{time.monotonic() - self.began:.1f} s"
 
     def _end(self, line: str) -> str:
-        if self.ended:
-            return line
+        if self.ended:  # ended once: that summary stays
+            return self.summary
         self.ended = True
+        self.summary = line
         if self._mode == "widget":
             if self._handle is not None:
                 try:
