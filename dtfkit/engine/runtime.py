@@ -26,7 +26,7 @@ from typing import Any
 from dtfkit.engine import control, gpu_plan, protocol, state
 from dtfkit.engine.launcher import Launcher, StartAgain, TaskHandle
 from dtfkit.engine.layout import ClusterLayout, TaskId, cluster_dict, tf_config
-from dtfkit.engine.logs import LogBook
+from dtfkit.engine.logs import LogBook, RepeatFolder
 from dtfkit.engine.metrics import MetricLog
 from dtfkit.engine.protocol import TaskConfig
 from dtfkit.engine.taskenv import task_environment
@@ -267,6 +267,7 @@ class ClusterRuntime:
         self.events: queue.Queue[Event] = queue.Queue()
         self.metrics = MetricLog()
         self.printed_seq = 0  # the number of the last log line echoed
+        self._folder: RepeatFolder | None = None  # holds start-up chatter while tasks start
         self.started_at = time.time()
         self._calls: dict[int, CallInbox] = {}
         self._call_ids = itertools.count(1)
@@ -428,7 +429,7 @@ class ClusterRuntime:
         )
         try:
             self.launcher.spawned()  # after the spawns, so that they overlapped what it waits for
-            with self.live_output():
+            with self.folding_repeats(), self.live_output():
                 if not restart:
                     self._wait(
                         lambda: all(p.port is not None for p in pending.values()),
@@ -723,7 +724,25 @@ class ClusterRuntime:
     def _echo(self, seq: int, task: str, line: str) -> None:
         if seq > self.printed_seq:
             self.printed_seq = seq
-            self.echo(task, line)
+            if self._folder is not None:
+                self._folder.take(task, line)
+            else:
+                self.echo(task, line)
+
+    @contextlib.contextmanager
+    def folding_repeats(self) -> Iterator[None]:
+        """While tasks start, hold TensorFlow's start-up chatter and echo each message
+        once at the end (``logs.RepeatFolder``), not once per task.
+
+        Enter it before ``live_output()``, so that the lines that block echoes last are held too.
+        """
+        folder = RepeatFolder(self.echo)
+        outer, self._folder = self._folder, folder
+        try:
+            yield
+        finally:
+            self._folder = outer
+            folder.flush()
 
     # -------------------------------------------------------------- lifecycle
     def task_process(self, task: str | TaskId, index: int | None = None) -> TaskProcess:
