@@ -95,7 +95,15 @@ _ADDRESS_PORT = re.compile(r"\b(localhost|\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-f:]+\]
 def is_startup_chatter(line: str) -> bool:
     """True for what TensorFlow's C++ side says while a task starts: a known start-up
     line (``is_noise``) or an info/warning line in its log format. Errors (``E...``) and
-    whatever Python code prints are never chatter."""
+    whatever Python code prints are never chatter.
+
+    Example::
+
+        >>> is_startup_chatter("I0000 00:00:1.5   7 port.cc:153] oneDNN custom operations are on.")
+        True
+        >>> is_startup_chatter("E0000 00:00:1.5   7 cuda_executor.cc:1] CUDA error")
+        False
+    """
     return is_noise(line) or bool(_GLOG_INFO_OR_WARNING.match(line))
 
 
@@ -169,12 +177,14 @@ class RepeatFolder:
         self._held: list[tuple[str, str]] = []
 
     def take(self, task: str, line: str) -> None:
+        """Echo ``line`` now, or hold it when it is start-up chatter."""
         if is_startup_chatter(line):
             self._held.append((task, line))
         else:
             self.echo(task, line)
 
     def flush(self) -> None:
+        """Echo the held lines, each message once, and hold nothing any more."""
         held, self._held = self._held, []
         for task, line in fold_repeats(held):
             self.echo(task, line)

@@ -735,6 +735,11 @@ class ClusterRuntime:
         once at the end (``logs.RepeatFolder``), not once per task.
 
         Enter it before ``live_output()``, so that the lines that block echoes last are held too.
+
+        Example::
+
+            >>> with runtime.folding_repeats(), runtime.live_output():  # doctest: +SKIP
+            ...     runtime.pump(deadline=time.monotonic() + 5)
         """
         folder = RepeatFolder(self.echo)
         outer, self._folder = self._folder, folder
