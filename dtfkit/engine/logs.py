@@ -1,7 +1,8 @@
 """Per-task log capture: every line a task prints, kept in memory and on disk.
 
 TensorFlow's C++ start-up chatter (oneDNN notices, CPU feature hints, CUDA probes)
-is kept in the files but hidden from the notebook unless asked for.
+is kept in the files but hidden from the notebook unless asked for; when shown, each
+message shows once for all the tasks that printed it (``RepeatFolder``).
 
 Example::
 
