@@ -289,8 +289,15 @@ class JupyterLab:
             raise RuntimeError("jupyter lab set no _xsrf cookie")
         return self._xsrf
 
-    def kernels(self) -> list[dict]:
-        return list(self.api("GET", "api/kernels"))  # type: ignore[arg-type]
+    def kernels(self, starting: bool = False) -> list[dict]:
+        """The server's kernels. ``starting=True``: while a kernel starts, jupyter_server can
+        answer 500 (its ``last_activity`` is not set yet); that reads as no kernel yet."""
+        try:
+            return list(self.api("GET", "api/kernels"))  # type: ignore[arg-type]
+        except urllib.error.HTTPError as err:
+            if starting and err.code == 500:
+                return []
+            raise
 
     def shutdown_kernels(self, timeout: float = 60.0) -> None:
         """Shut every kernel down (a shutdown request first, so the kernel closes its clusters)."""
@@ -343,7 +350,9 @@ class LabPage:
         deadline = time.monotonic() + timeout
         self.page.goto(self.url, timeout=timeout * 1000)
         self.page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=timeout * 1000)
-        while not any(k["connections"] >= 1 and k["execution_state"] == "idle" for k in lab.kernels()):
+        while not any(
+            k["connections"] >= 1 and k["execution_state"] == "idle" for k in lab.kernels(starting=True)
+        ):
             # autoStartDefaultKernel should prevent it; should the dialog still come, take its default.
             dialog = self.page.locator(".jp-Dialog", has_text="Select Kernel")
             if dialog.count() and dialog.first.is_visible():
