@@ -91,8 +91,8 @@ def artifacts_dir() -> Path:
 
 
 def strip_outputs(source: Path, target: Path) -> int:
-    """Copy a notebook without outputs, execution counts, saved widget state or empty code cells;
-    returns its code cell count.
+    """Copy a notebook without outputs, execution counts, saved widget state, collapsed inputs or
+    empty code cells; returns its code cell count.
 
     A fresh copy makes "every code cell has a prompt number" mean "this kernel ran it", and
     keeps saved (dead) widget views from standing in for the live panel. JupyterLab never
@@ -107,10 +107,51 @@ def strip_outputs(source: Path, target: Path) -> int:
                 continue
             cell["outputs"] = []
             cell["execution_count"] = None
+            # A collapsed input (check cells: source_hidden) shows no prompt to read the count from.
+            cell.get("metadata", {}).get("jupyter", {}).pop("source_hidden", None)
         cells.append(cell)
     nb["cells"] = cells
     target.write_text(json.dumps(nb, indent=1))
     return sum(1 for cell in cells if cell["cell_type"] == "code")
+
+
+# ------------------------------------------------------------------ committed screenshots
+UPDATE_SCREENSHOTS_ENV = "DTFKIT_UPDATE_SCREENSHOTS"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# A panel screenshot smaller than this shows too little to be the panel; larger is unreadable in a notebook.
+SCREENSHOT_MIN_PIXELS = (400, 300)
+SCREENSHOT_MAX_PIXELS = (4000, 6000)
+SCREENSHOT_MAX_BYTES = 3 * 1024 * 1024
+
+
+def update_screenshots() -> bool:
+    """True when ``$DTFKIT_UPDATE_SCREENSHOTS`` asks the browser tests to rewrite the committed screenshots."""
+    return os.environ.get(UPDATE_SCREENSHOTS_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height of a PNG file, read from its IHDR chunk; raises ``ValueError`` for anything else."""
+    head = path.read_bytes()[:24]
+    if len(head) < 24 or head[:8] != PNG_SIGNATURE or head[12:16] != b"IHDR":
+        raise ValueError(f"{path} is not a PNG file (its first bytes are {head[:16]!r})")
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def screenshot_problem(path: Path) -> str | None:
+    """Why ``path`` is not a usable committed screenshot (missing, not a PNG, odd size), or None."""
+    if not path.is_file():
+        return f"{path} is missing; make it with {UPDATE_SCREENSHOTS_ENV}=1 and the browser test"
+    try:
+        width, height = png_size(path)
+    except ValueError as err:
+        return str(err)
+    (min_w, min_h), (max_w, max_h) = SCREENSHOT_MIN_PIXELS, SCREENSHOT_MAX_PIXELS
+    if not (min_w <= width <= max_w and min_h <= height <= max_h):
+        return f"{path} is {width}x{height} pixels, outside {min_w}x{min_h} .. {max_w}x{max_h}"
+    size = path.stat().st_size
+    if size > SCREENSHOT_MAX_BYTES:
+        return f"{path} has {size} bytes, more than {SCREENSHOT_MAX_BYTES} (too heavy for a notebook image)"
+    return None
 
 
 # ------------------------------------------------------------------ the server
@@ -248,8 +289,15 @@ class JupyterLab:
             raise RuntimeError("jupyter lab set no _xsrf cookie")
         return self._xsrf
 
-    def kernels(self) -> list[dict]:
-        return list(self.api("GET", "api/kernels"))  # type: ignore[arg-type]
+    def kernels(self, starting: bool = False) -> list[dict]:
+        """The server's kernels. ``starting=True``: while a kernel starts, jupyter_server can
+        answer 500 (its ``last_activity`` is not set yet); that reads as no kernel yet."""
+        try:
+            return list(self.api("GET", "api/kernels"))  # type: ignore[arg-type]
+        except urllib.error.HTTPError as err:
+            if starting and err.code == 500:
+                return []
+            raise
 
     def shutdown_kernels(self, timeout: float = 60.0) -> None:
         """Shut every kernel down (a shutdown request first, so the kernel closes its clusters)."""
@@ -302,7 +350,9 @@ class LabPage:
         deadline = time.monotonic() + timeout
         self.page.goto(self.url, timeout=timeout * 1000)
         self.page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=timeout * 1000)
-        while not any(k["connections"] >= 1 and k["execution_state"] == "idle" for k in lab.kernels()):
+        while not any(
+            k["connections"] >= 1 and k["execution_state"] == "idle" for k in lab.kernels(starting=True)
+        ):
             # autoStartDefaultKernel should prevent it; should the dialog still come, take its default.
             dialog = self.page.locator(".jp-Dialog", has_text="Select Kernel")
             if dialog.count() and dialog.first.is_visible():

@@ -4,12 +4,15 @@ presses Run, and sees the plot and a new history row.
 Headless Debian ``chromium`` driven by ``playwright`` (see ``browser_support``). The committed notebook
 is never touched: a copy without outputs is served from a temporary folder by a private ``jupyter lab``.
 Screenshots go to ``test-artifacts/`` (or ``$DTFKIT_ARTIFACTS``); on failure also the page text, the
-browser console and the server log.
+browser console and the server log. With ``DTFKIT_UPDATE_SCREENSHOTS=1`` the panel's screenshot after the run
+also replaces the committed ``notebooks/images/08_lab_panel.png`` (shown in chapter 8 for readers on GitHub and
+nbviewer, where widgets do not render); otherwise the test checks that the committed one is a sane PNG.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -19,12 +22,16 @@ from browser_support import (
     JupyterLab,
     LabPage,
     artifacts_dir,
+    png_size,
     require_browser,
+    screenshot_problem,
     strip_outputs,
+    update_screenshots,
 )
 from conftest import REPO, subprocess_env
 
 NOTEBOOK = REPO / "notebooks" / "08_sync_async_lab.ipynb"
+COMMITTED_SCREENSHOT = REPO / "notebooks" / "images" / "08_lab_panel.png"
 PREFIX = "lab-08"
 # The chapter runs in about a minute alone; CI's 2 cores are shared, so every wait is generous but bounded.
 RUN_ALL_TIMEOUT = 600.0
@@ -136,6 +143,16 @@ def test_lab_panel_async_run_in_chromium(tmp_path, capsys):
         finally:
             browser.close()
         t_stop = time.monotonic()
+    panel_shot = shots[-1]
+    if update_screenshots():
+        COMMITTED_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(panel_shot, COMMITTED_SCREENSHOT)
+        shots.append(COMMITTED_SCREENSHOT)
     with capsys.disabled():
         print(f"\n{timings}; teardown: {time.monotonic() - t_stop:.0f} s")
         print("browser test screenshots:", *shots, sep="\n  ")
+    # This run's panel screenshot must itself pass the check the committed one passes.
+    assert screenshot_problem(panel_shot) is None, screenshot_problem(panel_shot)
+    problem = screenshot_problem(COMMITTED_SCREENSHOT)
+    assert problem is None, problem
+    print("panel screenshot:", png_size(panel_shot), "committed:", png_size(COMMITTED_SCREENSHOT))

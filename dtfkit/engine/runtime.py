@@ -26,11 +26,12 @@ from typing import Any
 from dtfkit.engine import control, gpu_plan, protocol, state
 from dtfkit.engine.launcher import Launcher, StartAgain, TaskHandle
 from dtfkit.engine.layout import ClusterLayout, TaskId, cluster_dict, tf_config
-from dtfkit.engine.logs import LogBook
+from dtfkit.engine.logs import LogBook, RepeatFolder
 from dtfkit.engine.metrics import MetricLog
 from dtfkit.engine.protocol import TaskConfig
 from dtfkit.engine.taskenv import task_environment
 from dtfkit.errors import ClusterStartError, DtfkitError, TaskNotRunning
+from dtfkit.progress import Progress
 
 TASK_MODES = ("serve", "noserve", "script")  # what the cluster's tasks do (a client task: "client")
 START_ATTEMPTS = 3
@@ -266,6 +267,7 @@ class ClusterRuntime:
         self.events: queue.Queue[Event] = queue.Queue()
         self.metrics = MetricLog()
         self.printed_seq = 0  # the number of the last log line echoed
+        self._folder: RepeatFolder | None = None  # holds start-up chatter while tasks start
         self.started_at = time.time()
         self._calls: dict[int, CallInbox] = {}
         self._call_ids = itertools.count(1)
@@ -422,10 +424,12 @@ class ClusterRuntime:
                     "or pass a larger start_timeout."
                 )
             pending[t] = self._spawn(t, port=self.addresses.get(t) and _port_of(self.addresses[t]))
-        bar = _progress_bar(len(pending), f"starting {_describe(list(pending))}", self.progress)
+        bar = Progress(
+            [t.name for t in pending], f"starting {_describe(list(pending))}", enabled=self.progress
+        )
         try:
             self.launcher.spawned()  # after the spawns, so that they overlapped what it waits for
-            with self.live_output():
+            with self.folding_repeats(), self.live_output():
                 if not restart:
                     self._wait(
                         lambda: all(p.port is not None for p in pending.values()),
@@ -454,15 +458,23 @@ class ClusterRuntime:
                     p.send(protocol.Spec(self.cluster, config, self.setup_payload))
 
                 def all_ready() -> bool:
-                    if bar is not None:
-                        bar.n = sum(p.ready for p in pending.values())
-                        bar.refresh()
+                    bar.update(sum(p.ready for p in pending.values()))
                     return all(p.ready for p in pending.values())
 
                 self._wait(all_ready, deadline, pending, "start serving")
-        finally:
-            if bar is not None:
-                bar.close()
+            bar.done("restarted" if restart and any(t.job != "client" for t in pending) else "started")
+        except _PortTaken as exc:
+            bar.failed(f"{exc.task} could not bind its port")
+            raise
+        except StartAgain:
+            bar.failed("what the tasks share failed to start")
+            raise
+        except KeyboardInterrupt:
+            bar.failed("interrupted")
+            raise
+        except BaseException as exc:
+            bar.failed(f"failed with {type(exc).__name__}")
+            raise
 
     def start_client(self) -> TaskProcess:
         """Start a fresh client task (no server, on the cluster's network) and return it once ready."""
@@ -712,7 +724,30 @@ class ClusterRuntime:
     def _echo(self, seq: int, task: str, line: str) -> None:
         if seq > self.printed_seq:
             self.printed_seq = seq
-            self.echo(task, line)
+            if self._folder is not None:
+                self._folder.take(task, line)
+            else:
+                self.echo(task, line)
+
+    @contextlib.contextmanager
+    def folding_repeats(self) -> Iterator[None]:
+        """While tasks start, hold TensorFlow's start-up chatter and echo each message
+        once at the end (``logs.RepeatFolder``), not once per task.
+
+        Enter it before ``live_output()``, so that the lines that block echoes last are held too.
+
+        Example::
+
+            >>> with runtime.folding_repeats(), runtime.live_output():  # doctest: +SKIP
+            ...     runtime.pump(deadline=time.monotonic() + 5)
+        """
+        folder = RepeatFolder(self.echo)
+        outer, self._folder = self._folder, folder
+        try:
+            yield
+        finally:
+            self._folder = outer
+            folder.flush()
 
     # -------------------------------------------------------------- lifecycle
     def task_process(self, task: str | TaskId, index: int | None = None) -> TaskProcess:
@@ -851,11 +886,3 @@ def _describe(tasks: list[TaskId]) -> str:
 def print_line(task: str, line: str) -> None:
     """The default echo: ``[worker:0] line``, printed (in the cell that waits)."""
     print(f"[{task}] {line}", flush=True)
-
-
-def _progress_bar(total: int, desc: str, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="task", leave=False)

@@ -34,6 +34,7 @@ Example::
 
 from __future__ import annotations
 
+import html
 import time
 from typing import Any
 
@@ -226,10 +227,34 @@ class Panel:
             self.lab.listeners.remove(self._on_event)
         self.widget.close_all() if hasattr(self.widget, "close_all") else self.widget.close()
 
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
+    def summary(self) -> str:
+        """What the panel is, in one line, with the last run's result if there is one.
 
-        display(self.widget)
+        The text a reader sees where widgets do not render (GitHub, nbviewer, a terminal).
+
+        Example::
+
+            >>> Lab().panel().summary()  # doctest: +SKIP
+            'dtfkit sync/async lab panel (a live widget: run the notebook in Jupyter to use it); no run yet'
+        """
+        text = "dtfkit sync/async lab panel (a live widget: run the notebook in Jupyter to use it)"
+        runs = self.lab.runs
+        if not runs:
+            return text + "; no run yet"
+        finished = len(self.lab.history)
+        return f"{text}; {finished} finished run{'s' if finished != 1 else ''}, last: {runs[-1].describe()}"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        # The widget for Jupyter (its renderer outranks text/html); a description instead of
+        # ipywidgets' repr ("VBox(children=(HTML(...") for frontends without widgets.
+        bundle = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
+        text = self.summary()
+        bundle["text/plain"] = text
+        bundle["text/html"] = f"<p><i>{html.escape(text)}</i></p>"
+        return bundle
+
+    def __repr__(self) -> str:
+        return self.summary()
 
     # ------------------------------------------------------------ inside
     def _echo(self, task: str, line: str) -> None:
