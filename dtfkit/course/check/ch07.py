@@ -9,6 +9,7 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import random
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +35,19 @@ def _draw_values(n: int) -> dict[str, float]:
     """``n`` distinct random whole numbers (exact in float32, so the sums are exact too)."""
     picked = random.Random().sample(range(1, 1000), n)
     return {f"worker:{i}": float(v) for i, v in enumerate(picked)}
+
+
+def _takes_one(fn: Callable, what: str) -> CheckResult | None:
+    """A failed result when ``fn`` cannot be called with one argument (checked before anything starts)."""
+    try:
+        inspect.signature(fn).bind(1)
+    except TypeError:
+        return failed(
+            f"{fn.__name__}{inspect.signature(fn)} cannot be called with one argument", f"it gets {what}"
+        )
+    except ValueError:  # no signature to read (a builtin): let the real call tell
+        pass
+    return None
 
 
 def _as_number(value: Any) -> float | None:
@@ -94,6 +108,9 @@ def all_reduce(sum_over_workers: Callable, *, hidden: bool = False) -> CheckResu
 
         check.ch07.all_reduce(sum_over_workers)
     """
+    problem = _takes_one(sum_over_workers, "one argument: the worker's own value")
+    if problem is not None:
+        return problem
     counts = [3] + ([2] if hidden else [])
     for n in counts:
         problem = _all_reduce_once(sum_over_workers, n)
@@ -138,6 +155,9 @@ def ps_counter(count_steps: Callable, *, hidden: bool = False) -> CheckResult:
 
         check.ch07.ps_counter(count_steps)
     """
+    problem = _takes_one(count_steps, "one argument: the number of steps to schedule")
+    if problem is not None:
+        return problem
     rng = random.Random()
     low = classroom.scaled(40, minimum=10)
     runs = [(rng.randint(low + 1, 2 * low), classroom.size(2, classroom=1))]

@@ -118,7 +118,7 @@ def ring(schedule_fn: Callable, *, hidden: bool = False) -> CheckResult:
     n = 4 if hidden else 3
     for size in (3, 4, 5, 6):  # NumPy first: a wrong schedule fails before any cluster starts
         problem = _ring_problem(schedule_fn, size)
-        if problem:
+        if problem is not None:
             return problem
     with cluster(workers=n) as c:
         (run,) = c.run(
