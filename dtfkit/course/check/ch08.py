@@ -26,15 +26,12 @@ KEYS = ("global_step", "per_update", "applied")
 
 
 # ------------------------------------------------------------------ 8.1 predict the ledger
-def least(mode: str, workers: int, steps: int, replicas_to_aggregate: int) -> dict[str, int]:
+def _least(mode: str, workers: int, steps: int, replicas_to_aggregate: int) -> dict[str, int]:
     """The least a lab run's ledger can show: final global step, gradients per update, gradients
     that changed the parameters (``replicas_to_aggregate=0``: as many as workers, as in the lab).
-
-    Example::
-
-        >>> least("sync", 3, 30, 2)
-        {'global_step': 30, 'per_update': 2, 'applied': 60}
-    """
+    Sync: ``SyncReplicasOptimizer`` makes each update from at least R gradients, and the run stops
+    at ``steps``. Async: one gradient per update, and workers still in a step when the global
+    step reaches ``steps`` apply theirs too (so a run can end above it)."""
     per_update = (replicas_to_aggregate or workers) if mode == "sync" else 1
     return {"global_step": steps, "per_update": per_update, "applied": steps * per_update}
 
@@ -46,7 +43,7 @@ def _prediction_problem(predict: Callable, mode: str, workers: int, steps: int, 
         return failed(
             f"predict({setting}) returned {got!r:.100}", f"return a dict with the keys {list(KEYS)}"
         )
-    want = least(mode, workers, steps, r)
+    want = _least(mode, workers, steps, r)
     wrong = [k for k in KEYS if got[k] != want[k]]
     if not wrong:
         return None
@@ -74,7 +71,7 @@ def _prediction_problem(predict: Callable, mode: str, workers: int, steps: int, 
 
 
 def _lab_facts(run: Any) -> dict[str, int]:
-    """What a finished lab run's ledger shows (the same keys as ``least``)."""
+    """What a finished lab run's ledger shows (the same keys as ``_least``)."""
     if run.sync is not None:
         sizes = [len(tasks) for tasks in run.sync.updates().values()]
         return {
@@ -144,16 +141,11 @@ def predict_ledger(predict: Callable, *, hidden: bool = False) -> CheckResult:
 
 
 # ------------------------------------------------------------- 8.2 the dropped gradients
-def dropped_truth(pushes: dict[str, list], global_step: int) -> dict[int, list[str]]:
+def _dropped_truth(pushes: dict[str, list], global_step: int) -> dict[int, list[str]]:
     """For a sync run: ``{update: sorted tasks whose gradient computed for it was dropped}``, one
     entry per update ``1..global_step``; ``pushes`` as ``{task: [(start, end, read, applied)]}``
-    (``applied`` None: no update averaged that gradient).
-
-    Example::
-
-        >>> dropped_truth({"worker:0": [(0, 1, 0, 1), (1, 2, 0, None)], "worker:1": [(0, 1, 0, 1)]}, 1)
-        {1: ['worker:0']}
-    """
+    (``applied`` None: no update averaged that gradient). The ledger's own rule (``SyncRun``): a
+    gradient no update averaged was dropped when its global step had passed, else it is pending."""
     out: dict[int, list[str]] = {u: [] for u in range(1, global_step + 1)}
     for task, steps in pushes.items():
         for _, _, read, applied in steps:
@@ -183,12 +175,17 @@ def _synthetic() -> list[tuple[dict[str, list], int]]:
 def _dropped_problem(
     dropped_gradients: Callable, pushes: dict[str, list], g: int, where: str
 ) -> CheckResult | None:
-    want = dropped_truth(pushes, g)
+    want = _dropped_truth(pushes, g)
     answer = dropped_gradients({t: list(s) for t, s in pushes.items()}, g)
     if not isinstance(answer, dict):
         return failed(
             f"{where}: dropped_gradients returned {type(answer).__name__} {answer!r:.80}",
             "return a dict {update number: [task of each dropped gradient]}",
+        )
+    if any(not isinstance(u, int) for u in answer):
+        return failed(
+            f"{where}: the keys of your dict are {sorted(map(repr, answer))[:4]}, not update numbers",
+            "use the update numbers (int, 1 to global_step) as keys",
         )
     extra = sorted(u for u in answer if u not in want and answer[u])
     if extra:
@@ -240,7 +237,7 @@ def dropped(dropped_gradients: Callable, *, hidden: bool = False) -> CheckResult
             problem = _dropped_problem(dropped_gradients, pushes, g, f"in the {run.settings.describe()} run")
             if problem is not None:
                 return problem
-            lost = {t: sum(u.count(t) for u in dropped_truth(pushes, g).values()) for t in run.sync.workers}
+            lost = {t: sum(u.count(t) for u in _dropped_truth(pushes, g).values()) for t in run.sync.workers}
             shown.append(f"{run.settings.describe()}: dropped gradients per worker {lost} in {g} updates")
     return passed(
         "your dropped gradients match the ledger, update by update, for two small examples and "
