@@ -284,12 +284,14 @@ def kernel_results() -> dict[str, dict]:
     return json.loads(lines[-1][len("RESULTS ") :])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("number", ["5.1", "5.2", "6.1", "6.2"])
 def test_kernel_solutions_pass_with_hidden_variants(kernel_results, number):
     outcome = kernel_results[f"{number} solution"]
     assert outcome["status"] == "passed", outcome
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "case, expected",
     [
@@ -334,6 +336,7 @@ def _run(check_fn, answer, **kw) -> dict:
     return summary(check_fn(answer, **kw))
 
 
+@pytest.mark.slow
 def test_7_1_solution_passes():
     from dtfkit.course import check
 
@@ -341,6 +344,7 @@ def test_7_1_solution_passes():
     assert outcome["status"] == "passed", outcome
 
 
+@pytest.mark.slow
 def test_7_1_tf_config_shortcut_fails():
     from dtfkit.course import check
 
@@ -356,6 +360,7 @@ def test_7_1_old_signature_fails_before_starting(no_spawn):
     assert no_spawn == []
 
 
+@pytest.mark.slow
 def test_7_2_solution_passes():
     from dtfkit.course import check
 
@@ -363,6 +368,7 @@ def test_7_2_solution_passes():
     assert outcome["status"] == "passed", outcome
 
 
+@pytest.mark.slow
 def test_7_2_hard_coded_count_fails():
     from dtfkit.course import check
 
@@ -421,6 +427,7 @@ def _wrong_8_2_staleness(pushes, global_step):
     return out
 
 
+@pytest.mark.slow
 def test_8_1_solution_passes():
     from dtfkit.course import check
 
@@ -443,6 +450,7 @@ def test_8_1_wrong_predictions_fail_before_starting(no_spawn, wrong, expected):
     assert_fails_without_giving_away("8.1", outcome, expected)
 
 
+@pytest.mark.slow
 def test_8_2_solution_passes():
     from dtfkit.course import check
 
@@ -489,6 +497,7 @@ def _wrong_9_2_three_only(n):  # a right schedule, written out for the chapter's
     }
 
 
+@pytest.mark.slow
 def test_9_1_solution_passes():
     from dtfkit.course import check
 
@@ -505,6 +514,7 @@ def test_9_1_wrong_formulas_fail_before_starting(no_spawn, wrong, expected):
     assert_fails_without_giving_away("9.1", _run(check.ch09.ps_bytes, wrong), expected)
 
 
+@pytest.mark.slow
 def test_9_2_solution_passes():
     from dtfkit.course import check
 

@@ -83,26 +83,29 @@ def _shape_problem(schedule: object, n: int) -> str | None:
     return None
 
 
-def _ring_problem(schedule_fn: Callable, n: int) -> CheckResult | None:
-    """The schedule for ``n`` workers, simulated on NumPy: a failed result, or None when right."""
-    schedule = schedule_fn(n)
-    problem = _shape_problem(schedule, n)
-    if problem:
-        return failed(
-            f"the schedule for {n} workers is not a ring: {problem}",
-            "the check tries rings of 3 to 6 workers: build the schedule from n",
-        )
-    grads = [np.full(FLOATS, 10.0**i) for i in range(n)]
-    want = sum(10.0**i for i in range(n))
-    for i, out in enumerate(allreduce.simulate(schedule, grads)):
-        bad = [c for c, chunk in enumerate(np.array_split(out, n)) if not np.allclose(chunk, want)]
-        if bad:
+def _ring_problem(schedule_fn: Callable, sizes: tuple[int, ...]) -> CheckResult | None:
+    """The schedules for rings of ``sizes`` workers, shapes first, then simulated on NumPy: a failed
+    result, or None when every one is right."""
+    schedules = {n: schedule_fn(n) for n in sizes}
+    for n, schedule in schedules.items():
+        problem = _shape_problem(schedule, n)
+        if problem:
             return failed(
-                f"with {n} workers, worker {i} ends with the wrong value in chunk(s) {bad} (expected every "
-                f"number to be {want:g})",
-                "in reduce-scatter a worker must send the chunk it has just added to; "
-                "follow one chunk round the ring, step by step",
+                f"the schedule for {n} workers is not a ring: {problem}",
+                f"the check tries rings of {sizes[0]} to {sizes[-1]} workers: build the schedule from n",
             )
+    for n, schedule in schedules.items():
+        grads = [np.full(FLOATS, 10.0**i) for i in range(n)]
+        want = sum(10.0**i for i in range(n))
+        for i, out in enumerate(allreduce.simulate(schedule, grads)):
+            bad = [c for c, chunk in enumerate(np.array_split(out, n)) if not np.allclose(chunk, want)]
+            if bad:
+                return failed(
+                    f"with {n} workers, worker {i} ends with the wrong value in chunk(s) {bad} (expected "
+                    f"every number to be {want:g})",
+                    "in reduce-scatter a worker must send the chunk it has just added to; "
+                    "follow one chunk round the ring, step by step",
+                )
     return None
 
 
@@ -116,10 +119,9 @@ def ring(schedule_fn: Callable, *, hidden: bool = False) -> CheckResult:
         check.ch09.ring(my_ring_schedule)
     """
     n = 4 if hidden else 3
-    for size in (3, 4, 5, 6):  # NumPy first: a wrong schedule fails before any cluster starts
-        problem = _ring_problem(schedule_fn, size)
-        if problem is not None:
-            return problem
+    problem = _ring_problem(schedule_fn, (3, 4, 5, 6))  # NumPy: a wrong ring fails before any cluster starts
+    if problem is not None:
+        return problem
     with cluster(workers=n) as c:
         (run,) = c.run(
             allreduce.run_schedule_check, args=(schedule_fn, n, FLOATS), on="worker:0", timeout=180
