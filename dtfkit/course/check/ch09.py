@@ -62,7 +62,7 @@ def ps_bytes(ps_bytes_received: Callable, *, hidden: bool = False) -> CheckResul
         )
     return passed(
         f"your prediction matches the {traced} bytes ps:0 received in a traced run with {n} workers "
-        f"of {FLOATS} floats, and the formula for {len(cases)} other sizes"
+        f"of {FLOATS} floats, and the formula for {len(cases)} sizes"
     )
 
 
