@@ -85,7 +85,10 @@ def scaling_rule(training_setup: Callable, *, hidden: bool = False) -> CheckResu
         cases += [(one, 32, 0.05), (mirrored, 16, 0.1)]
     for strategy, per_replica, base in cases:
         got = training_setup(strategy, per_replica_batch=per_replica, base_lr=base)
-        where = f"{type(strategy).__name__} ({strategy.num_replicas_in_sync} replica(s)), per_replica_batch={per_replica}, base_lr={base:g}"
+        where = (
+            f"{type(strategy).__name__} ({strategy.num_replicas_in_sync} replica(s)), "
+            f"per_replica_batch={per_replica}, base_lr={base:g}"
+        )
         if not isinstance(got, dict) or not {"global_batch", "learning_rate"} <= set(got):
             return failed(
                 f"training_setup returned {got!r:.100} for {where}",
