@@ -120,26 +120,24 @@ def test_the_panel_honours_the_browser_contract():
     panel.close()
 
 
-def test_exercise_8_1_fails_wrong_settings_before_starting_anything(no_spawn):
+def test_exercise_8_1_fails_wrong_predictions_before_starting_anything(no_spawn):
+    # More wrong answers, and the solution on real runs: tests/test_exercises_5to9.py.
     from dtfkit.course import check
 
-    def answer(aggregate):
-        return lambda workers, straggler_ms: {
-            "mode": "sync",
-            "workers": workers,
-            "straggler_ms": straggler_ms,
-            "replicas_to_aggregate": aggregate(workers),
+    def answer(per_update):
+        return lambda mode, workers, steps, replicas_to_aggregate: {
+            "global_step": steps,
+            "per_update": per_update(mode, workers, replicas_to_aggregate),
+            "applied": steps * per_update(mode, workers, replicas_to_aggregate),
         }
 
     for wrong, says in [
-        (answer(lambda n: n), "no worker is a backup"),
-        (answer(lambda n: 0), "no worker is a backup"),  # 0: as many as workers
-        (answer(lambda n: 2), "2 backup workers"),  # hard-coded for 3 workers: wrong for 4
-        (answer(lambda n: 1), "backup workers, not one"),
-        (lambda workers, straggler_ms: {"mode": "async", "workers": workers}, "synchronous"),
-        (lambda workers, straggler_ms: None, "return a dict"),
+        (answer(lambda mode, n, r: n), "per_update="),  # every worker in every update
+        (answer(lambda mode, n, r: r or n), "per_update="),  # replicas_to_aggregate in async too
+        (answer(lambda mode, n, r: r if mode == "sync" else 1), "means as many as"),  # 0 taken literally
+        (lambda **settings: None, "return a dict"),
     ]:
-        result = check.ch08.backup_settings(wrong)
+        result = check.ch08.predict_ledger(wrong)
         assert not result.passed and says in str(result), str(result)
 
 

@@ -55,76 +55,143 @@ def _mlp():
     )
 
 
+def _mirrored_by(v, strategy) -> bool:
+    """True when ``v`` (a Keras or TF variable) is a distributed variable of ``strategy`` with one
+    copy per replica: what TensorFlow makes of every variable created in ``strategy.scope()``."""
+    inner = getattr(v, "value", v)
+    return (
+        getattr(inner, "distribute_strategy", None) is strategy
+        and len(getattr(inner, "values", ())) == strategy.num_replicas_in_sync
+    )
+
+
+def _describe(v) -> str:
+    inner = getattr(v, "value", v)
+    return f"{getattr(v, 'path', getattr(v, 'name', '?'))} ({type(inner).__name__})"
+
+
 @exercise("5.1", "The linear scaling rule")
 def scaling_rule(training_setup: Callable, *, hidden: bool = False) -> CheckResult:
-    """Ask ``training_setup(strategy, per_replica_batch=32, base_lr=0.05)`` for the global batch and rate.
+    """Ask ``training_setup(strategy, per_replica_batch, base_lr)`` for the global batch and rate,
+    with several strategies and sizes (pure arithmetic first), then train with the 2-replica answer.
 
     Example::
 
         check.ch05.scaling_rule(training_setup)
     """
     mirrored, one = _strategies()
-    cases = [(mirrored, 32, 0.05)] + ([(one, 32, 0.05), (mirrored, 16, 0.1)] if hidden else [])
+    cases = [(mirrored, 32, 0.05), (one, 24, 0.02), (mirrored, 48, 0.03)]
+    if hidden:
+        cases += [(one, 32, 0.05), (mirrored, 16, 0.1)]
     for strategy, per_replica, base in cases:
         got = training_setup(strategy, per_replica_batch=per_replica, base_lr=base)
+        where = (
+            f"{type(strategy).__name__} ({strategy.num_replicas_in_sync} replica(s)), "
+            f"per_replica_batch={per_replica}, base_lr={base:g}"
+        )
         if not isinstance(got, dict) or not {"global_batch", "learning_rate"} <= set(got):
             return failed(
-                f"training_setup returned {got!r}", "return {'global_batch': ..., 'learning_rate': ...}"
+                f"training_setup returned {got!r:.100} for {where}",
+                "return {'global_batch': ..., 'learning_rate': ...}",
             )
         n = strategy.num_replicas_in_sync
         batch, lr = int(got["global_batch"]), float(got["learning_rate"])
         if batch != per_replica * n:
             return failed(
-                f"global batch {batch} with {n} replica(s): each replica would get {batch / n:g} examples, not "
-                f"{per_replica}",
-                "multiply the per-replica batch by strategy.num_replicas_in_sync",
+                f"global batch {batch} for {where}: each replica would get {batch / n:g} examples per step, "
+                f"not {per_replica}",
+                "model.fit splits the batch it is given across the replicas (section 3); the check also "
+                "passes other strategies and sizes than the chapter's, so read them from the arguments",
             )
-        if abs(lr - base * n) > 1e-9:
+        if abs(lr - base * n) > 1e-9 * max(1.0, base * n):
             return failed(
-                f"learning rate {lr:g} for a global batch {n}x the single-replica one (base rate {base:g})",
-                "the linear scaling rule multiplies the base rate by the number of replicas",
+                f"learning rate {lr:g} for {where}",
+                "section 3's rule ties the rate to how much larger the global batch is than one replica's",
             )
+    got = training_setup(mirrored, per_replica_batch=32, base_lr=0.05)
+    batch, lr = int(got["global_batch"]), float(got["learning_rate"])
     loss = _fit(mirrored, _mlp, batch, lr)
     if loss != loss:  # NaN
         return failed(
             "training with that batch and rate diverged (loss is NaN)", "is the rate far too large?"
         )
     return passed(
-        "global batch and learning rate both scale with the 2 replicas, and the model trained with them"
+        f"global batch and learning rate scaled right for {len(cases)} strategy/size combinations, "
+        f"and the model trained with batch {batch} and rate {lr:g} on 2 replicas"
     )
 
 
 @exercise("5.2", "Build the model in the scope")
 def model_in_scope(build_and_compile: Callable, *, hidden: bool = False) -> CheckResult:
-    """Call ``build_and_compile(strategy)``; its variables must be mirrored on every replica, then train it.
+    """Call ``build_and_compile(strategy)`` for a 2-replica and a 1-replica ``MirroredStrategy``:
+    every weight, the optimizer's step counter and its momentum slots must be mirrored by that
+    strategy; then the 2-replica model trains with ``model.fit``.
+
+    What is graded is what TensorFlow guarantees: a variable created in ``strategy.scope()`` is a
+    distributed variable of that strategy, with one copy per replica. A Keras 3 optimizer creates
+    its step counter when it is constructed and its slots (SGD's momentum, Adam's moments) from the
+    same strategy when it is built: constructed outside the scope, its counter is an ordinary
+    variable and its slots cannot be built under the strategy at all.
 
     Example::
 
         check.ch05.model_in_scope(build_and_compile)
     """
-    mirrored, _ = _strategies()
-    model = build_and_compile(mirrored)
-    if model is None or not hasattr(model, "trainable_variables"):
-        return failed(f"build_and_compile returned {model!r}", "return the compiled Keras model")
-    n = mirrored.num_replicas_in_sync
-    for v in model.trainable_variables:
-        inner = getattr(v, "value", v)
-        copies = len(getattr(inner, "values", ()))
-        if copies != n:
+    import tensorflow as tf
+
+    import dtfkit.course.devices
+
+    devices = dtfkit.course.devices.ensure_replicas(2)[:2]
+    mirrored = tf.distribute.MirroredStrategy(devices)
+    cases = [mirrored, tf.distribute.MirroredStrategy(devices[1:])]
+    models = []
+    for strategy in cases:
+        n = strategy.num_replicas_in_sync
+        label = f"a {n}-replica MirroredStrategy"
+        model = build_and_compile(strategy)
+        if model is None or not hasattr(model, "trainable_variables"):
             return failed(
-                f"{v.path} is a {type(inner).__name__} with {copies or 1} copy, not a MirroredVariable with {n}",
-                "create the model inside `with strategy.scope():`",
+                f"build_and_compile returned {model!r:.80} for {label}", "return the compiled Keras model"
             )
-    if getattr(model, "optimizer", None) is None:
-        return failed("the model was not compiled", "call model.compile(...) inside the scope too")
-    opt_vars = [getattr(v, "value", v) for v in model.optimizer.variables]
-    if not model.optimizer.built:
-        model.optimizer.build(model.trainable_variables)
-        opt_vars = [getattr(v, "value", v) for v in model.optimizer.variables]
-    stray = [type(v).__name__ for v in opt_vars if len(getattr(v, "values", ())) not in (0, n)]
-    if stray:
-        return failed("the optimizer's variables are not mirrored", "compile inside the scope")
-    loss = _fit(mirrored, lambda: model, 32 * n)
+        stray = [v for v in model.trainable_variables if not _mirrored_by(v, strategy)]
+        if stray:
+            return failed(
+                f"with {label}, the weight {_describe(stray[0])} is not mirrored by the strategy you were given",
+                "a variable is mirrored only when it is created while that strategy is in charge "
+                "(section 2); the check passes other strategies than the chapter's",
+            )
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is None:
+            return failed(f"with {label}, the model was not compiled", "compile it before returning it")
+        if not _mirrored_by(optimizer.iterations, strategy):
+            return failed(
+                f"with {label}, the optimizer's step counter {_describe(optimizer.iterations)} is not "
+                "mirrored: the optimizer was created outside the strategy",
+                "an optimizer makes its variables, the momentum slots included, for the strategy that is "
+                "in charge when the optimizer object is created",
+            )
+        if not optimizer.built:
+            with strategy.scope():
+                optimizer.build(model.trainable_variables)  # what model.fit does first
+        slots = [v for v in optimizer.variables if "momentum" in v.path or "velocity" in v.path]
+        if len(slots) < len(model.trainable_variables):
+            return failed(
+                f"with {label}, the optimizer keeps {len(slots)} slot variable(s) for "
+                f"{len(model.trainable_variables)} weights",
+                "the exercise asks for SGD with momentum: it keeps one momentum slot per weight",
+            )
+        stray = [v for v in optimizer.variables if not _mirrored_by(v, strategy)]
+        if stray:
+            return failed(
+                f"with {label}, the optimizer variable {_describe(stray[0])} is not mirrored",
+                "every optimizer variable must be created under the strategy you were given",
+            )
+        models.append(model)
+    n = mirrored.num_replicas_in_sync
+    loss = _fit(mirrored, lambda: models[0], 32 * n)
     if loss != loss:
         return failed("training the model gave a NaN loss", "check the learning rate you compiled with")
-    return passed(f"every variable is mirrored on the {n} replicas and model.fit trained the model")
+    return passed(
+        f"with 2 replicas and with 1, every weight, the step counter and each momentum slot were mirrored "
+        f"by the strategy given, and model.fit trained the {n}-replica model"
+    )

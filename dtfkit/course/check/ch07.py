@@ -9,7 +9,10 @@ Example::
 
 from __future__ import annotations
 
+import inspect
+import random
 from collections.abc import Callable
+from typing import Any
 
 import dtfkit
 from dtfkit.course import classroom
@@ -18,70 +21,151 @@ from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, pa
 _STARTUP = "configured at program startup"
 
 
+def with_own_value(answer: Callable[[float], Any], values: dict[str, float]) -> Any:
+    """Run in a task: call ``answer`` with this task's value only (the others stay unknown to it).
+
+    Example::
+
+        cluster.run(with_own_value, args=(sum_over_workers, {"worker:0": 17.0, "worker:1": 4.0}))
+    """
+    return answer(values[dtfkit.this_task().name])
+
+
+def _draw_values(n: int) -> dict[str, float]:
+    """``n`` distinct random whole numbers (exact in float32, so the sums are exact too)."""
+    picked = random.Random().sample(range(1, 1000), n)
+    return {f"worker:{i}": float(v) for i, v in enumerate(picked)}
+
+
+def _takes_one(fn: Callable, what: str) -> CheckResult | None:
+    """A failed result when ``fn`` cannot be called with one argument (checked before anything starts)."""
+    try:
+        inspect.signature(fn).bind(1)
+    except TypeError:
+        return failed(
+            f"{fn.__name__}{inspect.signature(fn)} cannot be called with one argument", f"it gets {what}"
+        )
+    except ValueError:  # no signature to read (a builtin): let the real call tell
+        pass
+    return None
+
+
+def _as_number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _all_reduce_once(sum_over_workers: Callable, n: int) -> CheckResult | None:
+    """One cluster of ``n`` workers with random values; None when every worker returned the sum."""
+    values = _draw_values(n)
+    want = sum(values.values())
+    with cluster(workers=n, start_servers=False) as c:
+        try:
+            got = c.run(with_own_value, args=(sum_over_workers, values), timeout=120)
+        except dtfkit.TaskFailed as exc:
+            if _STARTUP in exc.remote_message or _STARTUP in exc.remote_traceback:
+                return failed(
+                    f"{exc.task}: collective ops must be configured at program startup, but a TensorFlow "
+                    "op ran before the strategy was created",
+                    "Part 1's start-up rule: what must the task create before anything else touches TensorFlow?",
+                )
+            raise
+    for task in sorted(got):
+        v = _as_number(got[task])
+        if v is not None and abs(v - want) <= 1e-6 * want:
+            continue
+        mine = values[task]
+        if v is not None and abs(v - mine) < 1e-6:
+            return failed(
+                f"{task} returned its own value {v:g}, not the sum {want:g} over the {n} workers "
+                f"(values {sorted(values.values())})",
+                "each worker only knows its own value: the workers must combine their values with "
+                "each other (Part 1), not compute anything alone",
+            )
+        if v is not None and abs(v - want / n) <= 1e-6 * want:
+            return failed(
+                f"{task} returned {v:g}, the mean of the {n} workers' values, not their sum {want:g}",
+                "which reduction adds the replicas' values up?",
+            )
+        return failed(
+            f"{task} returned {got[task]!r:.80}, not the sum {want:g} of the {n} workers' values "
+            f"(each got a random value: {sorted(values.values())})",
+            "every worker must return the same number: the sum of the values all workers were given",
+        )
+    return None
+
+
 @exercise("7.1", "All-reduce across processes")
 def all_reduce(sum_over_workers: Callable, *, hidden: bool = False) -> CheckResult:
-    """Run ``sum_over_workers()`` in every worker of a ``start_servers=False`` cluster.
+    """Run ``sum_over_workers(value)`` in every worker of a ``start_servers=False`` cluster.
 
-    Each worker contributes ``task_index + 1``; every worker must return the sum.
+    Each worker gets its own random value (and only its own); every worker must return the sum
+    over all workers. The visible check uses 3 workers; ``hidden=True`` adds a run with 2.
 
     Example::
 
         check.ch07.all_reduce(sum_over_workers)
     """
-    n = 3 if hidden else 2
-    want = float(n * (n + 1) // 2)
-    with cluster(workers=n, start_servers=False) as c:
-        try:
-            got = c.run(sum_over_workers, timeout=120)
-        except dtfkit.TaskFailed as exc:
-            if _STARTUP in exc.remote_message or _STARTUP in exc.remote_traceback:
-                return failed(
-                    f"{exc.task}: collective ops must be configured at program startup",
-                    "create tf.distribute.MultiWorkerMirroredStrategy() before any other TensorFlow op",
-                )
-            raise
-    wrong = {t: v for t, v in got.items() if not isinstance(v, (int, float)) or abs(float(v) - want) > 1e-6}
-    if wrong:
-        t, v = sorted(wrong.items())[0]
-        own = float(dtfkit_task_index(t) + 1)
-        if isinstance(v, (int, float)) and abs(float(v) - own) < 1e-6:
-            return failed(
-                f"{t} returned its own value {v:g}, not the sum {want:g} over the {n} workers",
-                "reduce across replicas: strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)",
-            )
+    problem = _takes_one(sum_over_workers, "one argument: the worker's own value")
+    if problem is not None:
+        return problem
+    counts = [3] + ([2] if hidden else [])
+    for n in counts:
+        problem = _all_reduce_once(sum_over_workers, n)
+        if problem is not None:
+            return problem
+    sizes = " and ".join(str(n) for n in counts)
+    return passed(
+        f"with {sizes} workers, each given only its own random value, every worker returned the all-reduced sum"
+    )
+
+
+def _ps_counter_once(count_steps: Callable, steps: int, workers: int) -> CheckResult | None:
+    with cluster(chief=1, workers=workers, ps=1, env={"GRPC_FAIL_FAST": "use_caller"}) as c:
+        got = c.run(count_steps, args=(steps,), on="chief:0", timeout=120)["chief:0"]
+    if not isinstance(got, dict) or not {"count", "device"} <= set(got):
         return failed(
-            f"{t} returned {v!r}, not the sum {want:g} over the {n} workers",
-            "each worker contributes task_index + 1 through strategy.run, then strategy.reduce(SUM)",
+            f"chief:0: count_steps returned {got!r:.100}", "return {'count': ..., 'device': counter.device}"
         )
-    return passed(f"all {n} workers returned the same all-reduced sum {want:g}")
-
-
-def dtfkit_task_index(task: str) -> int:
-    return int(task.split(":")[1])
+    if "/job:ps" not in str(got["device"]):
+        return failed(
+            f"chief:0: the counter lives on {got['device'] or 'the chief'}, not on the ps",
+            "a variable lands on a parameter server only when ParameterServerStrategy places it "
+            "(Part 2): where did you create yours?",
+        )
+    if _as_number(got["count"]) != steps:
+        return failed(
+            f"chief:0: the counter read {got['count']} after {steps} scheduled steps "
+            f"(the check picks the number of steps at random)",
+            "use the `steps` argument, and read the counter only once every scheduled function has "
+            "run: schedule only queues it (Part 2)",
+        )
+    return None
 
 
 @exercise("7.2", "Schedule steps on a parameter server")
 def ps_counter(count_steps: Callable, *, hidden: bool = False) -> CheckResult:
-    """Run ``count_steps(steps)`` in the chief of chief + workers + 1 ps; the counter must live on the ps.
+    """Run ``count_steps(steps)`` in the chief of chief + workers + 1 ps, for a random number of
+    steps; the counter must live on the ps and count every step. ``hidden=True`` adds a run
+    with another number of steps and workers.
 
     Example::
 
         check.ch07.ps_counter(count_steps)
     """
-    steps = classroom.scaled(40, minimum=10)
-    workers = classroom.size(2, classroom=1)
-    with cluster(chief=1, workers=workers, ps=1, env={"GRPC_FAIL_FAST": "use_caller"}) as c:
-        got = c.run(count_steps, args=(steps,), on="chief:0", timeout=120)["chief:0"]
-    if not isinstance(got, dict) or not {"count", "device"} <= set(got):
-        return failed(f"count_steps returned {got!r}", "return {'count': ..., 'device': counter.device}")
-    if "/job:ps" not in str(got["device"]):
-        return failed(
-            f"the counter lives on {got['device'] or 'the chief'}, not on the ps",
-            "create the variable inside `with strategy.scope():`",
-        )
-    if int(got["count"]) != steps:
-        return failed(
-            f"the counter read {got['count']} after {steps} scheduled steps",
-            "coordinator.schedule returns at once: call coordinator.join() before reading the counter",
-        )
-    return passed(f"{steps} scheduled steps ran on the workers and incremented the counter on ps:0")
+    problem = _takes_one(count_steps, "one argument: the number of steps to schedule")
+    if problem is not None:
+        return problem
+    rng = random.Random()
+    low = classroom.scaled(40, minimum=10)
+    runs = [(rng.randint(low + 1, 2 * low), classroom.size(2, classroom=1))]
+    if hidden:
+        runs.append((rng.randint(3, low - 1), 2))
+    for steps, workers in runs:
+        problem = _ps_counter_once(count_steps, steps, workers)
+        if problem is not None:
+            return problem
+    done = " and ".join(f"{s} steps on {w} worker{'s' if w > 1 else ''}" for s, w in runs)
+    return passed(f"{done}: every scheduled step ran on a worker and incremented the counter on ps:0")

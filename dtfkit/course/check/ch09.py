@@ -9,6 +9,7 @@ Example::
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 import numpy as np
@@ -28,7 +29,9 @@ def ps_bytes(ps_bytes_received: Callable, *, hidden: bool = False) -> CheckResul
 
         check.ch09.ps_bytes(ps_bytes_received)
     """
-    for n, floats in ((3, FLOATS), (2, 12), (4, 36), (7, 1000)):
+    rng = random.Random()
+    cases = [(3, FLOATS), (2, 12), (4, 36), (7, 1000), (rng.randint(2, 9), 4 * rng.randint(5, 500))]
+    for n, floats in cases:
         want = allreduce.expected_bytes("ps", n, floats)["ps:0"]["received"]
         got = ps_bytes_received(n, floats)
         if got == want:
@@ -42,7 +45,9 @@ def ps_bytes(ps_bytes_received: Callable, *, hidden: bool = False) -> CheckResul
         }
         return failed(
             f"for {n} workers and {floats} floats you predicted {got!r} bytes; ps:0 receives {want}",
-            hints.get(got, "every worker sends its whole float32 gradient to ps:0"),
+            hints.get(
+                got, "count what arrives at ps:0 in one synchronisation: who sends, and how much (Part 1)"
+            ),
         )
     n = 4 if hidden else 3
     # worker:0 is the client here: one process fewer to start than a separate client.
@@ -52,11 +57,12 @@ def ps_bytes(ps_bytes_received: Callable, *, hidden: bool = False) -> CheckResul
     if traced != ps_bytes_received(n, FLOATS):
         return failed(
             f"the trace says ps:0 received {traced} bytes from {n} workers, you predicted "
-            f"{ps_bytes_received(n, FLOATS)}"
+            f"{ps_bytes_received(n, FLOATS)}",
+            "does your function depend on anything but n and floats?",
         )
     return passed(
         f"your prediction matches the {traced} bytes ps:0 received in a traced run with {n} workers "
-        f"of {FLOATS} floats, and the formula for other sizes"
+        f"of {FLOATS} floats, and the formula for {len(cases)} sizes"
     )
 
 
@@ -77,42 +83,62 @@ def _shape_problem(schedule: object, n: int) -> str | None:
     return None
 
 
+def _ring_problem(schedule_fn: Callable, sizes: tuple[int, ...]) -> CheckResult | None:
+    """The schedules for rings of ``sizes`` workers, shapes first, then simulated on NumPy: a failed
+    result, or None when every one is right."""
+    schedules = {n: schedule_fn(n) for n in sizes}
+    for n, schedule in schedules.items():
+        problem = _shape_problem(schedule, n)
+        if problem:
+            return failed(
+                f"the schedule for {n} workers is not a ring: {problem}",
+                f"the check tries rings of {sizes[0]} to {sizes[-1]} workers: build the schedule from n",
+            )
+    for n, schedule in schedules.items():
+        grads = [np.full(FLOATS, 10.0**i) for i in range(n)]
+        want = sum(10.0**i for i in range(n))
+        for i, out in enumerate(allreduce.simulate(schedule, grads)):
+            bad = [c for c, chunk in enumerate(np.array_split(out, n)) if not np.allclose(chunk, want)]
+            if bad:
+                return failed(
+                    f"with {n} workers, worker {i} ends with the wrong value in chunk(s) {bad} (expected "
+                    f"every number to be {want:g})",
+                    "in reduce-scatter a worker must send the chunk it has just added to; "
+                    "follow one chunk round the ring, step by step",
+                )
+    return None
+
+
 @exercise("9.2", "Fix the ring")
 def ring(schedule_fn: Callable, *, hidden: bool = False) -> CheckResult:
-    """Check ``schedule_fn(n)`` (a ``ring_schedule``-like dict) on NumPy, then build it in TensorFlow
-    on 3 workers (4 when hidden), run it traced and compare sums and bytes.
+    """Check ``schedule_fn(n)`` (a ``ring_schedule``-like dict) on NumPy for 3 to 6 workers, then build
+    it in TensorFlow on 3 workers (4 when hidden), run it traced and compare sums and bytes.
 
     Example::
 
         check.ch09.ring(my_ring_schedule)
     """
     n = 4 if hidden else 3
-    schedule = schedule_fn(n)
-    problem = _shape_problem(schedule, n)
-    if problem:
-        return failed(f"the schedule for {n} workers is not a ring: {problem}")
-    grads = [np.full(FLOATS, 10.0**i) for i in range(n)]
-    want = sum(10.0**i for i in range(n))
-    for i, out in enumerate(allreduce.simulate(schedule, grads)):
-        bad = [c for c, chunk in enumerate(np.array_split(out, n)) if not np.allclose(chunk, want)]
-        if bad:
-            return failed(
-                f"worker {i} ends with the wrong value in chunk(s) {bad} (expected every number to be {want:g})",
-                "in reduce-scatter a worker must send the chunk it has just added to; "
-                "follow one chunk round the ring, step by step",
-            )
+    problem = _ring_problem(schedule_fn, (3, 4, 5, 6))  # NumPy: a wrong ring fails before any cluster starts
+    if problem is not None:
+        return problem
     with cluster(workers=n) as c:
         (run,) = c.run(
             allreduce.run_schedule_check, args=(schedule_fn, n, FLOATS), on="worker:0", timeout=180
         ).values()
     if not run["correct"]:
         return failed(
-            f"in TensorFlow the {n} workers did not all end with the sum (max error {run['max_error']:g})"
+            f"in TensorFlow the {n} workers did not all end with the sum (max error {run['max_error']:g})",
+            "the NumPy simulation passed: does your function give the same schedule every time it is called?",
         )
     if run["bytes"] != allreduce.expected_bytes("ring", n, FLOATS):
-        return failed(f"the traced bytes {run['bytes']} are not 2 (n - 1) chunks per worker")
+        return failed(
+            f"the traced bytes {run['bytes']} are not what a ring sends",
+            "every worker sends one chunk per step, to its neighbour",
+        )
     per_worker = run["bytes"]["worker:0"]["sent"]
     return passed(
-        f"all {n} workers ended with the sum, and each sent and received {per_worker} bytes "
+        f"the schedule summed right on NumPy for 3 to 6 workers; in TensorFlow all {n} workers ended "
+        f"with the sum, and each sent and received {per_worker} bytes "
         f"= 2 x ({n} - 1) chunks of {4 * FLOATS // n} bytes"
     )
