@@ -226,7 +226,7 @@ def _reads(code: Any) -> set[str]:
     return names
 
 
-def unread_parameters(fn: Any, names: tuple[str, ...]) -> list[str]:
+def unread_parameters(fn: Any, names: tuple[str | None, ...]) -> list[str | None]:
     """The parameters among ``names`` that ``fn`` never reads: an answer that ignores an argument
     the check varies gives the same result for every variant (a hard-coded answer).
 
@@ -244,17 +244,17 @@ def unread_parameters(fn: Any, names: tuple[str, ...]) -> list[str]:
     return [want for want, have in zip(names, params, strict=False) if have not in read]
 
 
-def ignores(fn: Any, names: tuple[str, ...], role: str) -> CheckResult | None:
+def ignores(fn: Any, names: tuple[str | None, ...], role: str) -> CheckResult | None:
     """A failed result when ``fn`` never reads one of the parameters the check varies, else None.
 
-    ``names`` are the parameters in order (as the exercise names them); ``role`` says what the
-    check varies, for the message.
+    ``names`` are the parameters in order (as the exercise names them; ``None`` for one an answer may
+    ignore); ``role`` says what the check varies, for the message.
 
     Example::
 
         problem = ignores(build, ("tf", "variables_on", "compute_on"), "the devices")
     """
-    unread = [n for n in unread_parameters(fn, names) if n != "tf"]
+    unread = [n for n in unread_parameters(fn, names) if n not in ("tf", None)]
     if not unread:
         return None
     name = getattr(fn, "__name__", "your answer")

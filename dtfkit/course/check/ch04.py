@@ -215,7 +215,8 @@ def stop_hooks(make_hooks: Callable, *, hidden: bool = False) -> CheckResult:
         check.ch04.stop_hooks(make_hooks)
     """
     problem = ignores(make_hooks, ("tf", "last_step", "loss"), "other last steps and losses")
-    problem = problem or _quick_hooks_problem(make_hooks)
+    if problem is None:
+        problem = _quick_hooks_problem(make_hooks)
     if problem is not None:
         return problem
     steps = classroom.scaled(60, minimum=20)
@@ -323,7 +324,8 @@ def restore_after_ps_crash(session_options: Callable, *, hidden: bool = False) -
         check.ch04.restore_after_ps_crash(session_options)
     """
     problem = ignores(session_options, ("checkpoint_dir", "max_lost_steps"), "other folders and limits")
-    problem = problem or _quick_options_problem(session_options)
+    if problem is None:
+        problem = _quick_options_problem(session_options)
     if problem is not None:
         return problem
     folder = tempfile.mkdtemp(prefix="dtfkit-ex42-")
