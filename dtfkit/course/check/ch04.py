@@ -214,7 +214,7 @@ def stop_hooks(make_hooks: Callable, *, hidden: bool = False) -> CheckResult:
 
         check.ch04.stop_hooks(make_hooks)
     """
-    problem = ignores(make_hooks, ("tf", "last_step", "loss"), "other last steps and losses")
+    problem = ignores(make_hooks, ("tf", "last_step", None), "other last steps")
     if problem is None:
         problem = _quick_hooks_problem(make_hooks)
     if problem is not None:
