@@ -273,6 +273,20 @@ def stop_hooks(make_hooks: Callable, *, hidden: bool = False) -> CheckResult:
 
 
 # ------------------------------------------------------------------ 4.2
+def _wait_for_pause(c: Any, handle: Any, timeout: float = 150.0) -> dict[str, Any] | None:
+    """The worker's ``paused`` event; None if its call ended without one (its error is raised)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return c.metrics.wait_for(lambda r: "paused" in r, timeout=1.0, since=handle.submitted)
+        except TimeoutError:
+            if handle.done():
+                handle.result()  # raises the worker's error, if that is why it ended
+                return None
+            if time.monotonic() > deadline:
+                raise
+
+
 LOST_CASES = (3, 7, 12, 25)
 
 
@@ -347,7 +361,13 @@ def restore_after_ps_crash(session_options: Callable, *, hidden: bool = False) -
                     "resume_file": resume,
                 }
                 handle = c.submit(_train, kwargs=kw, timeout=180, on_error="wait")
-                paused = c.metrics.wait_for(lambda r: "paused" in r, timeout=150, since=handle.submitted)
+                paused = _wait_for_pause(c, handle)
+                if paused is None:
+                    return failed(
+                        f"worker:0 (the chief) stopped training before global step {crash}, where the check "
+                        "kills ps:0",
+                        "return only checkpoint options: training should run until the check stops it",
+                    )
                 c.kill("ps", 0)  # a crash: the model in ps:0's memory is gone, no final save
                 c.restart("ps", 0)
                 open(resume, "w").close()
