@@ -145,7 +145,7 @@ def device_filters(session_config: Callable, *, hidden: bool = False) -> CheckRe
                 return failed(
                     f"{task} never trained: its session waits for worker:0, which has exited "
                     f"(worker:0's device_filters were {chief['filters'] or 'not set'})",
-                    "look at device_filters: a worker's session must need only /job:ps and the worker itself",
+                    "look at device_filters: which tasks does a worker's session really need?",
                 )
             filters = alone["filters"]
             if not any(_matches(f, "ps:0") for f in filters):

@@ -10,7 +10,6 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from dtfkit.course import classroom
 from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
@@ -96,7 +95,7 @@ def backup_workers(sync_options: Callable, *, hidden: bool = False) -> CheckResu
     )
 
 
-def _token_hint(got: Any, aggregate: int, total: int, updates: int) -> str:
+def _token_hint(aggregate: int, total: int, updates: int) -> str:
     """A hint for a wrong token count: which part of the arithmetic it missed (never the formula)."""
     if updates == 0:
         return "before the first update, the chief has only put in the tokens it starts with"
@@ -128,7 +127,7 @@ def token_count(tokens_handed_out: Callable, *, hidden: bool = False) -> CheckRe
             return failed(
                 f"for replicas_to_aggregate={aggregate}, total_num_replicas={total} and {updates} updates "
                 f"you predicted {got!r} tokens; SyncReplicasOptimizer hands out {want}",
-                _token_hint(got, aggregate, total, updates),
+                _token_hint(aggregate, total, updates),
             )
     settings = [(3, 2)] + ([(1, 2)] if hidden else [])
     steps = classroom.scaled(24, minimum=8)
