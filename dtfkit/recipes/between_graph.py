@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -49,9 +49,26 @@ UNEVEN_LAYERS = (NUM_FEATURES, 256, 256, 256, NUM_CLASSES)
 
 
 # ----------------------------------------------------------------- placement
+class StandInVariable(NamedTuple):
+    """A variable op without TensorFlow: what a quick check hands a ``ps_strategy`` in place of a
+    real ``Operation``. ``variable_bytes`` reads its ``nbytes``.
+
+    Example::
+
+        choose(StandInVariable("dense_1/kernel", "VarHandleOp", 64 * 256 * 4))
+    """
+
+    name: str
+    type: str
+    nbytes: int
+
+
 def variable_bytes(op) -> int:
     """Bytes of the variable an ``Operation`` (or ``NodeDef``) creates, from its ``shape``
-    and ``dtype`` attributes (what ``replica_device_setter`` hands a ``ps_strategy``)."""
+    and ``dtype`` attributes (what ``replica_device_setter`` hands a ``ps_strategy``).
+    A ``StandInVariable`` gives its ``nbytes``."""
+    if isinstance(op, StandInVariable):
+        return op.nbytes
     from tensorflow.python.framework import dtypes, tensor_shape
 
     node_def = op if not hasattr(op, "node_def") else op.node_def
@@ -101,6 +118,19 @@ def greedy_bytes(sizes: Sequence[int], num_ps: int) -> list[int]:
     for size in sizes:
         strategy(size)
     return strategy.loads
+
+
+def layer_variables(layers: Sequence[int]) -> list[StandInVariable]:
+    """The variables ``uneven_mlp(tf, x, layers)`` creates, in order, as stand-ins (float32; no TensorFlow).
+
+    >>> [v.nbytes for v in layer_variables((4, 3, 2))]
+    [48, 12, 24, 8]
+    """
+    out = []
+    for i, (fan_in, units) in enumerate(zip(layers[:-1], layers[1:], strict=True), start=1):
+        out.append(StandInVariable(f"dense_{i}/kernel", "VarHandleOp", fan_in * units * 4))
+        out.append(StandInVariable(f"dense_{i}/bias", "VarHandleOp", units * 4))
+    return out
 
 
 def uneven_mlp(tf, x, layers: Sequence[int] = UNEVEN_LAYERS):

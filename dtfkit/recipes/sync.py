@@ -230,9 +230,21 @@ def read_sync_state(info: dict[str, Any]) -> dict[str, Any]:
                 tf.float32, shape=info["shape"], shared_name=info["ledger"] + "/grad_accum"
             )
             pending = accumulator.num_accumulated()
+        with tf.compat.v1.device(info["global_step_device"]):
+            # The optimizer's token queue (the same shared name in the run's container). The
+            # chief closed it on exit; a closed queue still hands out what it holds.
+            queue = tf.compat.v1.FIFOQueue(-1, tf.int64, shapes=[[]], shared_name="sync_token_q")
+            size = queue.size()
+            left = queue.dequeue_up_to(tf.maximum(size, 1))
         with tf.compat.v1.Session(ctx.target, config=config) as sess:
-            step, ledger, pending = sess.run([step, ledger, pending])
-    return {"global_step": int(step), "ledger": np.asarray(ledger), "pending": int(pending)}
+            step, ledger, pending, count = sess.run([step, ledger, pending, size])
+            tokens = sess.run(left).tolist() if count else []
+    return {
+        "global_step": int(step),
+        "ledger": np.asarray(ledger),
+        "pending": int(pending),
+        "tokens_left": [int(t) for t in tokens],
+    }
 
 
 def _device_function(tf, ctx, own_device: str, variables_on: str | None):
@@ -316,6 +328,8 @@ class SyncRun:
         self.steps: int = info["steps"]
         self.global_step: int = state["global_step"]
         self.pending_read: int = state["pending"]
+        # The global step each token still in the queue carried when the run ended.
+        self.tokens_left: list[int] = list(state.get("tokens_left", []))
         self.ledger = np.asarray(state["ledger"])
         lr = info["learning_rate"]
         self.gradients: list[dict[str, Any]] = []
@@ -417,6 +431,13 @@ class SyncRun:
         local step took one, so the workers' local steps can never add up to more."""
         per_update = max(self.total_num_replicas, self.replicas_to_aggregate)
         return self.replicas_to_aggregate + per_update * self.global_step
+
+    def tokens_counted(self) -> dict[int, int]:
+        """``{global step a token carried: how many such tokens}``, counted token by token: the
+        tokens the workers' completed local steps took plus those left in the queue at the end.
+        Every token the chief put into the queue is one of the two."""
+        taken = [g["token"] for g in self.gradients if g["token"] is not None]
+        return dict(sorted(Counter(taken + self.tokens_left).items()))
 
     def time_origin(self, skip_first: bool = True) -> float:
         """The wall time ``plot_timeline`` puts at x = 0 (the same ``skip_first``)."""

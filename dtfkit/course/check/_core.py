@@ -216,6 +216,56 @@ def exercise(number: str, title: str) -> Callable[[Callable[..., CheckResult]], 
     return decorate
 
 
+def _reads(code: Any) -> set[str]:
+    """Names a code object (and the functions, lambdas and comprehensions inside it) reads."""
+    loads = ("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE")
+    names = {i.argval for i in dis.get_instructions(code) if i.opname.startswith(loads)}
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _reads(const)
+    return names
+
+
+def unread_parameters(fn: Any, names: tuple[str | None, ...]) -> list[str | None]:
+    """The parameters among ``names`` that ``fn`` never reads: an answer that ignores an argument
+    the check varies gives the same result for every variant (a hard-coded answer).
+
+    Only positional parameters count, by position, so a learner's own parameter names are fine.
+
+    Example::
+
+        unread_parameters(lambda tf, a, b: a, ("tf", "a", "b"))   # ['tf', 'b']
+    """
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    params = code.co_varnames[: code.co_argcount]
+    read = _reads(code)
+    return [want for want, have in zip(names, params, strict=False) if have not in read]
+
+
+def ignores(fn: Any, names: tuple[str | None, ...], role: str) -> CheckResult | None:
+    """A failed result when ``fn`` never reads one of the parameters the check varies, else None.
+
+    ``names`` are the parameters in order (as the exercise names them; ``None`` for one an answer may
+    ignore); ``role`` says what the check varies, for the message.
+
+    Example::
+
+        problem = ignores(build, ("tf", "variables_on", "compute_on"), "the devices")
+    """
+    unread = [n for n in unread_parameters(fn, names) if n not in ("tf", None)]
+    if not unread:
+        return None
+    name = getattr(fn, "__name__", "your answer")
+    listed = " and ".join(f"`{n}`" for n in unread)
+    return failed(
+        f"{name} never reads {listed}: the check calls it with {role} the text does not name, "
+        "so an answer written for the text's example alone gives a wrong result there",
+        f"use the argument{'s' if len(unread) > 1 else ''} {listed} instead of fixed values",
+    )
+
+
 @contextmanager
 def cluster(**layout: Any) -> Iterator[Any]:
     """A small cluster for one check, always closed (``LocalCluster`` arguments).
@@ -241,8 +291,10 @@ __all__ = [
     "cluster",
     "exercise",
     "failed",
+    "ignores",
     "is_stub",
     "passed",
     "results",
     "summary",
+    "unread_parameters",
 ]

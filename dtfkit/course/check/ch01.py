@@ -4,7 +4,7 @@ Example::
 
     from dtfkit.course import check
     check.ch01.variables_on_worker(build)
-    check.ch01.model_parallel(two_layers)
+    check.ch01.model_parallel(place_layers)
 """
 
 from __future__ import annotations
@@ -15,112 +15,202 @@ from typing import Any
 import numpy as np
 
 import dtfkit
-from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
+from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, ignores, passed
 from dtfkit.recipes import placement
 
+W0, W1 = "/job:worker/task:0", "/job:worker/task:1"
+# (variables_on, compute_on): the text's case first, then ones it never names.
+BUILD_CASES = ((W1, W0), (W0, W1))
+BUILD_HIDDEN = ((W1, W1),)
+# (devices, units): one dense layer per device.
+LAYER_CASES = (((W0, W1), (32, 10)), ((W1, W0), (16, 10)))
+LAYER_HIDDEN = (((W1, W0, W1), (24, 16, 10)),)
 
-def _trace_build(build: Callable) -> dict[str, Any]:
-    """Run in the client: build the learner's graph, run it once on worker:0's master, traced."""
+
+def task_of(device: str) -> str:
+    """``"worker:1"`` for ``"/job:worker/task:1"``.
+
+    >>> task_of("/job:worker/task:1")
+    'worker:1'
+    """
+    parts = dict(p.split(":", 1) for p in device.strip("/").split("/") if ":" in p)
+    return f"{parts.get('job', '?')}:{parts.get('task', '0')}"
+
+
+def _trace_builds(build: Callable, cases: tuple) -> list[dict[str, Any]]:
+    """Run in the client: build the learner's graph for each case, run it once on worker:0's master, traced."""
     import tensorflow as tf
 
     ctx = dtfkit.this_task()
-    with tf.Graph().as_default() as graph:
-        z = build(tf)
-        with tf.compat.v1.Session("grpc://" + ctx.cluster["worker"][0]) as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            traced = placement.trace_run(sess, z, graph=graph)
-        traced["variables"] = placement.variable_devices(graph)
-        traced["z_op"] = z.op.name
-    return traced
+    out = []
+    for variables_on, compute_on in cases:
+        with tf.Graph().as_default() as graph:
+            z = build(tf, variables_on, compute_on)
+            with tf.compat.v1.Session("grpc://" + ctx.cluster["worker"][0]) as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                traced = placement.trace_run(sess, z, graph=graph)
+            traced["variables"] = placement.variable_devices(graph)
+            traced["z_op"] = z.op.name
+        out.append(traced)
+    return out
 
 
 @exercise("1.1", "Variables on a worker")
 def variables_on_worker(build: Callable, *, hidden: bool = False) -> CheckResult:
-    """Run ``build(tf)`` (returns ``z``) on a 1 ps + 2 workers cluster from a separate client.
+    """Run ``build(tf, variables_on, compute_on)`` (returns ``z``) from a separate client on a 1 ps +
+    2 workers cluster, for the text's devices and for others (``hidden``: more of them).
 
     Example::
 
         check.ch01.variables_on_worker(build)
     """
+    problem = ignores(build, ("tf", "variables_on", "compute_on"), "devices")
+    if problem is not None:
+        return problem
+    cases = BUILD_CASES + (BUILD_HIDDEN if hidden else ())
     with cluster(ps=1, workers=2) as c:
-        (traced,) = c.run(_trace_build, args=(build,), on="client", timeout=120).values()
-    value = np.asarray(traced["value"])
-    if value.shape != (2, 2) or not np.allclose(value, 7.0):
-        return failed(
-            f"z came out as {value.tolist()}, not [[7, 7], [7, 7]]", "z = x + y with x all 3s and y all 4s"
-        )
-    wrong = [
-        f"{v['variable']} on {v['task'] or 'no device'}"
-        for v in traced["variables"]
-        if v["task"] != "worker:1"
-    ]
-    if not traced["variables"] or wrong:
-        return failed(
-            f"the variables are not all on worker:1: {', '.join(wrong) or 'no variable created'}",
-            "create x and y inside tf.compat.v1.device('/job:worker/task:1')",
-        )
-    ran = placement.by_task(traced["ops"])
-    if ran.get("ps:0"):
-        return failed(f"ps:0 still ran {sorted(ran['ps:0'])}", "nothing should be placed on /job:ps any more")
-    z_task = next((r["task"] for r in traced["ops"] if r["op"] == traced["z_op"]), None)
-    if z_task != "worker:0":
-        return failed(
-            f"z was computed on {z_task}, not worker:0",
-            "put the add under tf.compat.v1.device('/job:worker/task:0')",
-        )
-    return passed("x and y lived on worker:1, z was computed on worker:0 and ps:0 ran nothing")
+        (runs,) = c.run(_trace_builds, args=(build, cases), on="client", timeout=120).values()
+    for (variables_on, compute_on), traced in zip(cases, runs, strict=True):
+        want_vars, want_z = task_of(variables_on), task_of(compute_on)
+        case = f"with variables_on={variables_on!r} and compute_on={compute_on!r}"
+        value = np.asarray(traced["value"])
+        if value.shape != (2, 2) or not np.allclose(value, 7.0):
+            return failed(
+                f"{case}, z came out as {value.tolist()}, not [[7, 7], [7, 7]]",
+                "z = x + y with x all 3s and y all 4s",
+            )
+        wrong = [
+            f"{v['variable']} on {v['task'] or 'no device'}"
+            for v in traced["variables"]
+            if v["task"] != want_vars
+        ]
+        if not traced["variables"] or wrong:
+            return failed(
+                f"{case}, the variables are not all on {want_vars}: {', '.join(wrong) or 'no variable created'}",
+                "a variable lives on the device scope it is created in",
+            )
+        ran = placement.by_task(traced["ops"])
+        if ran.get("ps:0"):
+            return failed(
+                f"{case}, ps:0 still ran {sorted(ran['ps:0'])}", "nothing should be placed on /job:ps"
+            )
+        z_task = next((r["task"] for r in traced["ops"] if r["op"] == traced["z_op"]), None)
+        if z_task != want_z:
+            return failed(
+                f"{case}, z was computed on {z_task}, not {want_z}",
+                "an op runs on the device scope it is created in, whatever its inputs",
+            )
+    return passed(
+        "x and y lived where variables_on said and z was computed where compute_on said, for the text's "
+        "devices and for others; ps:0 ran nothing"
+    )
 
 
-def _trace_model(two_layers: Callable) -> dict[str, Any]:
-    """Run in the client: one traced training step of the learner's two-layer model."""
+def _layer_work(graph: Any, kernel_names: list[str]) -> list[list[str]]:
+    """For each kernel variable: the names of the forward MatMuls that read it.
+
+    Grappler may fuse a forward MatMul with its bias and ReLU (the fused op takes another
+    name), but the gradient ops of that MatMul are colocated with it and always run.
+    """
+    out = []
+    for name in kernel_names:
+        kernel = graph.get_operation_by_name(name)
+        readers = [c for t in kernel.outputs for c in t.consumers()]
+        readers += [
+            c for r in readers if r.type in ("ReadVariableOp", "Identity") for c in r.outputs[0].consumers()
+        ]
+        out.append(
+            sorted({r.name for r in readers if r.type == "MatMul" and not r.name.startswith("gradients/")})
+        )
+    return out
+
+
+def _trace_layers(place_layers: Callable, cases: tuple) -> list[dict[str, Any]]:
+    """Run in the client: one traced training step of the learner's model for each case."""
     import tensorflow as tf
 
     from dtfkit.course.datasets import load_digits
 
     ctx = dtfkit.this_task()
     x, y = load_digits(split="train")
-    with tf.Graph().as_default() as graph:
-        images = tf.compat.v1.placeholder(tf.float32, [None, 64])
-        labels = tf.compat.v1.placeholder(tf.int64, [None])
-        logits = two_layers(tf, images)
-        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
-            loss, colocate_gradients_with_ops=True
-        )
-        with tf.compat.v1.Session("grpc://" + ctx.cluster["worker"][0]) as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            traced = placement.trace_run(sess, [train, loss], {images: x[:64], labels: y[:64]}, graph=graph)
-        traced["variables"] = placement.variable_devices(graph)
-    traced["value"] = float(traced["value"][1])
-    return traced
+    out = []
+    for devices, units in cases:
+        with tf.Graph().as_default() as graph:
+            images = tf.compat.v1.placeholder(tf.float32, [None, 64])
+            labels = tf.compat.v1.placeholder(tf.int64, [None])
+            logits = place_layers(tf, images, list(devices), list(units))
+            loss = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            )
+            train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+                loss, colocate_gradients_with_ops=True
+            )
+            with tf.compat.v1.Session("grpc://" + ctx.cluster["worker"][0]) as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                traced = placement.trace_run(
+                    sess, [train, loss], {images: x[:64], labels: y[:64]}, graph=graph
+                )
+            traced["variables"] = placement.variable_devices(graph)
+            shapes = [[64 if i == 0 else units[i - 1], u] for i, u in enumerate(units)]
+            kernels = [
+                next((v["variable"] for v in traced["variables"] if v["shape"] == s), None) for s in shapes
+            ]
+            traced["layer_ops"] = _layer_work(graph, kernels) if None not in kernels else None
+        traced["value"] = float(traced["value"][1])
+        out.append(traced)
+    return out
 
 
 @exercise("1.2", "Model parallelism")
-def model_parallel(two_layers: Callable, *, hidden: bool = False) -> CheckResult:
-    """Train one step of ``two_layers(tf, images)``: layer 1 on worker:0, layer 2 on worker:1.
+def model_parallel(place_layers: Callable, *, hidden: bool = False) -> CheckResult:
+    """Train one step of ``place_layers(tf, images, devices, units)`` from a client: layer ``i`` (``units[i]``
+    units) must keep its variables and its matmuls on ``devices[i]``, for the text's case and others.
 
     Example::
 
-        check.ch01.model_parallel(two_layers)
+        check.ch01.model_parallel(place_layers)
     """
+    problem = ignores(place_layers, ("tf", "images", "devices", "units"), "devices and layer sizes")
+    if problem is not None:
+        return problem
+    cases = LAYER_CASES + (LAYER_HIDDEN if hidden else ())
     with cluster(ps=1, workers=2) as c:
-        (traced,) = c.run(_trace_model, args=(two_layers,), on="client", timeout=120).values()
-    first = [v for v in traced["variables"] if v["shape"] and v["shape"][0] == 64]
-    last = [v for v in traced["variables"] if v["shape"] and v["shape"][-1] == 10]
-    if not first or not last:
-        return failed("no 64 x H kernel or no H x 10 layer found", "two dense layers: 64 -> hidden -> 10")
-    for layer, want, rows in (("first", "worker:0", first), ("second", "worker:1", last)):
-        wrong = [f"{v['variable']} on {v['task'] or 'no device'}" for v in rows if v["task"] != want]
-        if wrong:
-            return failed(
-                f"the {layer} layer's variables should be on {want}: {', '.join(wrong)}",
-                f"build the {layer} layer inside tf.compat.v1.device('/job:{want.replace(':', '/task:')}')",
-            )
-    matmuls = placement.by_task([r for r in traced["ops"] if r["type"] == "MatMul"])
-    missing = [t for t in ("worker:0", "worker:1") if not matmuls.get(t)]
-    if missing:
-        return failed(
-            f"{' and '.join(missing)} ran no MatMul in the training step",
-            "put each layer's matmul with its variables, not only the variables",
-        )
-    return passed("layer 1 trained on worker:0 and layer 2 on worker:1, each task running its own matmuls")
+        (runs,) = c.run(_trace_layers, args=(place_layers, cases), on="client", timeout=150).values()
+    for (devices, units), traced in zip(cases, runs, strict=True):
+        case = f"with devices={list(devices)} and units={list(units)}"
+        rows = traced["variables"]
+        for i, (device, size) in enumerate(zip(devices, units, strict=True)):
+            fan_in = 64 if i == 0 else units[i - 1]
+            kernel = [v for v in rows if v["shape"] == [fan_in, size]]
+            if not kernel:
+                return failed(
+                    f"{case}, no {fan_in} x {size} kernel for layer {i + 1}",
+                    "layer i has units[i] units and reads the layer before it",
+                )
+            mine = [v for v in rows if v["shape"] in ([fan_in, size], [size])]
+            wrong = [
+                f"{v['variable']} on {v['task'] or 'no device'}" for v in mine if v["task"] != task_of(device)
+            ]
+            if wrong:
+                return failed(
+                    f"{case}, layer {i + 1}'s variables should be on {task_of(device)}: {', '.join(wrong)}",
+                    "build each layer inside the device scope of its device",
+                )
+        if traced["layer_ops"] is None:
+            return failed(f"{case}, a layer's kernel could not be found", "one dense layer per device")
+        for i, (device, names) in enumerate(zip(devices, traced["layer_ops"], strict=True)):
+            work = [
+                r
+                for r in traced["ops"]
+                if r["op"] in names or any(r["op"].startswith(f"gradients/{n}_grad/") for n in names)
+            ]
+            elsewhere = sorted({r["task"] for r in work} - {task_of(device)})
+            if not work or elsewhere:
+                return failed(
+                    f"{case}, layer {i + 1}'s matmuls ran on {', '.join(elsewhere) or 'no task'}, "
+                    f"not {task_of(device)}",
+                    "put each layer's matmul with its variables, not only the variables",
+                )
+    return passed(
+        "each layer trained on its own device, variables and matmuls, for the text's split and for others"
+    )

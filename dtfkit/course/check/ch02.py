@@ -10,15 +10,16 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 import dtfkit
 from dtfkit.course import classroom
-from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
+from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, ignores, passed
 from dtfkit.course.datasets import load_digits, shard
-from dtfkit.recipes.between_graph import UNEVEN_LAYERS, greedy_bytes, uneven_mlp
+from dtfkit.recipes.between_graph import UNEVEN_LAYERS, greedy_bytes, layer_variables, uneven_mlp
 from dtfkit.recipes.tf1 import classifier, on_ps, training_session
 
 
@@ -50,16 +51,79 @@ def _worker(session_config: Callable, *, steps: int, run_name: str) -> dict[str,
     return {"local_steps": local, "filters": filters}
 
 
+class _StandInConfig:
+    """What the stand-in ``tf`` of the quick check builds instead of a ``ConfigProto``."""
+
+    def __init__(self, device_filters: Any = (), **_: Any):
+        self.device_filters = list(device_filters)
+
+
+def _stand_in_tf() -> SimpleNamespace:
+    return SimpleNamespace(compat=SimpleNamespace(v1=SimpleNamespace(ConfigProto=_StandInConfig)))
+
+
+def _matches(device_filter: str, task: str) -> bool:
+    """Whether a device filter (``/job:ps``, ``/job:worker/task:1``, ...) covers ``task`` (``worker:1``)."""
+    job, index = task.split(":")
+    fields = dict(p.split(":", 1) for p in device_filter.strip("/").split("/") if ":" in p)
+    return fields.get("job", job) == job and fields.get("task", index) == index
+
+
+def _quick_filters_problem(session_config: Callable, workers: int = 4) -> CheckResult | None:
+    """The device filters of every worker of a 1 ps + ``workers`` cluster, read with a stand-in
+    ``tf``: a failed result for a clear mistake, None otherwise (or when the answer uses more of ``tf``)."""
+    tasks = ["ps:0"] + [f"worker:{i}" for i in range(workers)]
+    for i in range(workers):
+        me = f"worker:{i}"
+        try:
+            config = session_config(_stand_in_tf(), "worker", i)
+            filters = [str(f) for f in (config.device_filters if config is not None else [])]
+        except (AttributeError, TypeError):
+            return None
+        if not filters:
+            return failed(
+                f"{me} gets no device filters: its session needs every task of the cluster, "
+                "so it waits for a worker that has exited",
+                "look at device_filters: which tasks does a worker's session really need?",
+            )
+        seen = [t for t in tasks if any(_matches(f, t) for f in filters)]
+        others = [t for t in seen if t.startswith("worker:") and t != me]
+        if me not in seen:
+            return failed(
+                f"{me}'s device filters {filters} leave out {me} itself: its own ops have nowhere to run",
+                "each worker's filters must name that worker",
+            )
+        if others:
+            return failed(
+                f"{me}'s device filters {filters} also cover {', '.join(others)}: its session would wait "
+                "for them (the check tries 4 workers)",
+                "a worker's session should need no other worker",
+            )
+        if "ps:0" not in seen:
+            return failed(
+                f"{me}'s device filters {filters} leave out the ps, where the variables live",
+                "keep the parameter servers in the filter",
+            )
+    return None
+
+
 @exercise("2.1", "Fix the non-chief hang")
 def device_filters(session_config: Callable, *, hidden: bool = False) -> CheckResult:
-    """Train on worker:0 (the chief), stop it, then train on worker:1 with ``session_config``.
+    """Read the filters ``session_config`` gives 4 workers; then, on 1 ps + 3 workers, train worker:0
+    (the chief), stop it, and train worker:2 alone (``hidden``: then worker:1 alone too).
 
     Example::
 
         check.ch02.device_filters(session_config)
     """
+    problem = ignores(session_config, ("tf", None, "task_index"), "other workers")
+    if problem is None:
+        problem = _quick_filters_problem(session_config)
+    if problem is not None:
+        return problem
     steps = classroom.scaled(40, minimum=10)
-    with cluster(ps=1, workers=2) as c:
+    alone_tasks = ["worker:2", "worker:1"] if hidden else ["worker:2"]
+    with cluster(ps=1, workers=3) as c:
         chief = c.run(
             _worker,
             args=(session_config,),
@@ -68,44 +132,48 @@ def device_filters(session_config: Callable, *, hidden: bool = False) -> CheckRe
             timeout=120,
         )["worker:0"]
         c.kill("worker", 0)  # the tutorial script's chief exits when its training is done
-        try:
-            alone = c.run(
-                _worker,
-                args=(session_config,),
-                kwargs={"steps": 2 * steps, "run_name": "ex21"},
-                on="worker:1",
-                timeout=45,  # a correct answer needs a few seconds, even on a loaded 2-core machine
-            )["worker:1"]
-        except dtfkit.TaskTimeout:
-            return failed(
-                "worker:1 never trained: its session waits for worker:0, which has exited "
-                f"(its device_filters were {chief['filters'] or 'not set'})",
-                "look at device_filters: a worker's session must need only /job:ps and the worker itself",
-            )
-    filters = alone["filters"]
-    if "/job:ps" not in filters:
-        return failed(
-            f"worker:1 trained but its filters {filters} leave out the ps", "keep '/job:ps' in the filter"
-        )
-    if alone["local_steps"] < 1:
-        return failed(
-            "worker:1 opened its session but took no step", "is StopAtStepHook's last_step reached?"
-        )
+        for k, task in enumerate(alone_tasks, start=2):
+            try:
+                alone = c.run(
+                    _worker,
+                    args=(session_config,),
+                    kwargs={"steps": k * steps, "run_name": "ex21"},
+                    on=task,
+                    timeout=45,  # a correct answer needs a few seconds, even on a loaded 2-core machine
+                )[task]
+            except dtfkit.TaskTimeout:
+                return failed(
+                    f"{task} never trained: its session waits for worker:0, which has exited "
+                    f"(worker:0's device_filters were {chief['filters'] or 'not set'})",
+                    "look at device_filters: which tasks does a worker's session really need?",
+                )
+            filters = alone["filters"]
+            if not any(_matches(f, "ps:0") for f in filters):
+                return failed(
+                    f"{task} trained but its filters {filters} leave out the ps", "keep the ps in the filter"
+                )
+            if alone["local_steps"] < 1:
+                return failed(
+                    f"{task} opened its session but took no step", "is StopAtStepHook's last_step reached?"
+                )
     return passed(
-        "worker:1 trained alone after worker:0 had exited: its session no longer waits for other workers"
+        f"{' and '.join(alone_tasks)} trained alone after worker:0 had exited: a worker's session no longer "
+        "waits for other workers"
     )
 
 
-def _place(ps_strategy: Callable, layers: tuple[int, ...]) -> dict[str, Any]:
-    """Run in a task: build ``layers`` under replica_device_setter with the learner's strategy."""
+def _place(ps_strategy: Callable, layers: tuple[int, ...], num_ps: int) -> dict[str, Any]:
+    """Run in a task: build ``layers`` under replica_device_setter with the learner's strategy, over
+    the first ``num_ps`` ps tasks."""
     import tensorflow as tf
 
     ctx = dtfkit.this_task()
+    spec = {**ctx.cluster, "ps": ctx.cluster["ps"][:num_ps]}
     with tf.Graph().as_default():
         setter = tf.compat.v1.train.replica_device_setter(
-            cluster=ctx.cluster,
+            cluster=spec,
             worker_device=f"/job:worker/task:{ctx.task_index}",
-            ps_strategy=ps_strategy(ctx.num_ps),
+            ps_strategy=ps_strategy(num_ps),
         )
         with tf.compat.v1.device(setter):
             uneven_mlp(tf, tf.compat.v1.placeholder(tf.float32, [None, layers[0]]), layers)
@@ -113,37 +181,81 @@ def _place(ps_strategy: Callable, layers: tuple[int, ...]) -> dict[str, Any]:
         for v in tf.compat.v1.global_variables():
             spec = tf.DeviceSpec.from_string(v.device)
             rows.append((v.op.name, int(np.prod(v.shape)) * v.dtype.size, spec.job, spec.task))
-    return {"variables": rows, "num_ps": ctx.num_ps}
+    return {"variables": rows}
+
+
+# (layers, num_ps) the text never names, placed with stand-in variables before any cluster starts.
+PLACE_CASES = (((64, 512, 16, 512, 10), 3), ((64, 300, 300, 40, 10), 4), ((64, 128, 1024, 10), 2))
+HINT_BYTES = "count bytes, not variables (bg.variable_bytes(op)): which ps should the next variable go to?"
+
+
+def _balance_problem(loads: list[int], sizes: list[int], num_ps: int, case: str) -> CheckResult | None:
+    best = max(greedy_bytes(sizes, num_ps))
+    if max(loads) <= best * 1.05:
+        return None
+    shown = ", ".join(f"ps:{i} {b / 1e3:.0f} kB" for i, b in enumerate(loads))
+    return failed(
+        f"{case}: the busiest ps holds {max(loads) / 1e3:.0f} kB, greedy-by-bytes manages {best / 1e3:.0f} kB ({shown})",
+        HINT_BYTES,
+    )
+
+
+def _quick_placement_problem(ps_strategy: Callable) -> CheckResult | None:
+    """Place stand-in variables of other models on other numbers of ps: a failed result or None."""
+    for layers, num_ps in PLACE_CASES:
+        variables = layer_variables(layers)
+        try:
+            choose = ps_strategy(num_ps)
+            tasks = [choose(v) for v in variables]
+        except (AttributeError, TypeError):
+            return None  # the answer reads more of the op than a stand-in has: the real run decides
+        case = f"layers {list(layers)} on {num_ps} ps"
+        if not all(isinstance(t, int) and 0 <= t < num_ps for t in tasks):
+            return failed(
+                f"{case}: ps_strategy chose {sorted(set(map(repr, tasks)))}",
+                "ps_strategy must return a ps task index (0 .. num_ps - 1)",
+            )
+        loads = [0] * num_ps
+        for v, t in zip(variables, tasks, strict=True):
+            loads[t] += v.nbytes
+        problem = _balance_problem(loads, [v.nbytes for v in variables], num_ps, case)
+        if problem is not None:
+            return problem
+    return None
 
 
 @exercise("2.2", "Place variables by bytes")
 def greedy_placement(ps_strategy: Callable, *, hidden: bool = False) -> CheckResult:
-    """Place a model with uneven layers with ``ps_strategy(num_ps)``; the ps must hold balanced bytes.
+    """Place other models on 2 to 4 ps with ``ps_strategy(num_ps)`` (stand-in variables), then the
+    chapter's uneven model on 2 ps in a worker (``hidden``: another on 3 ps); the busiest ps must
+    hold no more bytes than greedy-by-bytes gives it.
 
     Example::
 
         check.ch02.greedy_placement(ps_strategy)
     """
-    num_ps = 3 if hidden else 2
-    layers = (64, 512, 16, 512, 10) if hidden else UNEVEN_LAYERS
-    with cluster(ps=num_ps, workers=1) as c:
-        got = c.run(_place, args=(ps_strategy, layers), on="worker:0", timeout=120)["worker:0"]
-    loads = [0] * num_ps
-    for name, size, job, task in got["variables"]:
-        if job != "ps" or task is None:
-            return failed(
-                f"variable {name} was placed on /job:{job}, not on a ps",
-                "ps_strategy must return a ps task index (0 .. num_ps - 1)",
-            )
-        loads[task] += size
-    best = max(greedy_bytes([size for _, size, _, _ in got["variables"]], num_ps))
-    shown = ", ".join(f"ps:{i} {b / 1e3:.0f} kB" for i, b in enumerate(loads))
-    if max(loads) > best * 1.05:
-        return failed(
-            f"the busiest ps holds {max(loads) / 1e3:.0f} kB, greedy-by-bytes manages {best / 1e3:.0f} kB ({shown})",
-            "count bytes, not variables: give each variable to the ps with the fewest bytes so far "
-            "(bg.variable_bytes(op) gives a variable's size)",
-        )
+    problem = _quick_placement_problem(ps_strategy)
+    if problem is not None:
+        return problem
+    cases = [(UNEVEN_LAYERS, 2)] + ([((64, 512, 16, 512, 10), 3)] if hidden else [])
+    with cluster(ps=max(n for _, n in cases), workers=1) as c:
+        placed = [
+            c.run(_place, args=(ps_strategy, layers, n), on="worker:0", timeout=120)["worker:0"]
+            for layers, n in cases
+        ]
+    for (layers, num_ps), got in zip(cases, placed, strict=True):
+        loads = [0] * num_ps
+        for name, size, job, task in got["variables"]:
+            if job != "ps" or task is None:
+                return failed(
+                    f"variable {name} was placed on /job:{job}, not on a ps",
+                    "ps_strategy must return a ps task index (0 .. num_ps - 1)",
+                )
+            loads[task] += size
+        sizes = [size for _, size, _, _ in got["variables"]]
+        problem = _balance_problem(loads, sizes, num_ps, f"layers {list(layers)} on {num_ps} ps, in a worker")
+        if problem is not None:
+            return problem
     return passed(
-        f"{len(got['variables'])} variables over {num_ps} ps, the busiest holding no more than greedy's"
+        "in a worker and for other models on 2 to 4 ps, the busiest ps held no more than greedy-by-bytes gives it"
     )

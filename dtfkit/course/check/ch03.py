@@ -4,97 +4,164 @@ Example::
 
     from dtfkit.course import check
     check.ch03.backup_workers(sync_options)
-    check.ch03.exit_grace(session_options)
+    check.ch03.token_count(tokens_handed_out)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import dtfkit
 from dtfkit.course import classroom
 from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
 from dtfkit.recipes import sync
+
+# (workers, backups) the chapter never names; each check runs them before any cluster starts.
+BACKUP_CASES = ((4, 1), (5, 2), (2, 0), (6, 3))
+# (replicas_to_aggregate, total_num_replicas, updates): R > N, R < N, R = N, no update yet.
+TOKEN_CASES = ((2, 3, 60), (3, 2, 10), (1, 4, 7), (4, 4, 25), (5, 2, 0), (2, 5, 13))
 
 
 def _workers(n: int) -> list[str]:
     return [f"worker:{i}" for i in range(n)]
 
 
+def _options_problem(sync_options: Callable, n: int, backups: int) -> CheckResult | None:
+    """A failed result when ``sync_options(n, backups)`` is not what TensorFlow needs, else None."""
+    options = sync_options(num_workers=n, num_backups=backups)
+    if not isinstance(options, dict) or "replicas_to_aggregate" not in options:
+        return failed(
+            f"sync_options(num_workers={n}, num_backups={backups}) returned {options!r}",
+            "return a dict with replicas_to_aggregate and total_num_replicas",
+        )
+    # TensorFlow's default, not the kit's: left out, total_num_replicas is replicas_to_aggregate.
+    aggregate = options["replicas_to_aggregate"]
+    total = options.get("total_num_replicas", aggregate)
+    if aggregate != n - backups:
+        return failed(
+            f"for {n} workers with {backups} backup(s) you chose replicas_to_aggregate={aggregate!r}: "
+            f"an update would wait for {aggregate!r} gradients, not {n - backups}",
+            "a backup worker is one whose gradient an update does not wait for",
+        )
+    if total != n:
+        return failed(
+            f"for {n} workers with {backups} backup(s), total_num_replicas is {total!r} "
+            "(left out, it defaults to replicas_to_aggregate), not the number of workers that push gradients",
+            "total_num_replicas counts every worker, backups included (it sizes the token queue)",
+        )
+    return None
+
+
 @exercise("3.1", "Backup workers")
 def backup_workers(sync_options: Callable, *, hidden: bool = False) -> CheckResult:
-    """Train 3 workers, worker:2 a straggler, with ``sync_options(num_workers=3, num_backups=1)``.
+    """Check ``sync_options(num_workers, num_backups)`` for several sizes, then train 3 workers (worker:2
+    a straggler) with ``sync_options(3, 1)`` and read the ledger; ``hidden`` also trains 2 workers with
+    1 backup.
 
     Example::
 
         check.ch03.backup_workers(sync_options)
     """
+    for n, backups in BACKUP_CASES:
+        problem = _options_problem(sync_options, n, backups)
+        if problem is not None:
+            return problem
     n, backups = 3, 1
-    options = sync_options(num_workers=n, num_backups=backups)
-    if not isinstance(options, dict) or "replicas_to_aggregate" not in options:
-        return failed(
-            f"sync_options returned {options!r}",
-            "return a dict with replicas_to_aggregate and total_num_replicas",
-        )
-    # TensorFlow's default, not the kit's: left out, total_num_replicas is replicas_to_aggregate.
-    options = {"total_num_replicas": options["replicas_to_aggregate"], **options}
-    total = options["total_num_replicas"]
+    problem = _options_problem(sync_options, n, backups)
+    if problem is not None:
+        return problem
+    runs: list[tuple[int, int, sync.SyncRun]] = []
     steps = classroom.scaled(40, minimum=10)
     with cluster(ps=1, workers=n) as c:
-        run = sync.run_sync(
-            c, _workers(n), steps=steps, straggler_ms={"worker:2": 150}, timeout=180, **options
-        )
-    sizes = run.update_sizes()
-    shares = run.shares()
-    # An update averages every gradient accumulated when the chief takes it: at least R, sometimes more.
-    if run.replicas_to_aggregate != n - backups:
-        return failed(
-            f"with replicas_to_aggregate={run.replicas_to_aggregate} the updates averaged {sorted(sizes)} gradients",
-            f"with {n} workers and {backups} backup, an update should need only {n - backups} gradients",
-        )
-    if total != n:
-        return failed(
-            f"total_num_replicas={total} (left out, it defaults to replicas_to_aggregate), "
-            f"but {n} workers push gradients",
-            "total_num_replicas counts every worker, backups included (it sizes the token queue)",
-        )
+        for size, spare, straggler in ((n, backups, {"worker:2": 150}), (2, 1, None))[: 2 if hidden else 1]:
+            options = dict(sync_options(num_workers=size, num_backups=spare))
+            run = sync.run_sync(
+                c, _workers(size), steps=steps, straggler_ms=straggler, timeout=180, **options
+            )
+            runs.append((size, spare, run))
+    for size, spare, run in runs:
+        # An update averages every gradient accumulated when the chief takes it: at least R, sometimes more.
+        if min(run.update_sizes()) < size - spare:
+            return failed(
+                f"with {size} workers and {spare} backup(s) an update averaged {min(run.update_sizes())} "
+                f"gradients, fewer than the {size - spare} it should wait for",
+                "replicas_to_aggregate is the number of gradients an update waits for",
+            )
+    shares = runs[0][2].shares()
     # How much the straggler still got in depends on the machine's load: shown, not graded.
     return passed(
-        f"each update needed only {n - backups} of the {n} workers' gradients: none waits for the slowest worker",
+        f"each update needed only {n - backups} of the {n} workers' gradients: none waits for the slowest "
+        "worker; sync_options also fits the other sizes the check tried",
         f"this run: the straggler worker:2 supplied {shares.get('worker:2', 0):.0%} of the gradients used",
     )
 
 
-@exercise("3.2", "No exit hang")
-def exit_grace(session_options: Callable, *, hidden: bool = False) -> CheckResult:
-    """Train 2 workers synchronously with ``session_options()``; the chief must exit within 10 s.
+def _token_hint(aggregate: int, total: int, updates: int) -> str:
+    """A hint for a wrong token count: which part of the arithmetic it missed (never the formula)."""
+    if updates == 0:
+        return "before the first update, the chief has only put in the tokens it starts with"
+    if aggregate > total:
+        return (
+            "with fewer workers than replicas_to_aggregate, how many tokens must each update hand out "
+            "for the next update to get its gradients?"
+        )
+    if aggregate < total:
+        return "how many tokens does the chief put in at the very start, before any update (section 1)?"
+    return "count the tokens the chief puts in at the start, then those each update adds (section 1)"
+
+
+@exercise("3.2", "Predict the tokens")
+def token_count(tokens_handed_out: Callable, *, hidden: bool = False) -> CheckResult:
+    """Compare ``tokens_handed_out(replicas_to_aggregate, total_num_replicas, updates)`` with
+    TensorFlow's token arithmetic for several settings, then with the tokens counted one by one
+    (taken by the workers' local steps + left in the queue) in real sync runs: 2 workers with
+    R = 3, N = 2 (and, ``hidden``, R = 1, N = 2).
 
     Example::
 
-        check.ch03.exit_grace(session_options)
+        check.ch03.token_count(tokens_handed_out)
     """
-    options = session_options()
-    if not isinstance(options, dict) or "stop_grace_period_secs" not in options:
-        return failed(
-            f"session_options returned {options!r}",
-            "return the MonitoredTrainingSession option that bounds the chief's exit wait",
-        )
-    grace = float(options["stop_grace_period_secs"])
-    with cluster(ps=1, workers=2) as c:
-        try:
-            run = sync.run_sync(
-                c, _workers(2), steps=classroom.scaled(20, minimum=8), stop_grace_secs=grace, timeout=60
-            )
-        except dtfkit.TaskTimeout:
+    for aggregate, total, updates in TOKEN_CASES:
+        want = aggregate + max(aggregate, total) * updates
+        got = tokens_handed_out(aggregate, total, updates)
+        if got != want:
             return failed(
-                f"worker:0 (the chief) was still closing its session 60 s after training began "
-                f"(stop_grace_period_secs={grace:g})",
-                "its queue runner waits stop_grace_period_secs for gradients that will never come: make it short",
+                f"for replicas_to_aggregate={aggregate}, total_num_replicas={total} and {updates} updates "
+                f"you predicted {got!r} tokens; SyncReplicasOptimizer hands out {want}",
+                _token_hint(aggregate, total, updates),
             )
-    lags = run.exit_lags()
-    if lags["worker:0"] > 10:
-        return failed(
-            f"the chief took {lags['worker:0']:.0f} s to close its session after its last step",
-            "its queue runner waits stop_grace_period_secs for gradients that will never come",
-        )
-    return passed("the chief closed its session within 10 s of its last step")
+    settings = [(3, 2)] + ([(1, 2)] if hidden else [])
+    steps = classroom.scaled(24, minimum=8)
+    counted = []
+    with cluster(ps=1, workers=2) as c:
+        for aggregate, total in settings:
+            run = sync.run_sync(
+                c,
+                _workers(2),
+                steps=steps,
+                replicas_to_aggregate=aggregate,
+                total_num_replicas=total,
+                timeout=180,
+            )
+            counts = run.tokens_counted()
+            # The updates that handed out tokens: the highest global step a token carried (the
+            # final global step, unless the chief closed the queue just as one more update landed).
+            updates = max(counts)
+            real = sum(counts.values())
+            predicted = tokens_handed_out(aggregate, total, updates)
+            taken = real - len(run.tokens_left)
+            if predicted != real:
+                return failed(
+                    f"with 2 workers, replicas_to_aggregate={aggregate} and total_num_replicas={total}, "
+                    f"{updates} updates handed out {real} tokens ({taken} taken by local steps, "
+                    f"{len(run.tokens_left)} left in the queue); you predicted {predicted!r}",
+                    "count the tokens the chief puts in at the start, then those each update adds",
+                )
+            counted.append(
+                f"R={aggregate}, N={total}: {updates} updates, {real} tokens = {taken} local steps "
+                f"+ {len(run.tokens_left)} left in the queue"
+            )
+    return passed(
+        "your prediction matched the tokens counted one by one in a real run of 2 workers with "
+        "replicas_to_aggregate=3, and TensorFlow's arithmetic for other settings",
+        *counted,
+    )

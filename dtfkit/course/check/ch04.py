@@ -4,21 +4,24 @@ Example::
 
     from dtfkit.course import check
     check.ch04.stop_hooks(make_hooks)
-    check.ch04.restore_after_ps_restart(session_options)
+    check.ch04.restore_after_ps_crash(session_options)
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 import dtfkit
 from dtfkit.course import classroom
-from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
+from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, ignores, passed
 from dtfkit.course.datasets import load_digits, shard
 from dtfkit.recipes.tf1 import (
     classifier,
@@ -31,10 +34,37 @@ from dtfkit.recipes.tf1 import (
 )
 
 
+def _global_step(tf, start: int):
+    """The global step, starting at ``start`` (as if training had been restored from a checkpoint)."""
+    keys = tf.compat.v1.GraphKeys
+    return tf.compat.v1.get_variable(
+        "global_step",
+        [],
+        tf.int64,
+        initializer=tf.compat.v1.constant_initializer(start),
+        trainable=False,
+        collections=[keys.GLOBAL_VARIABLES, keys.GLOBAL_STEP],
+    )
+
+
 def _train(
-    *, steps: int, make_hooks: Callable | None = None, session_options: Callable | None = None, ckpt: str = ""
+    *,
+    run_name: str,
+    last_step: int,
+    start_step: int = 0,
+    nan_from: int | None = None,
+    make_hooks: Callable | None = None,
+    options: dict[str, Any] | None = None,
+    pause_at: int | None = None,
+    resume_file: str = "",
 ) -> dict[str, Any]:
-    """Run in a worker: async training with the learner's hooks or session options."""
+    """Run in a worker: async training with the learner's hooks or session options.
+
+    ``start_step``: the global step's initial value. ``nan_from``: from the first step that reads
+    a global step at or past it, this worker's loss is NaN (a NaN added to it). ``pause_at``:
+    once the global step reaches it, report ``paused`` and wait for ``resume_file`` (the check
+    kills the parameter server meanwhile).
+    """
     import tensorflow as tf
 
     ctx = dtfkit.this_task()
@@ -42,107 +72,331 @@ def _train(
     x, y = shard(x, y, ctx.task_index, ctx.num_workers)
     rng = np.random.default_rng(ctx.task_index)
     tf.get_logger().setLevel("ERROR")
-    with tf.Graph().as_default(), tf.compat.v1.variable_scope("ex4"):
+    with tf.Graph().as_default(), tf.compat.v1.variable_scope(run_name):
         with on_ps(tf, ctx):
             images, labels, _, loss = classifier(tf, 32)
-            global_step = tf.compat.v1.train.get_or_create_global_step()
+            # Fed NaN from `nan_from` on: the loss the hooks watch turns NaN (the model stays finite).
+            poison = tf.compat.v1.placeholder_with_default(tf.constant(0.0), [])
+            loss = loss + poison
+            global_step = _global_step(tf, start_step)
             train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
                 loss, global_step=global_step
             )
             barrier = peer_barrier(tf)
+        with tf.control_dependencies([train_op]):
+            step_after = tf.identity(global_step)  # the global step once this step's update is in
         if make_hooks is not None:
-            hooks = list(make_hooks(tf, steps, loss))
+            hooks = list(make_hooks(tf, last_step, loss))
         else:
-            hooks = [tf.compat.v1.train.StopAtStepHook(last_step=steps)]
-        options = dict(session_options(ckpt)) if session_options is not None else {}
+            hooks = [tf.compat.v1.train.StopAtStepHook(last_step=last_step)]
+        sessions: list[int] = []
+
+        class SessionSteps(tf.compat.v1.train.SessionRunHook):
+            def after_create_session(self, session, coord):  # again after every recovery
+                sessions.append(int(session.run(global_step)))
+
         config = session_config(tf, ctx)
         if not ctx.is_chief:
             wait_for_chief_init(tf, ctx.target, config)
-        local, first = 0, None
-        with training_session(
-            tf, ctx, hooks=hooks, config=config, stop_grace_period_secs=1, **options
-        ) as sess:
-            while not sess.should_stop() and local < 10 * steps:
-                idx = rng.integers(0, len(x), 32)
-                _, step = sess.run([train_op, global_step], {images: x[idx], labels: y[idx]})
-                first = step - 1 if first is None else first
-                local += 1
-                if local == 1:
-                    # An asynchronous chief can make every step before the other worker's session
-                    # is even up on a busy machine: the barrier makes "both workers trained" hold
-                    # whatever the load. Not strict: a worker whose hooks stopped it before its
-                    # first step never arrives, and the others go on after the timeout.
-                    wait_for_peers(
-                        tf, ctx.target, config, barrier, ctx.num_workers, timeout=60.0, strict=False
-                    )
+        local, step, nan_fed, nan_stop = 0, start_step, None, False
+        options = {"stop_grace_period_secs": 1, **(options or {})}
+        try:
+            with training_session(tf, ctx, hooks=[*hooks, SessionSteps()], config=config, **options) as sess:
+                while not sess.should_stop() and local < 10 * last_step:
+                    idx = rng.integers(0, len(x), 32)
+                    feed = {images: x[idx], labels: y[idx]}
+                    if nan_from is not None and step >= nan_from:
+                        feed[poison] = float("nan")
+                        nan_fed = step if nan_fed is None else nan_fed
+                    step = int(sess.run(step_after, feed))
+                    local += 1
+                    if local == 1 and ctx.num_workers > 1:
+                        # An asynchronous chief can make every step before the other worker's session
+                        # is even up on a busy machine: the barrier makes "both workers trained" hold
+                        # whatever the load. Not strict: a worker whose hooks stopped it early never
+                        # arrives, and the others go on after the timeout.
+                        wait_for_peers(
+                            tf, ctx.target, config, barrier, ctx.num_workers, timeout=60.0, strict=False
+                        )
+                    if pause_at is not None and step >= pause_at:
+                        pause_at = None
+                        dtfkit.report(step=step, paused=step)
+                        _wait_for_file(resume_file, timeout=120.0)
+        except tf.compat.v1.train.NanLossDuringTrainingError:
+            nan_stop = True
         with tf.compat.v1.Session(ctx.target, config=config) as plain:
             final = int(plain.run(global_step))
     return {
         "local_steps": local,
-        "first_step": first,
         "final_step": final,
-        "hooks": [type(h).__name__ for h in hooks],
+        "sessions": sessions,
+        "nan_fed": nan_fed,
+        "nan_stop": nan_stop,
     }
 
 
-@exercise("4.1", "Stop at a global step")
+def _wait_for_file(path: str, timeout: float) -> None:
+    """Block until ``path`` exists (the check's signal), at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the check never signalled {path} within {timeout:g} s")
+        time.sleep(0.02)
+
+
+# ------------------------------------------------------------------ 4.1
+class _Hook(SimpleNamespace):
+    """What the stand-in ``tf`` of the quick check returns instead of a real hook."""
+
+
+def _stand_in_tf() -> SimpleNamespace:
+    """Just enough of ``tf`` to see which hooks ``make_hooks`` asks for, without TensorFlow."""
+
+    def stop_at_step(num_steps=None, last_step=None):
+        return _Hook(kind="stop", num_steps=num_steps, last_step=last_step)
+
+    def nan_tensor(loss_tensor, fail_on_nan_loss=True):
+        return _Hook(kind="nan", tensor=loss_tensor)
+
+    train = SimpleNamespace(StopAtStepHook=stop_at_step, NanTensorHook=nan_tensor)
+    return SimpleNamespace(compat=SimpleNamespace(v1=SimpleNamespace(train=train)))
+
+
+def _quick_hooks_problem(make_hooks: Callable) -> CheckResult | None:
+    """Call ``make_hooks`` with a stand-in ``tf``: a failed result for a clear mistake, else None.
+
+    Inconclusive (None) when the answer uses anything else of ``tf`` (its own hook class, say):
+    the real runs decide then.
+    """
+    loss = object()
+    for last_step in (37, 120):
+        try:
+            hooks = list(make_hooks(_stand_in_tf(), last_step, loss))
+        except (AttributeError, TypeError):
+            return None
+        if not all(isinstance(h, _Hook) for h in hooks):
+            return None
+        stops = [h for h in hooks if h.kind == "stop"]
+        if not stops:
+            return failed(
+                "no hook stops training at a global step", "which hook ends a session at a given step?"
+            )
+        if any(h.last_step is None for h in stops):
+            return failed(
+                "StopAtStepHook(num_steps=...) counts steps from the moment each worker's session starts: "
+                "a run restored from a checkpoint, or two workers, go past last_step",
+                "StopAtStepHook has another argument, which counts the shared global step",
+            )
+        if any(h.last_step != last_step for h in stops):
+            return failed(
+                f"for last_step={last_step} your StopAtStepHook stops at "
+                f"{', '.join(str(h.last_step) for h in stops)}",
+                "stop at the last_step the function is given",
+            )
+        nans = [h for h in hooks if h.kind == "nan"]
+        if not nans:
+            return failed(
+                "no hook stops training when the loss becomes NaN (the check makes it NaN in one run)",
+                "tf.compat.v1.train has a hook that watches a tensor for NaN",
+            )
+        if not any(h.tensor is loss for h in nans):
+            return failed("your NaN hook does not watch the loss it is given", "pass it the loss argument")
+    return None
+
+
+@exercise("4.1", "Stop at a global step, or on NaN")
 def stop_hooks(make_hooks: Callable, *, hidden: bool = False) -> CheckResult:
-    """Train 2 workers with ``make_hooks(tf, last_step, loss)``; training must end at global step ``last_step``.
+    """Train 2 workers with ``make_hooks(tf, last_step, loss)``: once from a global step that starts past 0
+    (training must end at ``last_step``), once with the loss turning NaN mid-run (training must stop
+    there); ``hidden`` adds a run from global step 0 with another ``last_step``.
 
     Example::
 
         check.ch04.stop_hooks(make_hooks)
     """
+    problem = ignores(make_hooks, ("tf", "last_step", None), "other last steps")
+    if problem is None:
+        problem = _quick_hooks_problem(make_hooks)
+    if problem is not None:
+        return problem
     steps = classroom.scaled(60, minimum=20)
+    stop_runs = [(steps // 2 + 3, steps)] + ([(0, steps + 7)] if hidden else [])
+    nan_from = classroom.scaled(24, minimum=10)
     with cluster(ps=1, workers=2) as c:
-        got = c.run(_train, kwargs={"steps": steps, "make_hooks": make_hooks}, timeout=120)
+        for k, (start, last) in enumerate(stop_runs):
+            kw = {"run_name": f"ex41s{k}", "last_step": last, "start_step": start, "make_hooks": make_hooks}
+            got = c.run(_train, kwargs=kw, timeout=120)
+            final = max(r["final_step"] for r in got.values())
+            locals_ = {t: r["local_steps"] for t, r in got.items()}
+            if max(locals_.values()) >= 10 * last:
+                return failed(
+                    "training never stopped by itself (the check cut it off)",
+                    "which hook ends a session at a given global step?",
+                )
+            if not last <= final <= last + 2:
+                if start and final >= start + last - 1:
+                    return failed(
+                        f"training started at global step {start} (as after a restore) and ended at "
+                        f"{final}, not at last_step={last}",
+                        "a hook that counts steps from each session's start overshoots: stop on the global step",
+                    )
+                if final > last and min(locals_.values()) >= last:
+                    return failed(
+                        f"each worker took {last} steps or more, so the global step reached {final}, not {last}",
+                        "count the shared global step, not each worker's own steps",
+                    )
+                return failed(
+                    f"training ended at global step {final}, not {last}",
+                    "stop at last_step, the shared global step",
+                )
+            if min(locals_.values()) == 0:
+                idle = min(locals_, key=locals_.get)
+                return failed(f"{idle} never trained", "both workers should share the steps")
+        kw = {"run_name": "ex41n", "last_step": nan_from + 40, "nan_from": nan_from, "make_hooks": make_hooks}
+        got = c.run(_train, kwargs=kw, timeout=120)
+    fed = [r["nan_fed"] for r in got.values() if r["nan_fed"] is not None]
     final = max(r["final_step"] for r in got.values())
-    locals_ = {t: r["local_steps"] for t, r in got.items()}
-    if final >= 10 * steps:
+    if not fed:
+        return failed("the loss never became NaN: training stopped before the check could make it NaN")
+    first = min(fed)
+    if final > first + 6:
+        went_on = [t for t, r in got.items() if r["nan_fed"] is not None and not r["nan_stop"]]
         return failed(
-            "training never stopped by itself (the check cut it off)",
-            "add tf.compat.v1.train.StopAtStepHook to the hooks you return",
+            f"the loss turned NaN at global step {first}, but training went on to global step {final}"
+            + (f" ({', '.join(went_on)} kept training)" if went_on else ""),
+            "a hook can watch the loss and stop the session when it is NaN",
         )
-    if final >= 2 * steps - 2 and min(locals_.values()) >= steps:
-        return failed(
-            f"each worker took {steps} steps, so the global step reached {final}, not {steps}",
-            "num_steps counts this worker's own steps; last_step counts the shared global step",
-        )
-    if not steps <= final <= steps + 2:
-        return failed(
-            f"training ended at global step {final}, not {steps}", "stop at last_step, the shared global step"
-        )
-    if min(locals_.values()) == 0:
-        idle = min(locals_, key=locals_.get)
-        return failed(f"{idle} never trained", "both workers should share the steps")
-    return passed(f"both workers trained and stopped together at global step {steps}")
+    return passed(
+        f"training stopped at last_step={steps} though it started at global step {steps // 2 + 3}, "
+        "and stopped within a few steps of the loss turning NaN"
+    )
 
 
-@exercise("4.2", "Restore after a ps restart")
-def restore_after_ps_restart(session_options: Callable, *, hidden: bool = False) -> CheckResult:
-    """Train with ``session_options(checkpoint_dir)``, kill and restart ps:0, train again: it must resume.
+# ------------------------------------------------------------------ 4.2
+def _wait_for_pause(c: Any, handle: Any, timeout: float = 150.0) -> dict[str, Any] | None:
+    """The worker's ``paused`` event; None if its call ended without one (its error is raised)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return c.metrics.wait_for(lambda r: "paused" in r, timeout=1.0, since=handle.submitted)
+        except TimeoutError:
+            if handle.done():
+                handle.result()  # raises the worker's error, if that is why it ended
+                return None
+            if time.monotonic() > deadline:
+                raise
+
+
+LOST_CASES = (3, 7, 12, 25)
+
+
+def _quick_options_problem(session_options: Callable) -> CheckResult | None:
+    """Read ``session_options(dir, max_lost_steps)`` for several values: a failed result or None."""
+    for max_lost in LOST_CASES:
+        options = session_options("/checkpoints/of/the/check", max_lost)
+        where = f"session_options(checkpoint_dir, max_lost_steps={max_lost})"
+        if not isinstance(options, dict):
+            return failed(
+                f"{where} returned {options!r}", "return a dict of MonitoredTrainingSession arguments"
+            )
+        if options.get("checkpoint_dir") is None:
+            return failed(
+                f"{where} gives no checkpoint_dir: the chief neither saves nor restores",
+                "MonitoredTrainingSession restores from and saves into its checkpoint_dir",
+            )
+        if options.get("save_checkpoint_secs") is not None:
+            return failed(
+                f"{where} saves every {options['save_checkpoint_secs']} seconds: how many steps that is "
+                "depends on the machine's speed, so no number of seconds bounds the steps lost",
+                "count the interval in global steps (and turn the seconds off)",
+            )
+        every = options.get("save_checkpoint_steps")
+        if every is None:
+            return failed(
+                f"{where} leaves the interval to TensorFlow's default: a checkpoint every 600 seconds, "
+                "however many steps that is",
+                "MonitoredTrainingSession can count the interval between checkpoints in global steps",
+            )
+        if not isinstance(every, int) or every < 1 or every > max_lost + 1:
+            return failed(
+                f"{where} saves every {every!r} global steps: a ps crash just before the next save "
+                f"would lose more than {max_lost} steps",
+                "how many steps can a crash just before a save cost?",
+            )
+    return None
+
+
+@exercise("4.2", "Lose at most max_lost_steps to a ps crash")
+def restore_after_ps_crash(session_options: Callable, *, hidden: bool = False) -> CheckResult:
+    """Train 1 worker with ``session_options(checkpoint_dir, max_lost_steps)``, kill ps:0 mid-run (the
+    model in its memory is gone), restart it: the chief must restore a checkpoint at most
+    ``max_lost_steps`` steps old and train on. ``hidden`` crashes a second, restored run with another
+    ``max_lost_steps``.
 
     Example::
 
-        check.ch04.restore_after_ps_restart(session_options)
+        check.ch04.restore_after_ps_crash(session_options)
     """
-    steps = classroom.scaled(40, minimum=20)
-    ckpt = tempfile.mkdtemp(prefix="dtfkit-ex42-")
+    problem = ignores(session_options, ("checkpoint_dir", "max_lost_steps"), "other folders and limits")
+    if problem is None:
+        problem = _quick_options_problem(session_options)
+    if problem is not None:
+        return problem
+    folder = tempfile.mkdtemp(prefix="dtfkit-ex42-")
+    ckpt = os.path.join(folder, "ckpt")
+    lines = []
     try:
         with cluster(ps=1, workers=1) as c:
-            kw = {"session_options": session_options, "ckpt": ckpt}
-            c.run(_train, kwargs={"steps": steps, **kw}, timeout=120)
-            c.kill("ps", 0)  # the model lived in ps:0's memory
-            c.restart("ps", 0)
-            again = c.run(_train, kwargs={"steps": 2 * steps, **kw}, timeout=120)["worker:0"]
+            start = 0
+            for k, max_lost in enumerate((6, 4)[: 2 if hidden else 1]):
+                # One step past the limit: a save interval longer than max_lost_steps + 1 has not
+                # saved since `start` yet, so its rollback would be max_lost_steps + 1 steps.
+                crash = start + max_lost + 1
+                resume = os.path.join(folder, f"resume{k}")
+                kw = {
+                    "run_name": "ex42",
+                    "last_step": crash + 5,
+                    "options": dict(session_options(ckpt, max_lost)),
+                    "pause_at": crash,
+                    "resume_file": resume,
+                }
+                handle = c.submit(_train, kwargs=kw, timeout=180, on_error="wait")
+                paused = _wait_for_pause(c, handle)
+                if paused is None:
+                    return failed(
+                        f"worker:0 (the chief) stopped training before global step {crash}, where the check "
+                        "kills ps:0",
+                        "return only checkpoint options: training should run until the check stops it",
+                    )
+                c.kill("ps", 0)  # a crash: the model in ps:0's memory is gone, no final save
+                c.restart("ps", 0)
+                open(resume, "w").close()
+                got = handle.result()["worker:0"]
+                at, sessions = paused["paused"], got["sessions"]
+                if sessions[0] != start:
+                    return failed(
+                        f"the run started at global step {sessions[0]}, not at the last checkpoint's {start}",
+                        "the chief restores from checkpoint_dir when a session starts",
+                    )
+                if len(sessions) < 2:
+                    return failed(
+                        "worker:0 (the chief) never created a new session after ps:0 was killed and restarted"
+                    )
+                back = sessions[1]
+                if at - back > max_lost:
+                    return failed(
+                        f"ps:0 was killed at global step {at}; after its restart the chief went on from "
+                        f"global step {back}: {at - back} steps lost, more than max_lost_steps={max_lost}",
+                        "how often does the chief save, counted in global steps?",
+                    )
+                lines.append(
+                    f"max_lost_steps={max_lost}: ps:0 killed at global step {at}, training went on from {back}"
+                )
+                start = got["final_step"]  # the chief saved at its clean end: the next run restores it
     finally:
-        shutil.rmtree(ckpt, ignore_errors=True)
-    start = again["first_step"]
-    if start is None or start < steps // 2:
-        return failed(
-            f"after ps:0 restarted, worker:0 (the chief) started again from global step {start}: nothing was restored",
-            "give MonitoredTrainingSession a checkpoint_dir (and save often enough) so the chief saves and restores",
-        )
+        shutil.rmtree(folder, ignore_errors=True)
     return passed(
-        "after ps:0 restarted, the chief restored the last checkpoint and training went on from there"
+        "after ps:0 was killed mid-run and restarted, the chief restored a checkpoint no more than "
+        "max_lost_steps old and trained on",
+        *lines,
     )
