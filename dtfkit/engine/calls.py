@@ -234,7 +234,7 @@ class RunHandle:
         """How to get the task back; says so when it was started again since (restart())."""
         now = self._rt.procs.get(task)
         if now is not None and now is not self._procs.get(task) and now.alive:
-            return "it has been started again since (by cluster.restart())"
+            return "it has been started again since (by cluster.restart() or cluster.ensure_running())"
         return f"cluster.restart('{task}') starts it again"
 
     def _why_interrupted(self, task: TaskId) -> str:
