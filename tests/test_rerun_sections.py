@@ -8,11 +8,21 @@ run to raise nothing and to print the same checked sentences.
 
 from __future__ import annotations
 
+import json
 import threading
 
 import psutil
 import pytest
-from conftest import share_cluster, wait_gone
+from conftest import share_cluster, subprocess_env, wait_gone
+from notebook_sections import (
+    CHECK_MARK,
+    exercises_start,
+    load,
+    output_text,
+    sanitize,
+    sanitizer,
+    section_span,
+)
 
 import dtfkit
 from dtfkit.engine.fake import FakeLauncher
@@ -101,3 +111,85 @@ def test_ensure_running_starts_a_closed_cluster_again_with_its_settings(capsys):
         assert cluster.run(name, on="all") == {"worker:0": "worker:0", "evaluator:0": "evaluator:0"}
         assert cluster.ensure_running() == []
     assert cluster.closed
+
+
+# ------------------------------------------------- the chapters' sections, twice
+# Every lesson section that kills, restarts or closes tasks (or whose cluster an earlier
+# section closed), as (first heading, last heading): the cells from the first heading to
+# the end of the last one's section are run once in order, then once more, in one kernel.
+RERUNS: dict[str, list[tuple[str, str | None]]] = {
+    "01_": [("## 5.", None)],  # kills worker:1, restarts it
+    "02_": [("## 4.", None)],  # kills the chief; a timeout kills worker:1; restarts worker:1
+    "03_": [("## 6.", None)],  # a timeout kills the chief
+    # 1 and 2 fill the ps and the metric log, 2 trains on from checkpoint_dir, 3 kills and restarts every task
+    "04_": [("## 1.", None), ("## 2.", None), ("## 3.", None)],
+    "07_": [("### Kill a worker", None)],  # kills worker:1, restarts it
+    "09_": [("## Part 2", "## Part 3")],  # Part 3 closes the cluster Part 2 needs
+}
+
+
+def _run_cells(client, cells, indices) -> None:
+    for index in indices:
+        if cells[index].cell_type == "code":
+            client.execute_cell(cells[index], index)
+
+
+def _checked(cells, indices, rules) -> dict[int, str]:
+    return {
+        i: sanitize(output_text(cells[i]), rules)
+        for i in indices
+        if cells[i].cell_type == "code" and cells[i].source.startswith(CHECK_MARK)
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+@pytest.mark.parametrize("prefix", sorted(RERUNS))
+def test_each_stateful_section_runs_twice_in_a_row(prefix):
+    """No cell raises the second time, and the checked cells print the same sentences."""
+    import copy
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    path, raw = load(prefix)
+    nb = nbformat.reads(json.dumps(raw), as_version=4)
+    cells = nb.cells
+    spans = sorted((section_span(cells, first, last) for first, last in RERUNS[prefix]), key=lambda s: s[1])
+    assert spans[-1][1] <= exercises_start(cells)
+    rules = sanitizer()
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
+    done, passed = 0, False
+    with client.setup_kernel(env=subprocess_env()):
+        try:
+            for start, end in spans:
+                _run_cells(client, cells, range(done, end))
+                first = _checked(cells, range(start, end), rules)
+                assert first, f"{path.name}: cells {start}-{end} have no {CHECK_MARK} cell to compare"
+                again = [copy.deepcopy(c) for c in cells]
+                _run_cells(client, again, range(start, end))
+                second = _checked(again, range(start, end), rules)
+                for index, text in first.items():
+                    assert second[index] == text, (
+                        f"{path.name}: the checked cell {cells[index].id} printed other sentences when "
+                        f"its section ran again:\n--- first\n{text}\n--- second\n{second[index]}"
+                    )
+                done = end
+            passed = True
+        finally:
+            # Every cluster and warm pool of the kernel ends before the kernel does.
+            cells.append(nbformat.v4.new_code_cell(_CLOSE_ALL))
+            try:
+                client.execute_cell(cells[-1], len(cells) - 1)
+            except Exception:
+                if passed:  # else the failure above is the one to see
+                    raise
+
+
+_CLOSE_ALL = """
+from dtfkit.engine import pool as _pool, runtime as _runtime
+_runtime._close_all_at_exit()
+_pool._close_all_at_exit()
+"""
