@@ -340,7 +340,7 @@ class LocalCluster:
         """Start a task again on its old address; with no argument, every dead task."""
         self._rt.restart(task, index)
 
-    def ensure_running(self) -> list[str]:
+    def ensure_running(self, fresh: str | Iterable[str] | None = None) -> list[str]:
         """Bring every task back to running and idle; return the tasks started again.
 
         A task that is dead (killed, exited, or ended by a call's ``timeout``), still
@@ -351,17 +351,25 @@ class LocalCluster:
         idle it does nothing, so a notebook section that kills, restarts or closes tasks
         can begin with it and be run again. What it starts again, it prints.
 
+        Args:
+            fresh: tasks (as ``run(on=...)`` selects them) that must also be new processes:
+                those that have run a call since they started are started again. For
+                what TensorFlow sets up once per process, such as a ``ClusterCoordinator``
+                in the chief or ``MultiWorkerMirroredStrategy``'s collectives.
+
         Example::
 
             cluster.kill("worker", 1)
-            cluster.ensure_running()    # prints and returns ['worker:1']
-            cluster.ensure_running()    # [] : nothing to do
+            cluster.ensure_running()                # prints and returns ['worker:1']
+            cluster.ensure_running()                # [] : nothing to do
+            cluster.ensure_running(fresh="chief")   # ['chief:0'] once the chief has run a call
         """
+        chosen = None if fresh is None else self._rt.layout.select(fresh)  # a bad selector fails first
         if self.closed:
             self._start_again()
             print(f"dtfkit: the cluster was closed; started it again ({self.id}, new addresses)")
             return self.tasks
-        stale = self._rt.ensure_running()
+        stale = self._rt.ensure_running(chosen)
         if stale:
             states = ", ".join(f"{task} ({state})" for task, state in stale.items())
             print(f"dtfkit: started again: {states}")

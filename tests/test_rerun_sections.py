@@ -88,6 +88,20 @@ def test_ensure_running_frees_a_task_busy_with_an_abandoned_call(fake_cluster):
 
 
 @pytest.mark.timeout(60)
+def test_ensure_running_fresh_starts_again_the_chosen_tasks_that_ran_a_call(fake_cluster, capsys):
+    assert fake_cluster.ensure_running(fresh="worker:0") == []  # it has run nothing yet
+    pids = fake_cluster.pids()
+    assert fake_cluster.run(name) == {"worker:0": "worker:0", "worker:1": "worker:1"}
+    assert fake_cluster.ensure_running(fresh="worker:0") == ["worker:0"]
+    assert "dtfkit: started again: worker:0 (it ran a call before)" in capsys.readouterr().out
+    now = fake_cluster.pids()
+    assert now["worker:0"] != pids["worker:0"] and now["worker:1"] == pids["worker:1"]
+    assert fake_cluster.ensure_running(fresh="worker:0") == []  # the new process has run nothing
+    with pytest.raises(DtfkitError, match="no task worker:7"):
+        fake_cluster.ensure_running(fresh="worker:7")
+
+
+@pytest.mark.timeout(60)
 def test_ensure_running_refuses_to_start_a_closed_cluster_on_a_launcher_it_was_given(fake_cluster):
     fake_cluster.close()
     with pytest.raises(DtfkitError, match="launcher you passed"):

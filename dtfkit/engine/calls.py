@@ -76,6 +76,7 @@ class RunHandle:
         for proc in procs:
             proc.send(protocol.Call(self.call_id, payload))
             proc.busy_with = self.call_id
+            proc.calls += 1
 
     # ------------------------------------------------------------- public
     def done(self) -> bool:

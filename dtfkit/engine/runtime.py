@@ -146,6 +146,7 @@ class TaskProcess:
         self.send_lock = threading.Lock()
         self.ready = False
         self.busy_with: int | None = None
+        self.calls = 0  # calls sent to this process (ensure_running(fresh=) starts a used one again)
         self.killed = False
         self.start_error: str | None = None
         self.output_closed = threading.Event()  # set once every line it printed is in the log book
@@ -743,10 +744,12 @@ class ClusterRuntime:
                 targets = [self.task_process(task, index).task]
             self._restart_now(targets)
 
-    def ensure_running(self) -> dict[TaskId, str]:
+    def ensure_running(self, fresh: list[TaskId] | None = None) -> dict[TaskId, str]:
         """Start again, on their old addresses, the tasks of the layout that are not running
-        and idle; returns ``{task: the state it was in}`` (empty: nothing to do)."""
+        and idle, and those of ``fresh`` that have run a call; returns ``{task: why}``
+        (empty: nothing to do)."""
         self.check_open()
+        fresh = set(fresh or ())
         with self.waiting("ensure_running()"):
             self.drain()  # deaths, readiness and answers that arrived while nobody waited
             stale = {}
@@ -754,6 +757,8 @@ class ClusterRuntime:
                 proc = self.procs.get(task)
                 if proc is None or proc.status != "running":
                     stale[task] = proc.status if proc is not None else "missing"
+                elif task in fresh and proc.calls:
+                    stale[task] = "it ran a call before"
             self._restart_now(list(stale))
         return stale
 
