@@ -137,7 +137,8 @@ RERUNS: dict[str, list[tuple[str, str | None]]] = {
     "03_": [("## 6.", None)],  # a timeout kills the chief
     # 1 and 2 fill the ps and the metric log, 2 trains on from checkpoint_dir, 3 kills and restarts every task
     "04_": [("## 1.", None), ("## 2.", None), ("## 3.", None)],
-    "07_": [("### Kill a worker", None)],  # kills worker:1, restarts it
+    # Part 1 closes its cluster (and begins by starting one); Part 2's section kills and restarts worker:1
+    "07_": [("## Part 1", None), ("### Kill a worker", None)],
     "09_": [("## Part 2", "## Part 3")],  # Part 3 closes the cluster Part 2 needs
 }
 
