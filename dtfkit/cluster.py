@@ -136,7 +136,10 @@ class LocalCluster:
         if previous is not None and not previous.closed:
             previous.close()
             print(f"dtfkit: closed the cluster this cell started before ({previous.id})")
+        # What ensure_running() needs to start a closed cluster again (None: a launcher of yours).
+        self._local_options: tuple | None = None
         if launcher is None:
+            self._local_options = (network, pool, link)
             launcher = _local_launcher(network, pool, link)
         elif not isinstance(launcher, Launcher):
             raise DtfkitError(f"launcher must be a dtfkit.engine.launcher.Launcher, not {launcher!r}")
@@ -144,9 +147,7 @@ class LocalCluster:
             raise DtfkitError(
                 "link= is an option of the local launcher: pass LocalLauncher(link=...) instead"
             )
-        self._rt = ClusterRuntime(
-            layout,
-            launcher=launcher,
+        self._runtime_options = dict(
             mode="serve" if start_servers else "noserve",
             gpus=gpus,
             env=env,
@@ -155,8 +156,8 @@ class LocalCluster:
             progress=progress,
             setup_payload=None if setup is None else _pickle_call(setup, (), {}),
             max_tasks=max_tasks,
-            echo=echo,
         )
+        self._rt = ClusterRuntime(layout, launcher=launcher, echo=echo, **self._runtime_options)
         self._rt.start()
         if self.name:
             _BY_NAME[self.name] = self
@@ -314,7 +315,8 @@ class LocalCluster:
             if not proc.alive or not proc.ready:
                 raise TaskNotRunning(
                     f"{proc.task} is {proc.status}: nothing was run. Start it again with "
-                    f"cluster.restart('{proc.task}') or start a new cluster."
+                    f"cluster.restart('{proc.task}') (cluster.ensure_running() starts every task "
+                    "that is down) or start a new cluster."
                 )
         return RunHandle(rt, procs, payload, name, **options)
 
@@ -337,6 +339,61 @@ class LocalCluster:
     def restart(self, task: str | None = None, index: int | None = None) -> None:
         """Start a task again on its old address; with no argument, every dead task."""
         self._rt.restart(task, index)
+
+    def ensure_running(self, fresh: str | Iterable[str] | None = None) -> list[str]:
+        """Bring every task back to running and idle; return the tasks started again.
+
+        A task that is dead (killed, exited, or ended by a call's ``timeout``), still
+        starting, or still busy with an earlier call (a cell interrupted while its call ran
+        on, or a ``submit()`` whose result nobody collected: that call is lost) is started
+        again on its old address, as ``restart()`` does. A closed cluster starts again as a
+        whole, with the same settings and new addresses. When every task is running and
+        idle it does nothing, so a notebook section that kills, restarts or closes tasks
+        can begin with it and be run again. What it starts again, it prints.
+
+        Args:
+            fresh: tasks (as ``run(on=...)`` selects them) that must also be new processes:
+                those that have run a call since they started are started again. For
+                what TensorFlow sets up once per process, such as a ``ClusterCoordinator``
+                in the chief or ``MultiWorkerMirroredStrategy``'s collectives.
+
+        Example::
+
+            cluster.kill("worker", 1)
+            cluster.ensure_running()                # prints and returns ['worker:1']
+            cluster.ensure_running()                # [] : nothing to do
+            cluster.ensure_running(fresh="chief")   # ['chief:0'] once the chief has run a call
+        """
+        chosen = None if fresh is None else self._rt.layout.select(fresh)  # a bad selector fails first
+        if self.closed:
+            self._start_again()
+            print(f"dtfkit: the cluster was closed; started it again ({self.id}, new addresses)")
+            return self.tasks
+        stale = self._rt.ensure_running(chosen)
+        if stale:
+            states = ", ".join(f"{task} ({state})" for task, state in stale.items())
+            print(f"dtfkit: started again: {states}")
+        return [task.name for task in stale]
+
+    def _start_again(self) -> None:
+        """Start a closed cluster anew: a new runtime with the settings it was made with."""
+        if self._local_options is None:
+            raise DtfkitError(
+                "this cluster is closed and ran on a launcher you passed (launcher=), which "
+                "dtfkit cannot start again: start a new LocalCluster"
+            )
+        old = self._rt
+        runtime = ClusterRuntime(
+            old.layout,
+            launcher=_local_launcher(*self._local_options),
+            echo=old.echo,
+            **self._runtime_options,
+        )
+        runtime.start()  # if it fails, it closes itself and this cluster stays closed
+        self._rt = runtime
+        holder = _BY_NAME.get(self.name) if self.name else None
+        if self.name and (holder is None or holder.closed):
+            _BY_NAME[self.name] = self
 
     def close(self) -> None:
         """End every process of the cluster. Safe to call more than once."""

@@ -76,6 +76,7 @@ class RunHandle:
         for proc in procs:
             proc.send(protocol.Call(self.call_id, payload))
             proc.busy_with = self.call_id
+            proc.calls += 1
 
     # ------------------------------------------------------------- public
     def done(self) -> bool:
@@ -234,7 +235,7 @@ class RunHandle:
         """How to get the task back; says so when it was started again since (restart())."""
         now = self._rt.procs.get(task)
         if now is not None and now is not self._procs.get(task) and now.alive:
-            return "it has been started again since (by cluster.restart())"
+            return "it has been started again since (by cluster.restart() or cluster.ensure_running())"
         return f"cluster.restart('{task}') starts it again"
 
     def _why_interrupted(self, task: TaskId) -> str:

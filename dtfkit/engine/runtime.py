@@ -147,6 +147,7 @@ class TaskProcess:
         self.send_lock = threading.Lock()
         self.ready = False
         self.busy_with: int | None = None
+        self.calls = 0  # calls sent to this process (ensure_running(fresh=) starts a used one again)
         self.killed = False
         self.start_error: str | None = None
         self.output_closed = threading.Event()  # set once every line it printed is in the log book
@@ -776,13 +777,36 @@ class ClusterRuntime:
                 targets = [t for t, p in self.procs.items() if not p.alive]
             else:
                 targets = [self.task_process(task, index).task]
-            for t in targets:
-                old = self.procs[t]
+            self._restart_now(targets)
+
+    def ensure_running(self, fresh: list[TaskId] | None = None) -> dict[TaskId, str]:
+        """Start again, on their old addresses, the tasks of the layout that are not running
+        and idle, and those of ``fresh`` that have run a call; returns ``{task: why}``
+        (empty: nothing to do)."""
+        self.check_open()
+        fresh = set(fresh or ())
+        with self.waiting("ensure_running()"):
+            self.drain()  # deaths, readiness and answers that arrived while nobody waited
+            stale = {}
+            for task in self.layout.tasks:
+                proc = self.procs.get(task)
+                if proc is None or proc.status != "running":
+                    stale[task] = proc.status if proc is not None else "missing"
+                elif task in fresh and proc.calls:
+                    stale[task] = "it ran a call before"
+            self._restart_now(list(stale))
+        return stale
+
+    def _restart_now(self, targets: list[TaskId]) -> None:
+        """Kill ``targets`` (those still alive) and start them again; inside ``waiting()``."""
+        for t in targets:
+            old = self.procs.get(t)
+            if old is not None:
                 old.kill()
                 self._reap([old])
-            if targets:
-                self.start_tasks(targets, restart=True)
-                self._write_state()
+        if targets:
+            self.start_tasks(targets, restart=True)
+            self._write_state()
 
     def _reap(self, procs: list[TaskProcess], timeout: float = 10.0) -> None:
         for proc in procs:
@@ -798,7 +822,10 @@ class ClusterRuntime:
     def check_open(self) -> None:
         """Raise if the cluster is closed."""
         if self.closed:
-            raise DtfkitError("this cluster is closed; start a new one")
+            raise DtfkitError(
+                "this cluster is closed; cluster.ensure_running() starts it again (new addresses), "
+                "or start a new one"
+            )
 
     def close(self) -> None:
         """End every process of the cluster. Safe to call more than once."""
