@@ -434,6 +434,7 @@ def _local_launcher(network: str, pool, link=None) -> Launcher:
     from dtfkit.engine import prewarm
     from dtfkit.engine.local import LocalLauncher
 
+    chosen = pool  # what the caller passed: pool=False remembers "no pool" for the next kernel
     if pool is None:
         pool = pools.enabled_by_default()
     if link is not None and (pool is True or isinstance(pool, pools.TaskPool)):
@@ -444,7 +445,8 @@ def _local_launcher(network: str, pool, link=None) -> Launcher:
     if pool is True:
         pool = pools.default_pool()
     if pool is False:
-        prewarm.first_cluster(0, None, "", "pool=False")
+        if chosen is False:
+            prewarm.first_cluster(0, None, "", "pool=False")
         return LocalLauncher(network, link)
     if isinstance(pool, pools.TaskPool):
         return pools.PoolLauncher(pool, network, link)
