@@ -481,9 +481,9 @@ LINKS_COLD = "link= gives every task a network namespace of its own; warm proces
 class PoolLauncher(LocalLauncher):
     """A ``LocalLauncher`` that first adopts the warm namespace of a ``TaskPool``.
 
-    ``prepare()`` takes the pool's whole namespace (anchor and processes) when this
-    cluster can use it, else starts cold as ``LocalLauncher`` does, says why in
-    ``note``, and pauses the pool's fill until the cluster serves. ``start()`` hands
+    ``prepare()`` pauses the pool's fill until the cluster serves, then takes the pool's
+    whole namespace (anchor and processes) when this cluster can use it, else starts
+    cold as ``LocalLauncher`` does and says why in ``note``. ``start()`` hands
     out the warm processes first; the tasks the pool cannot cover start cold next,
     and then the tasks wait for the processes still importing TensorFlow (each
     learns its task in an ``Adopt`` message and then reports its port as a cold task
@@ -508,13 +508,15 @@ class PoolLauncher(LocalLauncher):
         self._paused = False
 
     def prepare(self, tasks: int, env: dict[str, str], cwd: str, *, gpus: int = 0) -> None:
+        # No spawn from here until started(): what the pool has now is all it will have,
+        # and tasks this cluster starts cold get the cores to themselves.
+        self.pool.pause()
+        self._paused = True
         why = self._why_cold(tasks, env, cwd, gpus)
         _remember_first(tasks, env, cwd, why)
         space = None if why else self.pool.take(tasks)
         if space is None:
             self.note = f"started cold: {why or EMPTY}"
-            self.pool.pause()  # the cold tasks' TensorFlow imports get the cores to themselves
-            self._paused = True
             super().prepare(tasks, env, cwd, gpus=gpus)
             return
         self.use_anchor(space.anchor)
