@@ -222,9 +222,37 @@ def test_a_cluster_arriving_while_the_pool_imports_takes_those_processes(tmp_pat
             pytest.skip("a pool process got warm before the cluster arrived (nothing left to test)")
         with dtfkit.LocalCluster(ps=1, workers=2, pool=p, progress=False, name=None) as cluster:
             assert cluster.adopted == {"ps:0": True, "worker:0": True, "worker:1": True}, cluster.pool_note
-            assert set(cluster.pids().values()) == spawned  # the namespace and processes: no cold one beside them
+            assert (
+                set(cluster.pids().values()) == spawned
+            )  # the namespace and processes: no cold one beside them
             assert "finished importing TensorFlow while the cluster started" in cluster.pool_note
     finally:
         pids = p.pids()
         p.close()
     assert wait_gone(processes_of(pids), 10) == []
+
+
+def test_only_the_notebooks_own_choices_are_remembered(monkeypatch, home):
+    from dtfkit.cluster import _local_launcher
+
+    monkeypatch.setattr(prewarm, "_in_kernel", lambda: True)  # as in a notebook kernel
+    monkeypatch.setenv(prewarm.SESSION_ENV, "ch.ipynb")
+
+    def first_cluster(pool_arg, link=None, **env):
+        monkeypatch.setitem(prewarm._state, "first_seen", False)  # a fresh kernel
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        _local_launcher("auto", pool_arg, link)  # builds the launcher only: nothing starts
+        return remembered(home, "ch.ipynb")
+
+    # A pool turned off by the environment says nothing about the notebook.
+    assert first_cluster(None, DTFKIT_POOL="0") is None
+    assert first_cluster(False) == {
+        "tasks": None,
+        "why": "its first cluster could not use the pool (pool=False)",
+    }
+    monkeypatch.delenv(pool.POOL_ENV)
+    assert first_cluster(True, link="100mbit") == {
+        "tasks": None,
+        "why": "its first cluster could not use the pool (link=)",
+    }

@@ -31,8 +31,9 @@ kernel it starts filling when ``dtfkit`` is imported (``dtfkit.engine.prewarm``)
 
 A cluster that arrives while the pool is still filling takes the namespace as it is:
 the warm processes, and the ones still importing TensorFlow (they are further along
-than any process the cluster could start), and the fill stops. A cluster that starts
-cold pauses the fill until it serves, so the two never compete for the same cores.
+than any process the cluster could start), and the fill stops. Every cluster pauses the
+fill while it starts (``pause()``/``resume()``), so a cluster that starts cold never
+competes with the fill for the same cores.
 
 Example::
 
@@ -199,7 +200,7 @@ class TaskPool:
         self._lock = threading.Condition()
         self._current: WarmNamespace | None = None
         self._filling = False
-        self._paused = False  # a cluster is starting cold: leave it the cores
+        self._paused = 0  # clusters starting now: leave them the cores
         self._pending: dict[int, WarmProcess] = {}  # pid -> process not yet connected
         threading.Thread(target=self._accept_loop, name="dtfkit-pool-accept", daemon=True).start()
         _OPEN.add(self)
@@ -254,14 +255,15 @@ class TaskPool:
                 self._lock.notify_all()
 
     def pause(self) -> None:
-        """Spawn nothing more until ``resume()``: a cluster is starting cold and needs the cores."""
+        """Spawn nothing more until the matching ``resume()``: a cluster is starting and
+        needs the cores. Pauses nest (two clusters starting at once)."""
         with self._lock:
-            self._paused = True
+            self._paused += 1
 
     def resume(self) -> None:
-        """Undo ``pause()`` and go on filling."""
+        """Undo one ``pause()``; the fill goes on once no pause is left."""
         with self._lock:
-            self._paused = False
+            self._paused = max(0, self._paused - 1)
         self.fill()
 
     def _env(self) -> dict[str, str]:
