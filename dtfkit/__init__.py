@@ -1,6 +1,8 @@
 """dtfkit: local multi-process TensorFlow clusters for teaching and experiments.
 
-``import dtfkit`` does not import TensorFlow: TensorFlow runs in the tasks.
+``import dtfkit`` does not import TensorFlow: TensorFlow runs in the tasks. In a
+notebook kernel it starts filling the warm pool in the background
+(``dtfkit.engine.prewarm``; ``DTFKIT_POOL=0`` turns that off).
 
 Example::
 
@@ -63,3 +65,16 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'dtfkit' has no attribute {name!r}")
+
+
+def _warm_from_import() -> None:
+    # In a notebook kernel only; returns at once and never raises (see dtfkit.engine.prewarm).
+    try:
+        from dtfkit.engine import prewarm
+
+        prewarm.start_on_import()
+    except Exception:  # noqa: BLE001 - `import dtfkit` must not fail for the pool's sake
+        pass
+
+
+_warm_from_import()

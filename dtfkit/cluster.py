@@ -488,17 +488,22 @@ def _local_launcher(network: str, pool, link=None) -> Launcher:
 
     With ``link=`` the tasks start cold (``PoolLauncher`` says why in ``pool_note``)."""
     from dtfkit.engine import pool as pools
+    from dtfkit.engine import prewarm
     from dtfkit.engine.local import LocalLauncher
 
+    chosen = pool  # what the caller passed: pool=False remembers "no pool" for the next kernel
     if pool is None:
         pool = pools.enabled_by_default()
     if link is not None and (pool is True or isinstance(pool, pools.TaskPool)):
         launcher = LocalLauncher(network, link)  # a bad link= fails here, before any pool starts
         launcher.note = f"started cold: {pools.LINKS_COLD}"
+        prewarm.first_cluster(0, None, "", "link=")  # the next kernel of this notebook warms nothing
         return launcher
     if pool is True:
         pool = pools.default_pool()
     if pool is False:
+        if chosen is False:
+            prewarm.first_cluster(0, None, "", "pool=False")
         return LocalLauncher(network, link)
     if isinstance(pool, pools.TaskPool):
         return pools.PoolLauncher(pool, network, link)

@@ -26,7 +26,14 @@ has a state file like a cluster's, so ``python -m dtfkit cleanup`` reaps them af
 crash.
 
 On by default in a Jupyter/IPython kernel, off elsewhere. ``LocalCluster(pool=False)``
-or ``DTFKIT_POOL=0`` turn it off; ``DTFKIT_POOL=1`` turns it on outside a kernel.
+or ``DTFKIT_POOL=0`` turn it off; ``DTFKIT_POOL=1`` turns it on outside a kernel. In a
+kernel it starts filling when ``dtfkit`` is imported (``dtfkit.engine.prewarm``).
+
+A cluster that arrives while the pool is still filling takes the namespace as it is:
+the warm processes, and the ones still importing TensorFlow (they are further along
+than any process the cluster could start), and the fill stops. Every cluster pauses the
+fill while it starts (``pause()``/``resume()``), so a cluster that starts cold never
+competes with the fill for the same cores.
 
 Example::
 
@@ -67,6 +74,7 @@ from dtfkit.errors import ClusterStartError
 POOL_ENV = "DTFKIT_POOL"
 SIZE_ENV = "DTFKIT_POOL_SIZE"
 DEFAULT_SIZE = 4
+WARM_WAIT_S = 180.0  # how long a cluster waits for a process still importing TensorFlow
 WARM_RSS_BYTES = 650 * 1024 * 1024  # measured peak RSS of `import tensorflow` (TF 2.21 CPU): ~605 MB
 # Environment variables TensorFlow (or Keras) reads once, at import or first use: a
 # cluster that sets one of them cannot use processes that imported TensorFlow already.
@@ -164,6 +172,8 @@ class TaskPool:
         size: how many warm processes to keep (``DTFKIT_POOL_SIZE``; default 4),
             lowered to what the available memory allows.
         start: begin filling at once (else at the first ``fill()``).
+        env: variables TensorFlow reads at import that the expected clusters set
+            (their ``env=``), so that those clusters can adopt the processes.
 
     Example::
 
@@ -173,13 +183,14 @@ class TaskPool:
         >>> pool.close()                                                  # doctest: +SKIP
     """
 
-    def __init__(self, size: int | None = None, *, start: bool = True):
+    def __init__(self, size: int | None = None, *, start: bool = True, env: dict[str, str] | None = None):
         if size is None:
             size = int(os.environ.get(SIZE_ENV, DEFAULT_SIZE))
         if not (isinstance(size, int) and size >= 1):
             raise ValueError(f"size must be a positive number of processes, not {size!r}")
         self.size = _affordable(size)
         self.want = self.size  # how many to warm next: the size of the last cluster served
+        self.extra_env = dict(env or {})  # import-time variables of the clusters expected next
         self.closed = False
         self.note = ""  # why the pool is not filling, if it is not
         self.id, self.dir = state.new_cluster_dir()
@@ -189,6 +200,7 @@ class TaskPool:
         self._lock = threading.Condition()
         self._current: WarmNamespace | None = None
         self._filling = False
+        self._paused = 0  # clusters starting now: leave them the cores
         self._pending: dict[int, WarmProcess] = {}  # pid -> process not yet connected
         threading.Thread(target=self._accept_loop, name="dtfkit-pool-accept", daemon=True).start()
         _OPEN.add(self)
@@ -197,9 +209,12 @@ class TaskPool:
 
     # ------------------------------------------------------------------ filling
     def fill(self) -> None:
-        """Start filling a fresh warm namespace in the background (no-op if one exists)."""
+        """Fill a fresh warm namespace in the background, or finish one a pause interrupted
+        (no-op while paused, or when the current namespace has its processes)."""
         with self._lock:
-            if self.closed or self._current is not None or self._filling:
+            if self.closed or self._filling or self._paused:
+                return
+            if self._current is not None and len(self._current.procs) >= self.want:
                 return
             self._filling = True
         threading.Thread(target=self._fill, name="dtfkit-pool-fill", daemon=True).start()
@@ -211,30 +226,50 @@ class TaskPool:
                 self.note = f"no warm pool: {why}"
                 return
             spawner = _Spawner.get()
-            space = spawner.call(self._start_anchor)
-            if space is None:
-                return
             with self._lock:
-                if self.closed:
-                    _end(space)
+                space = self._current
+            if space is None:
+                space = spawner.call(self._start_anchor)
+                if space is None:
                     return
-                self._current = space
-            for _ in range(self.want):
                 with self._lock:
-                    if self.closed or self._current is not space:
+                    if self.closed or self._current is not None:
+                        _end(space)
+                        return
+                    self._current = space
+            while True:
+                with self._lock:
+                    if self.closed or self._paused or self._current is not space:
+                        return
+                    if len(space.procs) >= self.want:
                         return
                     proc = spawner.call(lambda: self._spawn_warm(space))
                     space.procs.append(proc)
                     self._pending[proc.popen.pid] = proc
                 self._write_state()
+        except Exception as exc:  # noqa: BLE001 - a fill runs in the background: say why, do not raise
+            self.note = f"no warm pool: filling failed ({type(exc).__name__}: {exc})"
         finally:
             with self._lock:
                 self._filling = False
                 self._lock.notify_all()
 
+    def pause(self) -> None:
+        """Spawn nothing more until the matching ``resume()``: a cluster is starting and
+        needs the cores. Pauses nest (two clusters starting at once)."""
+        with self._lock:
+            self._paused += 1
+
+    def resume(self) -> None:
+        """Undo one ``pause()``; the fill goes on once no pause is left."""
+        with self._lock:
+            self._paused = max(0, self._paused - 1)
+        self.fill()
+
     def _env(self) -> dict[str, str]:
         # Spawned from _Spawner's thread, which lives as long as this process.
-        return with_lifeline(task_environment(self.id, self.dir), from_long_lived_thread=True)
+        env = task_environment(self.id, self.dir, extra=self.extra_env)
+        return with_lifeline(env, from_long_lived_thread=True)
 
     def _start_anchor(self) -> WarmNamespace | None:
         env = self._env()
@@ -279,6 +314,13 @@ class TaskPool:
             space = self._current
             return dict(space.env) if space is not None and space.warm() else None
 
+    def current_env(self) -> dict[str, str] | None:
+        """The environment of the current namespace's processes, warm or still importing
+        TensorFlow (None: there is no live process to take)."""
+        with self._lock:
+            space = self._current
+            return dict(space.env) if space is not None and _live(space) else None
+
     def warm_count(self) -> int:
         """How many processes are warm (TensorFlow imported, waiting) now."""
         with self._lock:
@@ -298,40 +340,64 @@ class TaskPool:
                 self._lock.wait(min(left, 0.5))
 
     def take(self, n: int | None = None) -> WarmNamespace | None:
-        """Hand the current warm namespace over to a cluster of ``n`` tasks (None if nothing is warm).
+        """Hand the current namespace over to a cluster of ``n`` tasks (None if it has no live process).
 
         The next namespace is filled with ``n`` processes (at most ``size``): a
         notebook tends to start clusters of one shape, and a spare warm process
         cannot serve in another cluster's namespace.
 
-        Processes still importing TensorFlow are ended: the cluster starts its
-        missing tasks itself, in the same namespace. A fresh namespace is filled in
-        the background.
+        The warm processes come first, then those still importing TensorFlow (up to
+        ``n`` in all): they are further along than a process the cluster could
+        start, so the cluster waits for them (``wait_connected``) rather than start
+        cold ones beside them. The rest is ended, and the fill stops: the cluster
+        starts its missing tasks itself, in the same namespace. A fresh namespace is
+        filled in the background once the cluster serves (``fill()``).
         """
         if n is not None:
             self.expect(n)
         with self._lock:
             space = self._current
-            if self.closed or space is None or not space.warm():
-                return None
-            if not space.anchor.alive:
+            if self.closed or space is None or not _live(space) or not space.anchor.alive:
                 return None
             self._current = None
             warm = space.warm()
-            cold = [p for p in space.procs if p not in warm]
-            for p in cold:
+            importing = [p for p in space.procs if p not in warm and p.popen.poll() is None]
+            keep = warm + importing[: max(0, (n or len(importing) + len(warm)) - len(warm))]
+            drop = [p for p in space.procs if p not in keep]
+            for p in drop:
                 self._pending.pop(p.popen.pid, None)
-            space.procs = warm
-        for p in cold:
+            space.procs = keep
+        for p in drop:
             end_warm(p)
         self._write_state()
         return space
 
-    def expect(self, n: int) -> None:
+    def wait_connected(self, proc: WarmProcess, timeout: float = WARM_WAIT_S) -> bool:
+        """Wait (bounded) until ``proc``, handed out by ``take()`` while still importing
+        TensorFlow, is warm. False: it died, the pool closed, or ``timeout`` passed."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while proc.conn is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.closed or proc.popen.poll() is not None:
+                    self._pending.pop(proc.popen.pid, None)
+                    return False
+                self._lock.wait(min(left, 0.5))
+            return True
+
+    def forget(self, proc: WarmProcess) -> None:
+        """Stop waiting for ``proc`` to connect (its taker ended it)."""
+        with self._lock:
+            self._pending.pop(proc.popen.pid, None)
+
+    def expect(self, n: int, env: dict[str, str] | None = None) -> None:
         """Warm ``n`` processes (at most ``size``) from the next fill on: the size of the
-        clusters being started (a spare warm process cannot serve another cluster)."""
+        clusters being started (a spare warm process cannot serve another cluster).
+        ``env``: the import-time variables those clusters set (see ``import_env``)."""
         with self._lock:
             self.want = max(1, min(n, self.size))
+            if env is not None:
+                self.extra_env = dict(env)
 
     # --------------------------------------------------------------- lifecycle
     def pids(self) -> list[int]:
@@ -386,6 +452,25 @@ def end_warm(proc: WarmProcess) -> None:
         proc.conn.close()
 
 
+def _live(space: WarmNamespace) -> bool:
+    return any(p.popen.poll() is None for p in space.procs)
+
+
+def import_env(env: dict[str, str]) -> dict[str, str]:
+    """The variables of a cluster's task ``env`` that TensorFlow reads at import and that
+    differ from what a task gets by default: what a pool must start its processes with
+    for that cluster to adopt them (PYTHONPATH aside: ``env_changes`` handles it).
+
+    Example::
+
+        >>> import_env({**task_environment("x", "/tmp/x"), "TF_CPP_MIN_LOG_LEVEL": "0"})
+        {'TF_CPP_MIN_LOG_LEVEL': '0'}
+    """
+    base = task_environment("pool", "/nonexistent/pool")
+    keys = IMPORT_TIME_ENV - {"PYTHONPATH"}
+    return {k: env[k] for k in sorted(keys) if k in env and env[k] != base.get(k)}
+
+
 def _end(space: WarmNamespace) -> None:
     for p in space.procs:
         end_warm(p)
@@ -398,11 +483,14 @@ LINKS_COLD = "link= gives every task a network namespace of its own; warm proces
 class PoolLauncher(LocalLauncher):
     """A ``LocalLauncher`` that first adopts the warm namespace of a ``TaskPool``.
 
-    ``prepare()`` takes the pool's whole warm namespace (anchor and warm processes) when
-    this cluster can use it, else starts cold as ``LocalLauncher`` does and says why in
-    ``note``. ``start()`` hands out the warm processes first: each learns its task in an
-    ``Adopt`` message and then reports its port as a cold task would. ``started()`` ends
-    the warm processes left over and lets the pool fill a fresh namespace.
+    ``prepare()`` pauses the pool's fill until the cluster serves, then takes the pool's
+    whole namespace (anchor and processes) when this cluster can use it, else starts
+    cold as ``LocalLauncher`` does and says why in ``note``. ``start()`` hands
+    out the warm processes first; the tasks the pool cannot cover start cold next,
+    and then the tasks wait for the processes still importing TensorFlow (each
+    learns its task in an ``Adopt`` message and then reports its port as a cold task
+    would). ``started()`` ends the processes left over and lets the pool fill a
+    fresh namespace.
 
     Example::
 
@@ -417,27 +505,36 @@ class PoolLauncher(LocalLauncher):
         self.pool = pool
         self._warm: list[WarmProcess] = []
         self._changes: dict[str, str | None] = {}  # what adopted tasks must set (None: unset)
+        self._to_start = 0  # tasks of the first start not started yet
+        self._adopted = self._waited = self._lost = 0
+        self._paused = False
 
     def prepare(self, tasks: int, env: dict[str, str], cwd: str, *, gpus: int = 0) -> None:
+        # No spawn from here until started(): what the pool has now is all it will have,
+        # and tasks this cluster starts cold get the cores to themselves.
+        self.pool.pause()
+        self._paused = True
         why = self._why_cold(tasks, env, cwd, gpus)
+        _remember_first(tasks, env, cwd, why)
         space = None if why else self.pool.take(tasks)
         if space is None:
-            self.note = f"started cold: {why or 'the warm pool was empty (it fills in the background)'}"
+            self.note = f"started cold: {why or EMPTY}"
             super().prepare(tasks, env, cwd, gpus=gpus)
             return
         self.use_anchor(space.anchor)
-        self._warm = list(space.procs)
+        self._warm = sorted(space.procs, key=lambda p: p.conn is None)  # warm ones first
+        self._to_start = tasks
         self.note = f"adopted {min(len(self._warm), tasks)} warm process(es) from pool {self.pool.id}"
 
     def _why_cold(self, tasks: int, env: dict[str, str], cwd: str, gpus: int) -> str:
-        self.pool.expect(tasks)
-        warm_env = self.pool.warm_env()
+        self.pool.expect(tasks, import_env(env))
+        warm_env = self.pool.current_env()
         if self.network == "host":
             return "network='host' (the pool is for isolated clusters)"
         if self.links is not None:
             return LINKS_COLD
         if warm_env is None:
-            return "the warm pool was empty (it fills in the background)"
+            return EMPTY
         self._changes = env_changes(warm_env, env, cwd)
         late = sorted(set(self._changes) & IMPORT_TIME_ENV)
         if late:
@@ -449,7 +546,18 @@ class PoolLauncher(LocalLauncher):
     def start(self, config: TaskConfig, env: dict[str, str], cwd: str) -> LocalProcess:
         if not self._warm or config.port is not None or config.mode == "client":
             return super().start(config, env, cwd)
-        warm = self._warm.pop(0)
+        left, self._to_start = self._to_start, self._to_start - 1
+        warm = self._warm[0]
+        if warm.conn is None and left > len(self._warm):
+            return super().start(config, env, cwd)  # a task no pool process covers: start it now
+        self._warm.pop(0)
+        if warm.conn is None:
+            if not self.pool.wait_connected(warm):
+                self._lost += 1
+                end_warm(warm)
+                return super().start(config, env, cwd)
+            self._waited += 1
+        self._adopted += 1
         config = dataclasses.replace(
             config, cwd=cwd, env={**self._changes, state.CLUSTER_ENV: env[state.CLUSTER_ENV]}
         )
@@ -459,9 +567,33 @@ class PoolLauncher(LocalLauncher):
 
     def started(self) -> None:
         for warm in self._warm:  # more warm processes than tasks: they cannot serve elsewhere
+            self.pool.forget(warm)
             end_warm(warm)
         self._warm = []
-        self.pool.fill()
+        if self._adopted or self._lost:
+            self.note = f"adopted {self._adopted} warm process(es) from pool {self.pool.id}"
+            if self._waited:
+                self.note += f" ({self._waited} finished importing TensorFlow while the cluster started)"
+            if self._lost:
+                self.note += f"; {self._lost} did not get warm and started cold"
+        self._adopted = self._waited = self._lost = 0
+        if self._paused:
+            self._paused = False
+            self.pool.resume()
+        else:
+            self.pool.fill()
+
+
+EMPTY = "the warm pool was empty (it fills in the background)"
+
+
+def _remember_first(tasks: int, env: dict[str, str], cwd: str, why: str) -> None:
+    """Tell ``prewarm`` what this kernel's first cluster was, so the next kernel of this
+    notebook warms that (nothing when the pool could not serve it anyway)."""
+    from dtfkit.engine import prewarm
+
+    usable = not why or why == EMPTY or why.endswith("TensorFlow reads it at import")
+    prewarm.first_cluster(tasks, import_env(env) if usable else None, cwd, "" if usable else why)
 
 
 def env_changes(old: dict[str, str], new: dict[str, str], cwd: str) -> dict[str, str | None]:
