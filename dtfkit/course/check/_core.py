@@ -219,7 +219,10 @@ def exercise(number: str, title: str) -> Callable[[Callable[..., CheckResult]], 
 def _reads(code: Any) -> set[str]:
     """Names a code object (and the functions, lambdas and comprehensions inside it) reads."""
     loads = ("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE")
-    names = {i.argval for i in dis.get_instructions(code) if i.opname.startswith(loads)}
+    names: set[str] = set()
+    for i in dis.get_instructions(code):
+        if i.opname.startswith(loads):  # Python 3.13's LOAD_FAST_LOAD_FAST reads two names at once
+            names.update(i.argval if isinstance(i.argval, tuple) else (i.argval,))
     for const in code.co_consts:
         if inspect.iscode(const):
             names |= _reads(const)
