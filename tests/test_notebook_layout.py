@@ -71,11 +71,6 @@ def test_slow_lesson_cells_say_so_before_they_run(path):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the slow exercise checks of chapters 1 and 7 get their notices at merge time (issue 14); "
-    "remove this marker then",
-)
 def test_slow_exercise_cells_say_so_before_they_run():
     missing = []
     for path in chapters():
