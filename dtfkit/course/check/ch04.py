@@ -100,28 +100,46 @@ def _train(
             wait_for_chief_init(tf, ctx.target, config)
         local, step, nan_fed, nan_stop = 0, start_step, None, False
         options = {"stop_grace_period_secs": 1, **(options or {})}
+        # TensorFlow sometimes reports a restarted ps as CANCELLED, which MonitoredSession does not
+        # recover from (only ABORTED and UNAVAILABLE): the crash run then opens a new session, as a
+        # restarted worker would, and the chief restores the newest checkpoint all the same.
+        attempts = 3 if pause_at is not None else 1
         try:
-            with training_session(tf, ctx, hooks=[*hooks, SessionSteps()], config=config, **options) as sess:
-                while not sess.should_stop() and local < 10 * last_step:
-                    idx = rng.integers(0, len(x), 32)
-                    feed = {images: x[idx], labels: y[idx]}
-                    if nan_from is not None and step >= nan_from:
-                        feed[poison] = float("nan")
-                        nan_fed = step if nan_fed is None else nan_fed
-                    step = int(sess.run(step_after, feed))
-                    local += 1
-                    if local == 1 and ctx.num_workers > 1:
-                        # An asynchronous chief can make every step before the other worker's session
-                        # is even up on a busy machine: the barrier makes "both workers trained" hold
-                        # whatever the load. Not strict: a worker whose hooks stopped it early never
-                        # arrives, and the others go on after the timeout.
-                        wait_for_peers(
-                            tf, ctx.target, config, barrier, ctx.num_workers, timeout=60.0, strict=False
-                        )
-                    if pause_at is not None and step >= pause_at:
-                        pause_at = None
-                        dtfkit.report(step=step, paused=step)
-                        _wait_for_file(resume_file, timeout=120.0)
+            for attempt in range(attempts):
+                try:
+                    with training_session(
+                        tf, ctx, hooks=[*hooks, SessionSteps()], config=config, **options
+                    ) as sess:
+                        while not sess.should_stop() and local < 10 * last_step:
+                            idx = rng.integers(0, len(x), 32)
+                            feed = {images: x[idx], labels: y[idx]}
+                            if nan_from is not None and step >= nan_from:
+                                feed[poison] = float("nan")
+                                nan_fed = step if nan_fed is None else nan_fed
+                            step = int(sess.run(step_after, feed))
+                            local += 1
+                            if local == 1 and ctx.num_workers > 1:
+                                # An asynchronous chief can make every step before the other worker's session
+                                # is even up on a busy machine: the barrier makes "both workers trained" hold
+                                # whatever the load. Not strict: a worker whose hooks stopped it early never
+                                # arrives, and the others go on after the timeout.
+                                wait_for_peers(
+                                    tf,
+                                    ctx.target,
+                                    config,
+                                    barrier,
+                                    ctx.num_workers,
+                                    timeout=60.0,
+                                    strict=False,
+                                )
+                            if pause_at is not None and step >= pause_at:
+                                pause_at = None
+                                dtfkit.report(step=step, paused=step)
+                                _wait_for_file(resume_file, timeout=120.0)
+                    break
+                except tf.errors.CancelledError:
+                    if attempt == attempts - 1:
+                        raise
         except tf.compat.v1.train.NanLossDuringTrainingError:
             nan_stop = True
         with tf.compat.v1.Session(ctx.target, config=config) as plain:
