@@ -177,15 +177,10 @@ class Progress:
 
 
 def _in_kernel() -> bool:
-    """True inside a Jupyter kernel (IPython imported and its shell has a kernel)."""
-    ipython = sys.modules.get("IPython")
-    if ipython is None:  # importing IPython only to learn that we are not in a kernel costs seconds
-        return False
-    try:
-        shell = ipython.get_ipython()
-    except Exception:  # noqa: BLE001
-        return False
-    return getattr(shell, "kernel", None) is not None
+    """True inside a Jupyter kernel (the pool's test, which never imports IPython itself)."""
+    from dtfkit.engine.pool import in_kernel
+
+    return in_kernel()
 
 
 def _isatty(stream) -> bool:
