@@ -81,12 +81,14 @@ def test_exported_manifest_is_schema_and_webhook_valid(ps, workers, chief, args)
     spec = job["spec"]
     assert spec["runPolicy"]["cleanPodPolicy"] == "Running"
     assert spec.get("successPolicy") == (None if chief else "AllWorkers")
+    assert ("  # no successPolicy: with a Chief" in text) == bool(chief)
     expected = {"PS": ps, "Worker": workers, **({"Chief": 1} if chief else {})}
     assert {t: s["replicas"] for t, s in spec["tfReplicaSpecs"].items()} == expected
     for rtype, container in replica_containers(job).items():
         replica = spec["tfReplicaSpecs"][rtype]
         assert replica["restartPolicy"] == "ExitCode"
         assert replica["template"]["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+        assert replica["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == "distributed-mnist"
         assert container["name"] == "tensorflow"
         assert container["command"] == [
             "python",

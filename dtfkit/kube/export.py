@@ -215,7 +215,8 @@ def tfjob_documents(
             "replicas": counts[role],
             "restartPolicy": "ExitCode",
             "template": {
-                "metadata": {"annotations": {"sidecar.istio.io/inject": "false"}},
+                # The labels let a NetworkPolicy select this job's pods (docs/kubeflow.md).
+                "metadata": {"labels": dict(labels), "annotations": {"sidecar.istio.io/inject": "false"}},
                 "spec": {
                     "containers": [container],
                     "volumes": [{"name": VOLUME, "configMap": {"name": f"{job}-files"}}],
@@ -327,7 +328,14 @@ def export_tfjob(
     )
     if re.search(r"^\s*(import|from)\s+dtfkit\b", configmap["data"][Path(script).name], re.M):
         header += "# The script imports dtfkit: the image must have it installed (pip install dtfkit).\n"
-    text = header + _dump(docs)
+    body = _dump(docs)
+    if chief:
+        note = (
+            "  # no successPolicy: with a Chief the operator ends the job when the chief succeeds, "
+            "whatever successPolicy says\n"
+        )
+        body = body.replace("\n  tfReplicaSpecs:\n", "\n" + note + "  tfReplicaSpecs:\n", 1)
+    text = header + body
     problems = manifest_problems(text)  # what kubectl will read: the text, not the dicts
     if problems:
         raise ManifestInvalid(problems, "the exported manifest")
