@@ -22,7 +22,7 @@ from conftest import REPO, subprocess_env
 import dtfkit
 from dtfkit.engine.layout import TaskId, cluster_dict, tutorial_flags
 from dtfkit.kube import check_manifest, export_tfjob, manifest_problems, simulate
-from dtfkit.kube.operator import operator_tf_config, tf_config_text
+from dtfkit.kube.controller import operator_tf_config, tf_config_text
 from dtfkit.kube.validate import ManifestInvalid, tfjob_schema
 
 EXAMPLE = REPO / "dtfkit" / "examples" / "distributed_mnist.py"
@@ -112,7 +112,7 @@ def test_gpus_go_to_chief_and_workers_only():
 
 def test_the_vendored_schema_is_the_v1_tfjob_schema_made_strict():
     crd_dir = REPO / "dtfkit" / "kube" / "crd"
-    crd = yaml.safe_load((crd_dir / "kubeflow.org_tfjobs.yaml").read_text())
+    crd = yaml.load((crd_dir / "kubeflow.org_tfjobs.yaml").read_text(), Loader=yaml.CSafeLoader)
     assert crd["spec"]["names"]["kind"] == "TFJob"
     assert [v["name"] for v in crd["spec"]["versions"]] == ["v1"]
     assert "Apache License" in (crd_dir / "LICENSE").read_text()
@@ -435,7 +435,7 @@ def test_simulator_applies_success_and_clean_pod_policies(
 
 def test_simulator_timeout_and_ctrl_c_leave_nothing_running(tmp_path):
     docs = echo_manifest(tmp_path, args=["--on_ps=hang", "--on_worker=hang"])
-    result = simulate(docs, timeout=15, grace=1, env=subprocess_env(), echo=None)
+    result = simulate(docs, timeout=4, grace=1, env=subprocess_env(), echo=None)
     assert result.verdict == "Timeout"
     assert {r.outcome for r in result.replicas.values()} == {"ended by the simulator's timeout"}
     assert_all_gone(result)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dtfkit.errors import DtfkitError
-from dtfkit.kube import operator
+from dtfkit.kube import controller
 from dtfkit.kube.validate import check_manifest
 
 PYTHON_NAMES = ("python", "python3")
@@ -197,9 +197,9 @@ class _Simulation:
             self.echo(line)
 
     def plan(self, root: Path) -> list[tuple[ReplicaRun, dict[str, str], str]]:
-        counts = operator.replica_counts(self.job)
+        counts = controller.replica_counts(self.job)
         services = [
-            (t, i, operator.service_address(self.job, t, i)) for t, n in counts.items() for i in range(n)
+            (t, i, controller.service_address(self.job, t, i)) for t, n in counts.items() for i in range(n)
         ]
         for (_, _, service), port in zip(services, _free_ports(len(services)), strict=True):
             self.mapping[service] = f"127.0.0.1:{port}"
@@ -209,7 +209,7 @@ class _Simulation:
             where = f"replica {name}"
             spec = self.job["spec"]["tfReplicaSpecs"][rtype]
             pod = spec["template"]["spec"]
-            container = operator.tensorflow_container(self.job, rtype)
+            container = controller.tensorflow_container(self.job, rtype)
             mounts = _materialise(pod, container, self.configmaps, root / name, where)
             command = list(container.get("command") or []) + list(container.get("args") or [])
             if not command:
@@ -220,7 +220,7 @@ class _Simulation:
             command = [_rewrite(str(a), mounts) for a in command]
             if Path(command[0]).name in PYTHON_NAMES:
                 command[0] = sys.executable
-            real = operator.operator_tf_config(self.job, rtype, index)
+            real = controller.operator_tf_config(self.job, rtype, index)
             local = _mapped(real, self.mapping) if real else ""
             env = {k: v for k, v in self.base_env.items() if k != "TF_CONFIG"}
             for var in container.get("env") or []:
@@ -284,15 +284,15 @@ class _Simulation:
             except queue.Empty:
                 continue
             run = self.runs[name]
-            run.exit_code = operator.container_exit_code(returncode)
+            run.exit_code = controller.container_exit_code(returncode)
             run.outcome = f"exited {run.exit_code}"
             self.say(f"[simulator] {name} exited {run.exit_code}")
             codes = {(r.replica_type, r.index): r.exit_code for r in self.runs.values()}
-            verdict = operator.job_verdict(self.job, codes)
+            verdict = controller.job_verdict(self.job, codes)
             if verdict is not None:
                 state, reason = verdict
                 policy = self.job["spec"]["tfReplicaSpecs"][run.replica_type].get("restartPolicy", "Never")
-                if state == "Failed" and operator.restarts(policy, run.exit_code):
+                if state == "Failed" and controller.restarts(policy, run.exit_code):
                     reason += f"; the operator would start it again (restartPolicy {policy}): not simulated"
                 return state, reason
 
@@ -301,7 +301,7 @@ class _Simulation:
         for name, proc in self.procs.items():
             run = self.runs[name]
             if run.exit_code is None and proc.poll() is not None:  # exited while the verdict was made
-                run.exit_code = operator.container_exit_code(proc.returncode)
+                run.exit_code = controller.container_exit_code(proc.returncode)
                 run.outcome = f"exited {run.exit_code}"
             if run.exit_code is not None:
                 continue

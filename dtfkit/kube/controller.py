@@ -37,10 +37,10 @@ def replica_counts(tfjob: dict) -> dict[str, int]:
 
 
 def tensorflow_container(tfjob: dict, replica_type: str) -> dict:
-    """The container named ``tensorflow`` of a replica type's pod template."""
-    template = tfjob["spec"]["tfReplicaSpecs"][replica_type].get("template") or {}
+    """The container named ``tensorflow`` of a replica type's pod template ({} if there is none)."""
+    template = (tfjob["spec"]["tfReplicaSpecs"][replica_type] or {}).get("template") or {}
     containers = (template.get("spec") or {}).get("containers") or []
-    return next(c for c in containers if c.get("name") == CONTAINER)
+    return next((c for c in containers if c.get("name") == CONTAINER), {})
 
 
 def replica_port(tfjob: dict, replica_type: str) -> int:
