@@ -37,14 +37,27 @@ def replica_counts(tfjob: dict) -> dict[str, int]:
 
 
 def tensorflow_container(tfjob: dict, replica_type: str) -> dict:
-    """The container named ``tensorflow`` of a replica type's pod template ({} if there is none)."""
+    """The container named ``tensorflow`` of a replica type's pod template ({} if there is none).
+
+    Example::
+
+        >>> tensorflow_container({"spec": {"tfReplicaSpecs": {"PS": {"template": {"spec": {"containers": [
+        ...     {"name": "tensorflow", "image": "x"}]}}}}}}, "PS")["image"]
+        'x'
+    """
     template = (tfjob["spec"]["tfReplicaSpecs"][replica_type] or {}).get("template") or {}
     containers = (template.get("spec") or {}).get("containers") or []
     return next((c for c in containers if c.get("name") == CONTAINER), {})
 
 
 def replica_port(tfjob: dict, replica_type: str) -> int:
-    """The port of a replica type: the ``tfjob-port`` of its tensorflow container, else 2222."""
+    """The port of a replica type: the ``tfjob-port`` of its tensorflow container, else 2222.
+
+    Example::
+
+        >>> replica_port({"spec": {"tfReplicaSpecs": {"PS": {}}}}, "PS")
+        2222
+    """
     for port in tensorflow_container(tfjob, replica_type).get("ports") or []:
         if port.get("name") == PORT_NAME:
             return int(port["containerPort"])
@@ -67,12 +80,25 @@ def service_address(tfjob: dict, replica_type: str, index: int, cluster_domain: 
 
 
 def is_distributed(tfjob: dict) -> bool:
-    """False for a single-replica job: the operator then sets no TF_CONFIG at all."""
+    """False for a single-replica job: the operator then sets no TF_CONFIG at all.
+
+    Example::
+
+        >>> is_distributed({"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}})
+        False
+    """
     return sum(replica_counts(tfjob).values()) != 1
 
 
 def operator_cluster(tfjob: dict, cluster_domain: str = "") -> dict[str, list[str]]:
-    """The ClusterSpec in TF_CONFIG: every replica type but the evaluator, lowercase, sorted by name."""
+    """The ClusterSpec in TF_CONFIG: every replica type but the evaluator, lowercase, sorted by name.
+
+    Example::
+
+        >>> operator_cluster({"metadata": {"name": "j"}, "spec": {"tfReplicaSpecs": {
+        ...     "Worker": {}, "Evaluator": {}, "PS": {}}}})
+        {'ps': ['j-ps-0.default.svc:2222'], 'worker': ['j-worker-0.default.svc:2222']}
+    """
     cluster = {
         rtype.lower(): [service_address(tfjob, rtype, i, cluster_domain) for i in range(n)]
         for rtype, n in replica_counts(tfjob).items()
@@ -82,7 +108,13 @@ def operator_cluster(tfjob: dict, cluster_domain: str = "") -> dict[str, list[st
 
 
 def tf_config_text(cluster: dict[str, list[str]], replica_type: str, index: int) -> str:
-    """TF_CONFIG as Go's json.Marshal writes the operator's TFConfig struct (compact, fields in order)."""
+    """TF_CONFIG as Go's json.Marshal writes the operator's TFConfig struct (compact, fields in order).
+
+    Example::
+
+        >>> tf_config_text({"worker": ["w:1"]}, "Worker", 0)
+        '{"cluster":{"worker":["w:1"]},"task":{"type":"worker","index":0},"environment":"cloud"}'
+    """
     config = {
         "cluster": dict(sorted(cluster.items())),
         "task": {"type": replica_type.lower(), "index": index},
@@ -92,19 +124,34 @@ def tf_config_text(cluster: dict[str, list[str]], replica_type: str, index: int)
 
 
 def operator_tf_config(tfjob: dict, replica_type: str, index: int, cluster_domain: str = "") -> str:
-    """The exact ``TF_CONFIG`` the operator gives replica ``index`` of ``replica_type`` ("" if none)."""
+    """The exact ``TF_CONFIG`` the operator gives replica ``index`` of ``replica_type`` ("" if none).
+
+    Example: see the module's docstring.
+    """
     if not is_distributed(tfjob):
         return ""
     return tf_config_text(operator_cluster(tfjob, cluster_domain), replica_type, index)
 
 
 def container_exit_code(returncode: int) -> int:
-    """A process's return code as a container reports it: killed by signal N is 128 + N."""
+    """A process's return code as a container reports it: killed by signal N is 128 + N.
+
+    Example::
+
+        >>> container_exit_code(-9)
+        137
+    """
     return 128 - returncode if returncode < 0 else returncode
 
 
 def restarts(restart_policy: str, exit_code: int) -> bool:
-    """Whether the operator (or the kubelet) would start a replica that exited with ``exit_code`` again."""
+    """Whether the operator (or the kubelet) would start a replica that exited with ``exit_code`` again.
+
+    Example::
+
+        >>> restarts("ExitCode", 137), restarts("ExitCode", 1), restarts("OnFailure", 1)
+        (True, False, True)
+    """
     if exit_code == 0:
         return restart_policy == "Always"
     return restart_policy in ("Always", "OnFailure") or (restart_policy == "ExitCode" and exit_code >= 128)

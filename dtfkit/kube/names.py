@@ -69,7 +69,13 @@ def to_dns1035(text: str, max_length: int = LABEL_MAX) -> str:
 
 
 def dns1123_subdomain_problems(name: str) -> list[str]:
-    """Why ``name`` is not a DNS-1123 subdomain (the rule for ConfigMap names); empty if it is one."""
+    """Why ``name`` is not a DNS-1123 subdomain (the rule for ConfigMap names); empty if it is one.
+
+    Example::
+
+        >>> dns1123_subdomain_problems("job.files")
+        []
+    """
     if not name:
         return ["is empty"]
     problems = []
@@ -83,7 +89,13 @@ def dns1123_subdomain_problems(name: str) -> list[str]:
 
 
 def dns1123_label_problems(name: str) -> list[str]:
-    """Why ``name`` is not a DNS-1123 label (the rule for namespace names); empty if it is one."""
+    """Why ``name`` is not a DNS-1123 label (the rule for namespace names); empty if it is one.
+
+    Example::
+
+        >>> dns1123_label_problems("1st-team")
+        []
+    """
     if not name:
         return ["is empty"]
     if len(name) > LABEL_MAX:
@@ -94,7 +106,13 @@ def dns1123_label_problems(name: str) -> list[str]:
 
 
 def configmap_key_problems(key: str) -> list[str]:
-    """Why ``key`` cannot name a file in a ConfigMap's ``data``; empty if it can."""
+    """Why ``key`` cannot name a file in a ConfigMap's ``data``; empty if it can.
+
+    Example::
+
+        >>> configmap_key_problems("..x")
+        ["must not be '.' or '..' or start with '..'"]
+    """
     problems = []
     if not key or not _CONFIGMAP_KEY.match(key):
         problems.append("must be letters, digits, '-', '_' and '.' only")

@@ -300,7 +300,13 @@ def configmap_problems(cm: dict) -> list[str]:
 
 
 def load_documents(manifest: str | list[dict]) -> list[dict]:
-    """The documents of a manifest: YAML text (``---``-separated) or a list of dicts, empty documents dropped."""
+    """The documents of a manifest: YAML text (``---``-separated) or a list of dicts, empty documents dropped.
+
+    Example::
+
+        >>> load_documents([{"a": 1}, None, {"b": 2}])
+        [{'a': 1}, {'b': 2}]
+    """
     if isinstance(manifest, str):
         yaml = _need("yaml")
         try:
