@@ -71,6 +71,30 @@ def _student_copies(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _export(ns: argparse.Namespace) -> int:
+    from dtfkit.kube.export import export_tfjob
+
+    extra = list(ns.script_args)
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    text = export_tfjob(
+        ns.script,
+        image=ns.image,
+        ps=ns.ps,
+        workers=ns.workers,
+        chief=ns.chief,
+        evaluator=ns.evaluator,
+        args=extra,
+        name=ns.name,
+        namespace=ns.namespace,
+        cpu=ns.cpu,
+        memory=ns.memory,
+        gpus_per_worker=ns.gpus_per_worker,
+    )
+    sys.stdout.write(text)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dtfkit", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -95,6 +119,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("script", help="the script each task runs")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments after -- go to the script")
     p.set_defaults(func=_launch)
+
+    e = sub.add_parser("export", help="write a manifest that runs a script on a cluster (Kubeflow TFJob)")
+    esub = e.add_subparsers(dest="target", required=True)
+    t = esub.add_parser(
+        "tfjob",
+        help="print a ConfigMap + Kubeflow TFJob (kubeflow.org/v1) manifest for kubectl apply -f -",
+        description="Print a ConfigMap + Kubeflow TFJob manifest that runs SCRIPT, unmodified, with the "
+        "--ps_hosts/--worker_hosts/--job_name/--task_index flags of Ye Hu's tutorial, on every replica "
+        "(see docs/kubeflow.md). Try it offline: ... | python -m dtfkit.kube.simulate -",
+    )
+    t.add_argument("--ps", type=int, default=1, help="number of ps replicas (default 1)")
+    t.add_argument("--workers", type=int, default=2, help="number of worker replicas (default 2)")
+    t.add_argument("--chief", type=int, default=0, help="1 to add a Chief replica")
+    t.add_argument("--evaluator", type=int, default=0, help="1 to add an Evaluator replica")
+    t.add_argument(
+        "--image", default=None, help="container image with Python, TensorFlow and what the script imports"
+    )
+    t.add_argument("--name", default=None, help="the TFJob's name (default: from the script's file name)")
+    t.add_argument("--namespace", default="default", help="Kubernetes namespace (default: default)")
+    t.add_argument("--cpu", default="1", help="CPU request of every replica (default 1)")
+    t.add_argument("--memory", default="2Gi", help="memory request of every replica (default 2Gi)")
+    t.add_argument("--gpus-per-worker", type=int, default=0, help="nvidia.com/gpu limit of chief and workers")
+    t.add_argument("script", help="the script every replica runs")
+    t.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments after -- go to the script")
+    t.set_defaults(func=_export)
 
     d = sub.add_parser("demo", help="start 2 ps + 2 workers and train a digit classifier")
     d.add_argument("--steps", type=int, default=300)

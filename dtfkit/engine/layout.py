@@ -156,6 +156,12 @@ def tf_config(cluster: dict[str, list[str]], task: TaskId) -> str:
 
 
 def tutorial_flags(cluster: dict[str, list[str]], task: TaskId) -> list[str]:
-    """The command-line flags of the scripts in Ye Hu's tutorial (``--ps_hosts`` ...)."""
-    flags = [f"--{job}_hosts={','.join(hosts)}" for job, hosts in cluster.items()]
-    return flags + [f"--job_name={task.job}", f"--task_index={task.index}"]
+    """The command-line flags of the scripts in Ye Hu's tutorial (``--ps_hosts`` ...).
+
+    The rule lives in ``dtfkit.kube.tfjob_entry`` (standard library only), which a
+    Kubeflow TFJob runs in its containers: a script gets the same flags from
+    ``dtfkit launch`` and from a TFJob exported by ``dtfkit export tfjob``.
+    """
+    from dtfkit.kube.tfjob_entry import tutorial_flags as flags_for
+
+    return flags_for(cluster, task.job, task.index)

@@ -1,0 +1,192 @@
+"""What the Kubeflow training operator (kubeflow/trainer v1.9.4) decides for a TFJob, as plain functions.
+
+Ported from ``pkg/controller.v1/tensorflow/tensorflow.go`` (``genTFConfigJSONStr``, ``genClusterSpec``,
+``isDistributed``) and the job status rules of ``tfjob_controller.go`` (``UpdateJobStatus``) in that repository.
+The simulator (``dtfkit.kube.simulate``) uses them; they need no cluster.
+
+Example::
+
+    >>> job = {"metadata": {"name": "mnist", "namespace": "ml"}, "spec": {"tfReplicaSpecs": {
+    ...     "PS": {"replicas": 1}, "Worker": {"replicas": 2}}}}
+    >>> operator_tf_config(job, "Worker", 1)
+    '{"cluster":{"ps":["mnist-ps-0.ml.svc:2222"],"worker":["mnist-worker-0.ml.svc:2222","mnist-worker-1.ml.svc:2222"]},"task":{"type":"worker","index":1},"environment":"cloud"}'
+"""
+
+from __future__ import annotations
+
+import json
+
+DEFAULT_PORT = 2222
+PORT_NAME = "tfjob-port"
+CONTAINER = "tensorflow"
+# The order in which the operator's replica types are listed here (the operator itself has no order).
+TYPE_ORDER = ("Chief", "Master", "PS", "Worker", "Evaluator")
+
+
+def replica_counts(tfjob: dict) -> dict[str, int]:
+    """``{"PS": 1, "Worker": 2}``: each replica type and its number of replicas (1 when not given).
+
+    Example::
+
+        >>> replica_counts({"spec": {"tfReplicaSpecs": {"Worker": {}, "PS": {"replicas": 2}}}})
+        {'PS': 2, 'Worker': 1}
+    """
+    specs = tfjob["spec"]["tfReplicaSpecs"]
+    known = [t for t in TYPE_ORDER if t in specs] + sorted(t for t in specs if t not in TYPE_ORDER)
+    return {t: int((specs[t] or {}).get("replicas", 1)) for t in known}
+
+
+def tensorflow_container(tfjob: dict, replica_type: str) -> dict:
+    """The container named ``tensorflow`` of a replica type's pod template ({} if there is none).
+
+    Example::
+
+        >>> tensorflow_container({"spec": {"tfReplicaSpecs": {"PS": {"template": {"spec": {"containers": [
+        ...     {"name": "tensorflow", "image": "x"}]}}}}}}, "PS")["image"]
+        'x'
+    """
+    template = (tfjob["spec"]["tfReplicaSpecs"][replica_type] or {}).get("template") or {}
+    containers = (template.get("spec") or {}).get("containers") or []
+    return next((c for c in containers if c.get("name") == CONTAINER), {})
+
+
+def replica_port(tfjob: dict, replica_type: str) -> int:
+    """The port of a replica type: the ``tfjob-port`` of its tensorflow container, else 2222.
+
+    Example::
+
+        >>> replica_port({"spec": {"tfReplicaSpecs": {"PS": {}}}}, "PS")
+        2222
+    """
+    for port in tensorflow_container(tfjob, replica_type).get("ports") or []:
+        if port.get("name") == PORT_NAME:
+            return int(port["containerPort"])
+    return DEFAULT_PORT
+
+
+def service_address(tfjob: dict, replica_type: str, index: int, cluster_domain: str = "") -> str:
+    """``<job>-<type>-<index>.<namespace>.svc[.<domain>]:<port>``, the address the operator gives a replica.
+
+    Example::
+
+        >>> service_address({"metadata": {"name": "a"}, "spec": {"tfReplicaSpecs": {"PS": {}}}}, "PS", 0)
+        'a-ps-0.default.svc:2222'
+    """
+    meta = tfjob["metadata"]
+    host = f"{meta['name']}-{replica_type.lower()}-{index}.{meta.get('namespace') or 'default'}.svc"
+    if cluster_domain:
+        host += f".{cluster_domain}"
+    return f"{host}:{replica_port(tfjob, replica_type)}"
+
+
+def is_distributed(tfjob: dict) -> bool:
+    """False for a single-replica job: the operator then sets no TF_CONFIG at all.
+
+    Example::
+
+        >>> is_distributed({"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}})
+        False
+    """
+    return sum(replica_counts(tfjob).values()) != 1
+
+
+def operator_cluster(tfjob: dict, cluster_domain: str = "") -> dict[str, list[str]]:
+    """The ClusterSpec in TF_CONFIG: every replica type but the evaluator, lowercase, sorted by name.
+
+    Example::
+
+        >>> operator_cluster({"metadata": {"name": "j"}, "spec": {"tfReplicaSpecs": {
+        ...     "Worker": {}, "Evaluator": {}, "PS": {}}}})
+        {'ps': ['j-ps-0.default.svc:2222'], 'worker': ['j-worker-0.default.svc:2222']}
+    """
+    cluster = {
+        rtype.lower(): [service_address(tfjob, rtype, i, cluster_domain) for i in range(n)]
+        for rtype, n in replica_counts(tfjob).items()
+        if rtype != "Evaluator"
+    }
+    return dict(sorted(cluster.items()))  # Go's json.Marshal writes a map's keys sorted
+
+
+def tf_config_text(cluster: dict[str, list[str]], replica_type: str, index: int) -> str:
+    """TF_CONFIG as Go's json.Marshal writes the operator's TFConfig struct (compact, fields in order).
+
+    Example::
+
+        >>> tf_config_text({"worker": ["w:1"]}, "Worker", 0)
+        '{"cluster":{"worker":["w:1"]},"task":{"type":"worker","index":0},"environment":"cloud"}'
+    """
+    config = {
+        "cluster": dict(sorted(cluster.items())),
+        "task": {"type": replica_type.lower(), "index": index},
+        "environment": "cloud",
+    }
+    return json.dumps(config, separators=(",", ":"))
+
+
+def operator_tf_config(tfjob: dict, replica_type: str, index: int, cluster_domain: str = "") -> str:
+    """The exact ``TF_CONFIG`` the operator gives replica ``index`` of ``replica_type`` ("" if none).
+
+    Example: see the module's docstring.
+    """
+    if not is_distributed(tfjob):
+        return ""
+    return tf_config_text(operator_cluster(tfjob, cluster_domain), replica_type, index)
+
+
+def container_exit_code(returncode: int) -> int:
+    """A process's return code as a container reports it: killed by signal N is 128 + N.
+
+    Example::
+
+        >>> container_exit_code(-9)
+        137
+    """
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def restarts(restart_policy: str, exit_code: int) -> bool:
+    """Whether the operator (or the kubelet) would start a replica that exited with ``exit_code`` again.
+
+    Example::
+
+        >>> restarts("ExitCode", 137), restarts("ExitCode", 1), restarts("OnFailure", 1)
+        (True, False, True)
+    """
+    if exit_code == 0:
+        return restart_policy == "Always"
+    return restart_policy in ("Always", "OnFailure") or (restart_policy == "ExitCode" and exit_code >= 128)
+
+
+def job_verdict(tfjob: dict, exit_codes: dict[tuple[str, int], int | None]) -> tuple[str, str] | None:
+    """``("Succeeded" | "Failed", reason)`` once the operator would decide, else None.
+
+    ``exit_codes`` maps ``(replica_type, index)`` to a container exit code, or None while it runs.
+    With a Chief (or Master) the job succeeds when it does, and successPolicy plays no part; without,
+    when worker 0 succeeds (successPolicy "") or every worker has (``AllWorkers``). A replica that
+    fails fails the job (restarts are not modelled).
+
+    Example::
+
+        >>> job = {"spec": {"successPolicy": "AllWorkers", "tfReplicaSpecs": {"PS": {}, "Worker": {"replicas": 2}}}}
+        >>> job_verdict(job, {("PS", 0): None, ("Worker", 0): 0, ("Worker", 1): None}) is None
+        True
+        >>> job_verdict(job, {("PS", 0): None, ("Worker", 0): 0, ("Worker", 1): 0})[0]
+        'Succeeded'
+    """
+    failed = [(t, i, c) for (t, i), c in exit_codes.items() if c not in (None, 0)]
+    if failed:
+        t, i, c = failed[0]
+        return "Failed", f"{t.lower()}-{i} exited {c}"
+    spec = tfjob["spec"]
+    leaders = [t for t in replica_counts(tfjob) if t in ("Chief", "Master")]
+    if leaders:
+        mine = [c for (t, _), c in exit_codes.items() if t in leaders]
+        if mine and all(c == 0 for c in mine):
+            return "Succeeded", f"the {leaders[0].lower()} succeeded"
+        return None
+    workers = {i: c for (t, i), c in exit_codes.items() if t == "Worker"}
+    if workers and all(c == 0 for c in workers.values()):
+        return "Succeeded", "every worker succeeded"
+    if spec.get("successPolicy", "") != "AllWorkers" and workers.get(0) == 0:
+        return "Succeeded", 'worker 0 succeeded (successPolicy "": the others are not waited for)'
+    return None

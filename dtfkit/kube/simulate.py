@@ -1,0 +1,416 @@
+"""A simulated Kubeflow operator: run a TFJob manifest's replicas as local processes.
+
+For each replica (``ps-0``, ``worker-1`` ...) it does what the operator and the kubelet would:
+the manifest is checked first (``dtfkit.kube.validate``); the ``tensorflow`` container's command
+runs with the container's env and the exact ``TF_CONFIG`` the operator writes, except that each
+service address ``<job>-<type>-<i>.<ns>.svc:2222`` is replaced by ``127.0.0.1:<a free port>``
+(printed at the start); the ConfigMaps the pod mounts are written to a temporary folder that stands
+in for the mount path (which is rewritten in the command); ``python`` in the command is this
+interpreter. Each replica is its own process in its own session, its output prefixed with its name.
+The job's verdict follows the operator's rules (``successPolicy``), and when the job ends,
+``cleanPodPolicy`` is applied: with ``Running`` the pods still running (the ps) are deleted, here
+killed. Nothing is left running on any way out, Ctrl-C included.
+
+Command line::
+
+    python -m dtfkit export tfjob --ps 1 --workers 2 --image IMG SCRIPT -- ARGS | python -m dtfkit.kube.simulate -
+
+Example::
+
+    >>> from dtfkit.kube import export_tfjob, simulate
+    >>> text = export_tfjob("dtfkit/examples/distributed_mnist.py", image="x", args=["--train_steps=60"])
+    >>> result = simulate(text, timeout=300)  # doctest: +SKIP
+    >>> result.verdict, result.replicas["ps-0"].outcome  # doctest: +SKIP
+    ('Succeeded', 'deleted by cleanPodPolicy Running')
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dtfkit.errors import DtfkitError
+from dtfkit.kube import controller
+from dtfkit.kube.validate import check_manifest
+
+PYTHON_NAMES = ("python", "python3")
+
+
+@dataclass
+class ReplicaRun:
+    """One replica as the simulator ran it.
+
+    ``outcome`` is ``"exited 0"``, ``"deleted by cleanPodPolicy Running"``, ``"left running by
+    cleanPodPolicy None (ended by the simulator)"`` or ``"ended by the simulator's timeout"``.
+    """
+
+    name: str
+    replica_type: str
+    index: int
+    service: str
+    address: str
+    operator_tf_config: str
+    tf_config: str
+    command: list[str]
+    exit_code: int | None = None
+    outcome: str = "not started"
+    output: list[str] = field(default_factory=list)
+    pid: int | None = None
+
+
+@dataclass
+class SimulationResult:
+    """What the simulated operator did: the job's verdict and every replica's run.
+
+    Example::
+
+        >>> result.ok, result.replicas["worker-0"].exit_code  # doctest: +SKIP
+        (True, 0)
+    """
+
+    job: str
+    namespace: str
+    verdict: str  # "Succeeded", "Failed" or "Timeout"
+    reason: str
+    clean_pod_policy: str
+    replicas: dict[str, ReplicaRun]
+    mapping: dict[str, str]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "Succeeded"
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{r.name} {r.outcome}" for r in self.replicas.values())
+        return f"TFJob {self.namespace}/{self.job} {self.verdict} ({self.reason}) in {self.seconds:.1f} s: {parts}"
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _mapped(text: str, mapping: dict[str, str]) -> str:
+    config = json.loads(text)
+    config["cluster"] = {job: [mapping[a] for a in hosts] for job, hosts in config["cluster"].items()}
+    return json.dumps(config, separators=(",", ":"))
+
+
+def _materialise(
+    pod: dict, container: dict, configmaps: dict[str, dict], root: Path, where: str
+) -> dict[str, str]:
+    """Write the pod's volumes under ``root``; return ``{mountPath: local folder}`` for the container."""
+    volumes = {v.get("name"): v for v in pod.get("volumes") or []}
+    mounts = {}
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes.get(mount.get("name"))
+        if volume is None:
+            raise DtfkitError(
+                f"{where}: volumeMount {mount.get('name')!r} names no volume of the pod; add it"
+            )
+        folder = root / "volumes" / mount["name"]
+        if "configMap" in volume:
+            cm_name = volume["configMap"].get("name")
+            if cm_name not in configmaps:
+                raise DtfkitError(
+                    f"{where}: the pod mounts ConfigMap {cm_name!r}, which is not in the manifest: "
+                    "the simulator only has the manifest's own ConfigMaps; add it to the manifest"
+                )
+            data = configmaps[cm_name].get("data") or {}
+            items = volume["configMap"].get("items") or [{"key": k, "path": k} for k in data]
+            for item in items:
+                target = folder / item["path"]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(data[item["key"]], encoding="utf-8")
+        elif "emptyDir" in volume:
+            folder.mkdir(parents=True, exist_ok=True)
+        else:
+            kind = next((k for k in volume if k != "name"), "?")
+            raise DtfkitError(f"{where}: cannot simulate a {kind} volume; only configMap and emptyDir ones")
+        mounts[mount["mountPath"].rstrip("/") or "/"] = str(folder)
+    return mounts
+
+
+def _rewrite(text: str, mounts: dict[str, str]) -> str:
+    for mount_path, local in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
+        text = re.sub(re.escape(mount_path) + r"(?=/|$|\s)", lambda _m, v=local: v, text)
+    return text
+
+
+def _kill_group(proc: subprocess.Popen, grace: float) -> None:
+    """End a replica's whole process group: SIGTERM, up to ``grace`` s, then SIGKILL (like pod deletion)."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    try:  # anything the replica started in its group, even after the replica itself exited
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _Simulation:
+    def __init__(self, docs: list[dict], env: dict[str, str] | None, echo: Callable[[str], None] | None):
+        jobs = [d for d in docs if d.get("kind") == "TFJob"]
+        if len(jobs) != 1:
+            raise DtfkitError(f"the manifest holds {len(jobs)} TFJobs; the simulator runs exactly one")
+        self.job = jobs[0]
+        self.configmaps = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "ConfigMap"}
+        self.base_env = dict(os.environ if env is None else env)
+        self.echo = echo
+        self.events: queue.Queue = queue.Queue()
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.readers: list[threading.Thread] = []
+        self.runs: dict[str, ReplicaRun] = {}
+        self.mapping: dict[str, str] = {}
+
+    def say(self, line: str) -> None:
+        if self.echo is not None:
+            self.echo(line)
+
+    def plan(self, root: Path) -> list[tuple[ReplicaRun, dict[str, str], str]]:
+        counts = controller.replica_counts(self.job)
+        services = [
+            (t, i, controller.service_address(self.job, t, i)) for t, n in counts.items() for i in range(n)
+        ]
+        for (_, _, service), port in zip(services, _free_ports(len(services)), strict=True):
+            self.mapping[service] = f"127.0.0.1:{port}"
+        plans = []
+        for rtype, index, service in services:
+            name = f"{rtype.lower()}-{index}"
+            where = f"replica {name}"
+            spec = self.job["spec"]["tfReplicaSpecs"][rtype]
+            pod = spec["template"]["spec"]
+            container = controller.tensorflow_container(self.job, rtype)
+            mounts = _materialise(pod, container, self.configmaps, root / name, where)
+            command = list(container.get("command") or []) + list(container.get("args") or [])
+            if not command:
+                raise DtfkitError(
+                    f"{where}: the tensorflow container has no command or args; the simulator cannot run "
+                    "an image's own entrypoint: give the container a command"
+                )
+            command = [_rewrite(str(a), mounts) for a in command]
+            if Path(command[0]).name in PYTHON_NAMES:
+                command[0] = sys.executable
+            real = controller.operator_tf_config(self.job, rtype, index)
+            local = _mapped(real, self.mapping) if real else ""
+            env = {k: v for k, v in self.base_env.items() if k != "TF_CONFIG"}
+            for var in container.get("env") or []:
+                if "value" in var:
+                    env[var["name"]] = _rewrite(str(var["value"]), mounts)
+                else:
+                    self.say(
+                        f"[simulator] {name}: env {var['name']} comes from valueFrom, which is not simulated"
+                    )
+            if local:
+                env["TF_CONFIG"] = local
+            env["HOSTNAME"] = f"{self.job['metadata']['name']}-{name}"
+            cwd = root / name / "workdir"
+            cwd.mkdir(parents=True, exist_ok=True)
+            workdir = _rewrite(container["workingDir"], mounts) if container.get("workingDir") else str(cwd)
+            run = ReplicaRun(name, rtype, index, service, self.mapping[service], real, local, command)
+            plans.append((run, env, workdir))
+        return plans
+
+    def _read(self, name: str, proc: subprocess.Popen) -> None:
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self.runs[name].output.append(line)
+            self.say(f"[{name}] {line}")
+
+    def _wait(self, name: str, proc: subprocess.Popen) -> None:
+        self.events.put((name, proc.wait()))
+
+    def start(self, plans) -> None:
+        for run, env, workdir in plans:
+            self.runs[run.name] = run
+            try:
+                proc = subprocess.Popen(
+                    run.command,
+                    env=env,
+                    cwd=workdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # its own process group: deleting the "pod" ends all of it
+                )
+            except OSError as exc:
+                raise DtfkitError(
+                    f"replica {run.name}: cannot start {run.command[0]!r} ({exc}); the simulator runs the "
+                    "container command on this machine, so that program must exist here"
+                ) from None
+            self.procs[run.name] = proc
+            run.pid, run.outcome = proc.pid, "running"
+            for target in (self._read, self._wait):
+                thread = threading.Thread(target=target, args=(run.name, proc), daemon=True)
+                thread.start()
+                self.readers.append(thread)
+
+    def watch(self, deadline: float) -> tuple[str, str]:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "Timeout", "the simulator's timeout passed before the operator would decide"
+            try:
+                name, returncode = self.events.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            run = self.runs[name]
+            run.exit_code = controller.container_exit_code(returncode)
+            run.outcome = f"exited {run.exit_code}"
+            self.say(f"[simulator] {name} exited {run.exit_code}")
+            codes = {(r.replica_type, r.index): r.exit_code for r in self.runs.values()}
+            verdict = controller.job_verdict(self.job, codes)
+            if verdict is not None:
+                state, reason = verdict
+                policy = self.job["spec"]["tfReplicaSpecs"][run.replica_type].get("restartPolicy", "Never")
+                if state == "Failed" and controller.restarts(policy, run.exit_code):
+                    reason += f"; the operator would start it again (restartPolicy {policy}): not simulated"
+                return state, reason
+
+    def clean(self, verdict: str, grace: float) -> str:
+        policy = self.job["spec"].get("runPolicy", {}).get("cleanPodPolicy") or "None"
+        for name, proc in self.procs.items():
+            run = self.runs[name]
+            if run.exit_code is None and proc.poll() is not None:  # exited while the verdict was made
+                run.exit_code = controller.container_exit_code(proc.returncode)
+                run.outcome = f"exited {run.exit_code}"
+            if run.exit_code is not None:
+                continue
+            if verdict == "Timeout":
+                run.outcome = "ended by the simulator's timeout"
+            elif policy in ("Running", "All"):
+                run.outcome = f"deleted by cleanPodPolicy {policy}"
+            else:
+                run.outcome = f"left running by cleanPodPolicy {policy} (ended by the simulator)"
+            self.say(f"[simulator] {name}: {run.outcome}")
+            _kill_group(proc, grace)
+        return policy
+
+    def end_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                _kill_group(proc, 0.0)
+            else:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for thread in self.readers:
+            thread.join(timeout=10)
+
+
+def simulate(
+    manifest: str | list[dict],
+    *,
+    timeout: float = 600.0,
+    grace: float = 5.0,
+    env: dict[str, str] | None = None,
+    echo: bool | Callable[[str], None] = True,
+) -> SimulationResult:
+    """Check ``manifest`` (YAML text or parsed documents), then run its TFJob locally as the operator would.
+
+    ``timeout`` bounds the whole run (``runPolicy.activeDeadlineSeconds`` too, when shorter);
+    ``grace`` is the seconds between SIGTERM and SIGKILL when a pod is deleted (Kubernetes gives 30);
+    ``env`` is the environment the containers start from (default: this process's);
+    ``echo`` prints each replica's lines prefixed with its name (a callable receives them instead).
+
+    Example::
+
+        >>> result = simulate(open("job.yaml").read(), timeout=300)  # doctest: +SKIP
+        >>> print(result.summary())  # doctest: +SKIP
+        TFJob default/distributed-mnist Succeeded (every worker succeeded) in 21.0 s: ps-0 deleted by ...
+    """
+    docs = check_manifest(manifest)
+    printer = (lambda line: print(line, flush=True)) if echo is True else (echo or None)
+    sim = _Simulation(docs, env, printer)
+    deadline_s = sim.job["spec"].get("runPolicy", {}).get("activeDeadlineSeconds")
+    limit = min(timeout, deadline_s) if deadline_s else timeout
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="dtfkit-tfjob-") as tmp:
+        try:
+            plans = sim.plan(Path(tmp))
+            sim.say(
+                f"[simulator] TFJob {sim.job['metadata'].get('namespace', 'default')}/{sim.job['metadata']['name']}:"
+            )
+            for service, local in sim.mapping.items():
+                sim.say(f"[simulator]   {service} -> {local}")
+            sim.say(f"[simulator] 'python' in the container command runs as {sys.executable}")
+            sim.start(plans)
+            verdict, reason = sim.watch(started + limit)
+            if verdict == "Timeout" and deadline_s and deadline_s <= timeout:
+                verdict, reason = "Failed", f"runPolicy.activeDeadlineSeconds ({deadline_s} s) passed"
+            sim.say(f"[simulator] job {verdict}: {reason}")
+            policy = sim.clean(verdict, grace)
+        finally:
+            sim.end_all()
+    meta = sim.job["metadata"]
+    return SimulationResult(
+        job=meta["name"],
+        namespace=meta.get("namespace", "default"),
+        verdict=verdict,
+        reason=reason,
+        clean_pod_policy=policy,
+        replicas=sim.runs,
+        mapping=dict(sim.mapping),
+        seconds=time.monotonic() - started,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dtfkit.kube.simulate FILE|- [--timeout S]``: 0 if the job succeeded, 1 if not, 2 on bad input."""
+    parser = argparse.ArgumentParser(
+        prog="python -m dtfkit.kube.simulate", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("manifest", help="a TFJob manifest (YAML), or - to read it from standard input")
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds before every replica is stopped"
+    )
+    parser.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
+    ns = parser.parse_args(argv)
+    try:
+        text = sys.stdin.read() if ns.manifest == "-" else Path(ns.manifest).read_text(encoding="utf-8")
+        result = simulate(text, timeout=ns.timeout, grace=ns.grace)
+    except DtfkitError as exc:
+        print(f"dtfkit.kube.simulate: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"dtfkit.kube.simulate: error: cannot read {ns.manifest}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dtfkit.kube.simulate: interrupted; every replica was stopped", file=sys.stderr)
+        return 130
+    print(f"[simulator] {result.summary()}", flush=True)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,384 @@
+"""Check a TFJob manifest offline, as the Kubernetes API server and the Kubeflow operator would.
+
+Three layers, each problem reported with its path (``spec.tfReplicaSpecs.Worker.template.spec.containers[0].image:
+required``):
+
+1. the OpenAPI v3 schema of the ``TFJob`` CRD of kubeflow/trainer v1.9.4
+   (``manifests/base/crds/kubeflow.org_tfjobs.yaml``, vendored in ``dtfkit/kube/crd/``), made strict: a field the
+   schema does not name is an error (the API server would silently drop it, so a typo such as ``cleanpodPolicy``
+   would take no effect);
+2. the operator's admission webhook (``pkg/webhooks/tensorflow/tfjob_webhook.go`` at the same tag): the name is a
+   DNS-1035 label, every replica has containers, each with an image, one of them named ``tensorflow``, and at most
+   one Chief/Master replica type; ``runPolicy.managedBy`` is one of the two known controllers;
+3. what the operator's Go types accept (replica types, restart, clean-pod and success policies), and that the
+   per-replica service names the operator creates (``<job>-<type>-<index>``) are DNS-1035 labels too.
+
+ConfigMaps in the same manifest are checked as the API server checks them.
+
+Example::
+
+    >>> problems = tfjob_problems({"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+    ...                            "metadata": {"name": "Bad_Name"}, "spec": {"tfReplicaSpecs": {}}})
+    >>> print(problems[-2])
+    metadata.name: 'Bad_Name' is not a DNS-1035 label: contains uppercase letters, contains '_' (only lowercase letters, digits and '-' are allowed)
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+from typing import Any
+
+from dtfkit.errors import DtfkitError
+from dtfkit.kube.names import (
+    configmap_key_problems,
+    dns1035_problems,
+    dns1123_label_problems,
+    dns1123_subdomain_problems,
+)
+
+CRD_PATH = Path(__file__).with_name("crd") / "kubeflow.org_tfjobs.yaml"
+CRD_SOURCE = "kubeflow/trainer v1.9.4, manifests/base/crds/kubeflow.org_tfjobs.yaml"
+REPLICA_TYPES = ("Chief", "Master", "PS", "Worker", "Evaluator")
+RESTART_POLICIES = ("Always", "OnFailure", "Never", "ExitCode")
+CLEAN_POD_POLICIES = ("None", "Running", "All")
+SUCCESS_POLICIES = ("", "AllWorkers")
+MANAGED_BY = ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue")
+CONFIGMAP_MAX_BYTES = 1024 * 1024
+CONFIGMAP_FIELDS = ("apiVersion", "kind", "metadata", "data", "binaryData", "immutable")
+
+
+class ManifestInvalid(DtfkitError):
+    """A manifest the API server or the operator would refuse; ``problems`` lists each one with its path."""
+
+    def __init__(self, problems: list[str], what: str = "the manifest"):
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(
+            f"{what} is not valid ({len(self.problems)} problem(s)); kubectl apply would refuse it "
+            f"or the operator would not run it:\n{lines}"
+        )
+
+
+def _need(module: str):
+    try:
+        return __import__(module)
+    except ImportError:
+        raise DtfkitError(
+            f"checking a TFJob needs the {module} package, which is not installed: pip install pyyaml jsonschema"
+        ) from None
+
+
+@functools.lru_cache(maxsize=1)
+def tfjob_schema() -> dict[str, Any]:
+    """The strict JSON schema of a ``TFJob`` (kubeflow.org/v1), from the vendored CRD.
+
+    Every object schema that lists ``properties`` and allows nothing else on its own gets
+    ``additionalProperties: false``, so unknown fields are errors.
+
+    Example::
+
+        >>> tfjob_schema()["additionalProperties"]
+        False
+    """
+    yaml = _need("yaml")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    crd = yaml.load(CRD_PATH.read_text(encoding="utf-8"), Loader=loader)
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
+    _close(schema)
+    return schema
+
+
+def _close(node: Any) -> None:
+    if isinstance(node, dict):
+        if (
+            "properties" in node
+            and "additionalProperties" not in node
+            and not node.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            node["additionalProperties"] = False
+        for value in node.values():
+            _close(value)
+    elif isinstance(node, list):
+        for value in node:
+            _close(value)
+
+
+def path_text(parts: Any) -> str:
+    """``['spec', 'containers', 0, 'image']`` -> ``'spec.containers[0].image'``.
+
+    Example::
+
+        >>> path_text(["spec", "tfReplicaSpecs", "Worker", "template", "spec", "containers", 0, "image"])
+        'spec.tfReplicaSpecs.Worker.template.spec.containers[0].image'
+    """
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(the document)"
+
+
+def _join(base: str, key: str) -> str:
+    return key if base == "(the document)" else f"{base}.{key}"
+
+
+def _schema_problems(job: dict) -> list[str]:
+    jsonschema = _need("jsonschema")
+    validator = jsonschema.Draft7Validator(tfjob_schema())
+    problems = []
+    for error in sorted(validator.iter_errors(job), key=lambda e: [str(p) for p in e.absolute_path]):
+        where = path_text(error.absolute_path)
+        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+            known = set(error.schema.get("properties", {}))
+            for key in sorted(k for k in error.instance if k not in known):
+                problems.append(f"{_join(where, key)}: unknown field (not in the TFJob schema, {CRD_SOURCE})")
+        elif error.validator == "required" and isinstance(error.instance, dict):
+            for key in error.validator_value:
+                if key not in error.instance:
+                    problems.append(f"{_join(where, key)}: required")
+        else:
+            problems.append(f"{where}: {error.message}")
+    return problems
+
+
+def _replica_problems(rtype: str, spec: Any) -> list[str]:
+    base = f"spec.tfReplicaSpecs.{rtype}"
+    if not isinstance(spec, dict):
+        return [f"{base}: must be an object with 'replicas' and 'template'"]
+    problems = []
+    if rtype not in REPLICA_TYPES:
+        problems.append(
+            f"{base}: unknown replica type {rtype!r}: the operator knows {', '.join(REPLICA_TYPES)}"
+        )
+    policy = spec.get("restartPolicy")
+    if policy is not None and policy not in RESTART_POLICIES:
+        problems.append(f"{base}.restartPolicy: {policy!r} is not one of {', '.join(RESTART_POLICIES)}")
+    replicas = spec.get("replicas", 1)
+    if rtype in ("Chief", "Master") and isinstance(replicas, int) and replicas > 1:
+        problems.append(f"{base}.replicas: a TensorFlow cluster has one {rtype.lower()}, not {replicas}")
+    containers_path = f"{base}.template.spec.containers"
+    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers")
+    if not isinstance(containers, list) or not containers:
+        return problems + [f"{containers_path}: required (the admission webhook: must be specified)"]
+    named = False
+    for i, container in enumerate(containers):
+        if not isinstance(container, dict):
+            continue
+        if not container.get("image"):
+            problems.append(
+                f"{containers_path}[{i}].image: required (the admission webhook: every container needs an image)"
+            )
+        named = named or container.get("name") == "tensorflow"
+    if not named:
+        problems.append(
+            f"{containers_path}: must have a container named 'tensorflow' (the admission webhook; "
+            "the operator gives TF_CONFIG and the port to that container only)"
+        )
+    return problems
+
+
+def _webhook_problems(job: dict) -> list[str]:
+    problems = []
+    metadata = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        problems.append("metadata.name: required")
+        name = None
+    else:
+        why = dns1035_problems(name)
+        if why:
+            problems.append(f"metadata.name: {name!r} is not a DNS-1035 label: {', '.join(why)}")
+    namespace = metadata.get("namespace")
+    if namespace is not None:
+        why = dns1123_label_problems(namespace) if isinstance(namespace, str) else ["is not text"]
+        if why:
+            problems.append(f"metadata.namespace: {namespace!r} is not a namespace name: {', '.join(why)}")
+    spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
+    run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}
+    managed_by = run_policy.get("managedBy")
+    if managed_by is not None and managed_by not in MANAGED_BY:
+        problems.append(f"spec.runPolicy.managedBy: {managed_by!r} is not one of {', '.join(MANAGED_BY)}")
+    clean = run_policy.get("cleanPodPolicy")
+    if clean is not None and clean not in CLEAN_POD_POLICIES:
+        problems.append(
+            f"spec.runPolicy.cleanPodPolicy: {clean!r} is not one of {', '.join(CLEAN_POD_POLICIES)}"
+        )
+    success = spec.get("successPolicy")
+    if success is not None and success not in SUCCESS_POLICIES:
+        problems.append(f"spec.successPolicy: {success!r} is not one of '', AllWorkers")
+    replicas = spec.get("tfReplicaSpecs")
+    if not isinstance(replicas, dict) or not replicas:
+        return problems + ["spec.tfReplicaSpecs: required (the admission webhook: must be required)"]
+    chief_types = [t for t in replicas if t in ("Chief", "Master")]
+    if len(chief_types) > 1:
+        problems.append(
+            "spec.tfReplicaSpecs: must not have more than 1 Chief or Master role (the admission webhook)"
+        )
+    for rtype, rspec in replicas.items():
+        problems += _replica_problems(rtype, rspec)
+        count = rspec.get("replicas", 1) if isinstance(rspec, dict) else 1
+        if name and not dns1035_problems(name) and isinstance(count, int) and count > 0:
+            service = f"{name}-{str(rtype).lower()}-{count - 1}"
+            if len(service) > 63:
+                problems.append(
+                    f"metadata.name: the operator's service name {service!r} would be {len(service)} "
+                    "characters long (at most 63): use a shorter name"
+                )
+    return problems
+
+
+def tfjob_problems(job: dict) -> list[str]:
+    """Every problem of a TFJob object (schema, webhook, operator), each with its path; empty if none.
+
+    Example::
+
+        >>> tfjob_problems({"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "a"},
+        ...                 "spec": {"tfReplicaSpecs": {"Worker": {"template": {"spec": {"containers": [
+        ...                     {"name": "tensorflow", "image": "python:3.11"}]}}}}}})
+        []
+    """
+    if not isinstance(job, dict):
+        return [f"(the document): a TFJob must be a mapping, not {type(job).__name__}"]
+    problems = []
+    if job.get("apiVersion") != "kubeflow.org/v1":
+        problems.append(f"apiVersion: {job.get('apiVersion')!r} is not 'kubeflow.org/v1'")
+    if job.get("kind") != "TFJob":
+        problems.append(f"kind: {job.get('kind')!r} is not 'TFJob'")
+    return problems + _schema_problems(job) + _webhook_problems(job)
+
+
+def configmap_problems(cm: dict) -> list[str]:
+    """Every problem of a ConfigMap object, each with its path; empty if none.
+
+    Example::
+
+        >>> configmap_problems({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "f"},
+        ...                     "data": {"bad key": "x"}})
+        ["data.bad key: not a valid key: must be letters, digits, '-', '_' and '.' only"]
+    """
+    if not isinstance(cm, dict):
+        return [f"(the document): a ConfigMap must be a mapping, not {type(cm).__name__}"]
+    problems = []
+    if cm.get("apiVersion") != "v1":
+        problems.append(f"apiVersion: {cm.get('apiVersion')!r} is not 'v1'")
+    if cm.get("kind") != "ConfigMap":
+        problems.append(f"kind: {cm.get('kind')!r} is not 'ConfigMap'")
+    for key in cm:
+        if key not in CONFIGMAP_FIELDS:
+            problems.append(f"{key}: unknown field (a ConfigMap has {', '.join(CONFIGMAP_FIELDS)})")
+    metadata = cm.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if not isinstance(name, str):
+        problems.append("metadata.name: required")
+    else:
+        why = dns1123_subdomain_problems(name)
+        if why:
+            problems.append(f"metadata.name: {name!r} is not a DNS-1123 subdomain: {', '.join(why)}")
+    data = cm.get("data", {})
+    if not isinstance(data, dict):
+        return problems + ["data: must be a mapping of file names to text"]
+    size = 0
+    for key, value in data.items():
+        why = configmap_key_problems(str(key))
+        if why:
+            problems.append(f"data.{key}: not a valid key: {', '.join(why)}")
+        if not isinstance(value, str):
+            problems.append(f"data.{key}: must be text, not {type(value).__name__}")
+        else:
+            size += len(value.encode("utf-8"))
+    if size > CONFIGMAP_MAX_BYTES:
+        problems.append(
+            f"data: {size} bytes, more than a ConfigMap holds ({CONFIGMAP_MAX_BYTES}): "
+            "put the files in the image instead"
+        )
+    return problems
+
+
+def load_documents(manifest: str | list[dict]) -> list[dict]:
+    """The documents of a manifest: YAML text (``---``-separated) or a list of dicts, empty documents dropped.
+
+    Example::
+
+        >>> load_documents([{"a": 1}, None, {"b": 2}])
+        [{'a': 1}, {'b': 2}]
+    """
+    if isinstance(manifest, str):
+        yaml = _need("yaml")
+        try:
+            docs = list(yaml.safe_load_all(manifest))
+        except yaml.YAMLError as exc:
+            raise ManifestInvalid([f"(YAML): {exc}"]) from None
+    else:
+        docs = list(manifest)
+    return [d for d in docs if d is not None]
+
+
+def manifest_problems(manifest: str | list[dict]) -> list[str]:
+    """Every problem of a manifest's TFJobs and ConfigMaps, each prefixed by its document (``TFJob/name: ...``).
+
+    Also checks that the ConfigMaps a TFJob mounts, when in the manifest, share its namespace.
+
+    Example::
+
+        >>> manifest_problems([{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}}])
+        ["document 1 (Secret/x): kind 'Secret' is not checked here: only TFJob and ConfigMap"]
+    """
+    problems = []
+    docs = load_documents(manifest)
+    maps = {}
+    for n, doc in enumerate(docs, 1):
+        kind = doc.get("kind") if isinstance(doc, dict) else None
+        meta = doc.get("metadata") if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict) else {}
+        label = f"document {n} ({kind}/{meta.get('name')})"
+        if kind == "TFJob":
+            found = tfjob_problems(doc)
+        elif kind == "ConfigMap":
+            found = configmap_problems(doc)
+            maps[meta.get("name")] = meta.get("namespace", "default")
+        else:
+            found = [f"kind {kind!r} is not checked here: only TFJob and ConfigMap"]
+        problems += [f"{label}: {p}" for p in found]
+    if not docs:
+        problems.append("(the manifest): no documents")
+    for n, doc in enumerate(docs, 1):
+        if isinstance(doc, dict) and doc.get("kind") == "TFJob":
+            problems += [f"document {n} (TFJob): {p}" for p in _mount_problems(doc, maps)]
+    return problems
+
+
+def _mount_problems(job: dict, maps: dict[str, str]) -> list[str]:
+    namespace = (job.get("metadata") or {}).get("namespace", "default")
+    problems = []
+    replicas = (job.get("spec") or {}).get("tfReplicaSpecs") or {}
+    for rtype, rspec in replicas.items() if isinstance(replicas, dict) else ():
+        pod = ((rspec or {}).get("template") or {}).get("spec") or {}
+        for i, volume in enumerate(pod.get("volumes") or []):
+            ref = (volume or {}).get("configMap") or {}
+            name = ref.get("name")
+            if name in maps and maps[name] != namespace:
+                problems.append(
+                    f"spec.tfReplicaSpecs.{rtype}.template.spec.volumes[{i}].configMap.name: ConfigMap {name!r} "
+                    f"is in namespace {maps[name]!r}, the TFJob in {namespace!r}: a pod mounts only its own namespace's"
+                )
+    return problems
+
+
+def check_manifest(manifest: str | list[dict]) -> list[dict]:
+    """The manifest's documents, or ManifestInvalid listing every problem.
+
+    Example::
+
+        >>> from dtfkit.kube import export_tfjob
+        >>> docs = check_manifest(export_tfjob("train.py", image="python:3.11"))  # doctest: +SKIP
+        >>> [d["kind"] for d in docs]  # doctest: +SKIP
+        ['ConfigMap', 'TFJob']
+    """
+    problems = manifest_problems(manifest)
+    if problems:
+        raise ManifestInvalid(problems)
+    return load_documents(manifest)
