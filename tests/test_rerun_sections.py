@@ -140,6 +140,7 @@ RERUNS: dict[str, list[tuple[str, str | None]]] = {
     # Part 1 closes its cluster (and begins by starting one); Part 2's section kills and restarts worker:1
     "07_": [("## Part 1", None), ("### Kill a worker", None)],
     "09_": [("## Part 2", "## Part 3")],  # Part 3 closes the cluster Part 2 needs
+    "10_": [("## 3.", None)],  # kills worker:1 on its Ray node and restarts it there
 }
 
 
