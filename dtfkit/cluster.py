@@ -448,7 +448,14 @@ class LocalCluster:
             proc = self._rt.procs.get(task)
             address = self._rt.addresses.get(task, "-") if task.serves else "(no server)"
             node = (node_of(task.name),) if node_of else ()
-            row = (task.name, task.job, address, *node, str(proc.pid) if proc else "-", proc.status if proc else "-")
+            row = (
+                task.name,
+                task.job,
+                address,
+                *node,
+                str(proc.pid) if proc else "-",
+                proc.status if proc else "-",
+            )
             rows.append(row + (link_of(task.name),) if link_of else row)
         return rows
 
@@ -459,7 +466,7 @@ class LocalCluster:
         if start:
             lines.append(f"  start: {start}")
         for row in self._rows():
-            cells = dict(zip(self._columns(), row))
+            cells = dict(zip(self._columns(), row, strict=True))
             lines.append(
                 f"  {cells['task']:<12} {cells['address']:<18} "
                 + (f"node {cells['node']:<8} " if "node" in cells else "")

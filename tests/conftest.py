@@ -51,6 +51,11 @@ atexit.register(shutil.rmtree, _HOME, ignore_errors=True)  # also after --collec
 
 # Cluster ids whose processes may outlive a single test (module/session fixtures).
 _SHARED_IDS: set[str] = set()
+# Process groups whose processes may outlive a single test: a shared simulated Ray cluster's
+# (its supervisor leads a group of every Ray process; Ray's processes rename themselves, which
+# hides their environment, so the group is what tells them apart). Its tasks run in sessions
+# of their own and are checked as usual.
+_SHARED_GROUPS: set[int] = set()
 
 
 # --------------------------------------------------------------------------- helpers
@@ -132,10 +137,17 @@ def _tracked() -> dict[tuple[int, float], psutil.Process]:
             key = (proc.pid, proc.create_time())
         except psutil.Error:
             continue
-        if _environ(proc).get("DTFKIT_CLUSTER") in _SHARED_IDS:
+        if _environ(proc).get("DTFKIT_CLUSTER") in _SHARED_IDS or _group_of(proc) in _SHARED_GROUPS:
             continue
         found[key] = proc
     return found
+
+
+def _group_of(proc: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(proc.pid)
+    except OSError:
+        return None
 
 
 def _describe(proc: psutil.Process) -> str:
@@ -161,6 +173,24 @@ def share_cluster(cluster):
         for proc in alive:
             proc.kill()
         assert not alive, f"closing shared cluster {cluster.id} left: {[_describe(p) for p in alive]}"
+
+
+@contextmanager
+def share_process_group(pgid: int, cluster_id: str):
+    """Exempt a long-lived process group (a shared simulated Ray cluster's) from the per-test
+    leak check; on exit, check that none of its processes is left (the caller ends it first)."""
+    _SHARED_GROUPS.add(pgid)
+    _SHARED_IDS.add(cluster_id)
+    try:
+        yield
+    finally:
+        _SHARED_GROUPS.discard(pgid)
+        _SHARED_IDS.discard(cluster_id)
+        members = [p for p in psutil.process_iter() if _group_of(p) == pgid and not is_gone(p)]
+        alive = wait_gone(members + cluster_processes(cluster_id), LEAK_GRACE)
+        for proc in alive:
+            proc.kill()
+        assert not alive, f"the shared process group {pgid} left: {[_describe(p) for p in alive]}"
 
 
 def listening_ports(net_dir: str = "/proc/self/net") -> set[int]:

@@ -104,7 +104,9 @@ class TaskActor:
 
     # ---------------------------------------------------------------- start
     @ray.method(concurrency_group="admin")
-    def start(self, config_json: str, env: dict[str, str], cwd: str, script: tuple[str, bytes] | None) -> dict:
+    def start(
+        self, config_json: str, env: dict[str, str], cwd: str, script: tuple[str, bytes] | None
+    ) -> dict:
         """Start the task: ``env`` is added to this node's environment; ``script`` is
         ``(file name, content)`` of a launched script, written here. Returns ``info()``."""
         config = TaskConfig.from_json(config_json)

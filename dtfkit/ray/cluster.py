@@ -38,7 +38,7 @@ RAY_NETWORK_WARNING = (
 )
 SIMULATED_NOTE = (
     "dtfkit: no Ray address given: starting a simulated {nodes}-node Ray cluster on this machine "
-    "(10-20 s). For a real one: RayCluster(..., address=\"ray://<head>:10001\") or address=\"auto\"."
+    '(10-20 s). For a real one: RayCluster(..., address="ray://<head>:10001") or address="auto".'
 )
 
 

@@ -399,7 +399,9 @@ class RayLauncher(Launcher):
         self.node_ips = {n["id"]: n["ip"] for n in self.node_info}
         names = self.tasks or [f"task:{i}" for i in range(tasks)]
         self.plan = plan_placement(names, self.node_info, self.placement, self.resources)
-        self.note = f"Ray cluster {self.cluster_address()}, {len(self.node_info)} node(s), placement {self.placement}"
+        self.note = (
+            f"Ray cluster {self.cluster_address()}, {len(self.node_info)} node(s), placement {self.placement}"
+        )
 
     def _check_same_cluster(self, ray) -> None:
         current = self.cluster_address()
@@ -475,7 +477,10 @@ class RayLauncher(Launcher):
         if task not in self.plan:  # a client task, or a layout not given up front
             self.plan.update(
                 plan_placement(
-                    [task], self._alive_nodes(ray), self.placement, {} if config.mode == "client" else self.resources
+                    [task],
+                    self._alive_nodes(ray),
+                    self.placement,
+                    {} if config.mode == "client" else self.resources,
                 )
             )
         node_id = self.plan[task]

@@ -124,7 +124,15 @@ class SimulatedRayCluster:
         )
         env.pop("RAY_ADDRESS", None)
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "dtfkit.ray.simulated", "--nodes", str(nodes), "--cpus", str(cpus_per_node)],
+            [
+                sys.executable,
+                "-m",
+                "dtfkit.ray.simulated",
+                "--nodes",
+                str(nodes),
+                "--cpus",
+                str(cpus_per_node),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -134,7 +142,10 @@ class SimulatedRayCluster:
         )
         self.pgid = self.popen.pid
         state.write_state(
-            self.dir, self.id, [state.process_identity(self.popen.pid)], f"simulated Ray cluster ({nodes} nodes)"
+            self.dir,
+            self.id,
+            [state.process_identity(self.popen.pid)],
+            f"simulated Ray cluster ({nodes} nodes)",
         )
         try:
             self.address = self._read_address(start_timeout)
@@ -242,7 +253,9 @@ def _end_own_group() -> None:
         except (psutil.Error, OSError):
             continue
     psutil.wait_procs(victims, timeout=10)
-    shutil.rmtree(os.environ.get("RAY_TMPDIR", ""), ignore_errors=True) if os.environ.get("RAY_TMPDIR") else None
+    shutil.rmtree(os.environ.get("RAY_TMPDIR", ""), ignore_errors=True) if os.environ.get(
+        "RAY_TMPDIR"
+    ) else None
     os._exit(0)
 
 
