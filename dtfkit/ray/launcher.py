@@ -30,7 +30,7 @@ from dtfkit.engine import state
 from dtfkit.engine.launcher import Launcher, TaskHandle
 from dtfkit.engine.protocol import TaskConfig
 from dtfkit.errors import ClusterStartError, DtfkitError
-from dtfkit.ray.simulated import SimulatedRayCluster, connect, require_ray
+from dtfkit.ray.simulated import SimulatedRayCluster, connect, is_loopback, require_ray
 
 PLACEMENTS = ("spread", "pack")
 POLL_SECONDS = 2.0  # long-poll length of recv/read_lines (each returns as soon as there is something)
@@ -372,6 +372,7 @@ class RayLauncher(Launcher):
         self._lock = threading.Lock()
         self._script: tuple[str, bytes] | None = None
         self._starts = 0
+        self._runtime_env: dict | None = None
         self.isolation_note = "Ray cluster network: TF servers reachable by anything on it"
 
     # ------------------------------------------------------------- connect
@@ -386,7 +387,10 @@ class RayLauncher(Launcher):
                 self.simulated = SimulatedRayCluster(self.nodes)
                 target = self.simulated.address
             try:
-                connect(target)
+                options = {}
+                if self.simulated is None and not is_loopback(target):
+                    options["runtime_env"] = self._job_runtime_env()
+                connect(target, **options)
             except Exception as exc:  # noqa: BLE001 - version mismatch, unreachable head, ...
                 raise ClusterStartError(
                     f"could not connect to the Ray cluster at {target!r}: {type(exc).__name__}: {exc}\n"
@@ -399,6 +403,7 @@ class RayLauncher(Launcher):
         self.node_ips = {n["id"]: n["ip"] for n in self.node_info}
         names = self.tasks or [f"task:{i}" for i in range(tasks)]
         self.plan = plan_placement(names, self.node_info, self.placement, self.resources)
+        self._runtime_env = self._actor_runtime_env()
         self.note = (
             f"Ray cluster {self.cluster_address()}, {len(self.node_info)} node(s), placement {self.placement}"
         )
@@ -448,14 +453,28 @@ class RayLauncher(Launcher):
             )
         return nodes
 
-    def _runtime_env(self) -> dict | None:
-        if self.simulated is not None:
-            return self.user_runtime_env  # same machine: dtfkit is importable already
+    def _job_runtime_env(self) -> dict | None:
+        """What ``ray.init`` gets when this launcher connects to a real cluster: dtfkit shipped
+        to the nodes with ``py_modules`` (Ray uploads a local folder only at the job level),
+        unless the user's ``runtime_env`` names ``py_modules`` itself."""
         env = dict(self.user_runtime_env or {})
         if "py_modules" not in env:
             import dtfkit
 
             env["py_modules"] = [os.path.dirname(os.path.abspath(dtfkit.__file__))]
+        return env
+
+    def _actor_runtime_env(self) -> dict | None:
+        """Each actor's ``runtime_env``: on this machine (a simulated or loopback cluster) dtfkit
+        is made importable by path; on a real one it came with the job (or the user's env)."""
+        if self.simulated is None and not is_loopback(self.cluster_address()):
+            return None if self.connected_here else self.user_runtime_env
+        env = dict(self.user_runtime_env or {})
+        variables = dict(env.get("env_vars") or {})
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        package_root = os.path.dirname(root)
+        variables["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, variables.get("PYTHONPATH")) if p)
+        env["env_vars"] = variables
         return env
 
     # --------------------------------------------------------------- tasks
@@ -496,7 +515,7 @@ class RayLauncher(Launcher):
             name=f"{task}-{config.gen}",
             namespace=self.namespace,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-            runtime_env=self._runtime_env(),
+            runtime_env=self._runtime_env,
             max_restarts=0,
             **options,
         ).remote()
