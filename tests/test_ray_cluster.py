@@ -20,6 +20,7 @@ from conftest import (
     cluster_processes,
     listening_ports,
     port_of,
+    share_cluster,
     share_ray_cluster,
     subprocess_env,
     wait_gone,
@@ -56,6 +57,11 @@ def _named_actors() -> list:
     return ray.util.list_named_actors(all_namespaces=True)
 
 
+def _foreign_actors() -> list:
+    """Named actors alive that are not the module cluster's."""
+    return [a for a in _named_actors() if a["namespace"] != _MODULE_CLUSTER.get("namespace")]
+
+
 @pytest.fixture(scope="module")
 def sim():
     with share_ray_cluster(SimulatedRayCluster(nodes=2)) as simulated:
@@ -80,10 +86,7 @@ def no_actor_left(request):
         return
     sim = request.getfixturevalue("sim")
 
-    def foreign() -> list:
-        return [a for a in _named_actors() if a["namespace"] != _MODULE_CLUSTER.get("namespace")]
-
-    assert wait_until(lambda: not foreign(), 30), foreign()
+    assert wait_until(lambda: not _foreign_actors(), 30), _foreign_actors()
     assert wait_until(lambda: len(_actor_processes(sim)) == len(_named_actors()), 30), (
         _actor_processes(sim),
         _named_actors(),
@@ -95,9 +98,9 @@ def rc(sim):
     cluster = dtfkit.RayCluster(ps=1, workers=2, address=sim.address, progress=False, name=None)
     _MODULE_CLUSTER["namespace"] = cluster.launcher.namespace
     try:
-        yield cluster
+        with share_cluster(cluster):  # its restarted tasks outlive the test that restarted them
+            yield cluster
     finally:
-        cluster.close()
         _MODULE_CLUSTER.clear()
 
 
@@ -226,6 +229,17 @@ def test_kill_and_restart_keep_node_and_port_and_serve_again(cluster):
     assert cluster.run(counter, args=("add", 2), on="worker:1", timeout=120) == {"worker:1": [1, 2]}
 
 
+def test_when_its_actor_dies_the_task_dies_and_the_table_says_so(cluster):
+    task = psutil.Process(cluster.pids()["worker:1"])
+    handle = cluster._rt.procs[next(t for t in cluster._rt.procs if t.name == "worker:1")].handle
+    ray.kill(handle.actor)
+    assert wait_gone([task], 30) == []
+    assert wait_until(lambda: cluster.status()["worker:1"] == "exited (-9)", 30), cluster.status()
+    assert "the Ray actor that ran worker:1 ended" in cluster.logs("worker:1")
+    assert cluster.ensure_running() == ["worker:1"]
+    assert cluster.run(where, on="worker:1", timeout=60)["worker:1"]["name"] == "worker:1"
+
+
 def test_pack_puts_every_task_on_one_node(sim):
     with dtfkit.RayCluster(workers=2, address=sim.address, placement="pack", progress=False, name=None) as c:
         seen = c.run(where, timeout=60)
@@ -236,20 +250,22 @@ def test_pack_puts_every_task_on_one_node(sim):
 def test_impossible_resources_fail_before_any_actor_starts(sim):
     with pytest.raises(dtfkit.DtfkitError, match=r"worker:0 asks for \{'GPU': 1\}.*Nothing was started"):
         dtfkit.RayCluster(workers=2, address=sim.address, resources={"worker": {"GPU": 1}}, name=None)
-    assert _named_actors() == []
+    assert _foreign_actors() == []
 
 
 def test_close_leaves_no_actor_task_or_port(sim):
+    before = {p.pid for p in _actor_processes(sim)}
     c = dtfkit.RayCluster(workers=2, address=sim.address, progress=False, name=None)
     tasks = [psutil.Process(pid) for pid in c.pids().values()]
     ports = [port_of(c.address(t)) for t in c.tasks]
-    assert len(_actor_processes(sim)) == 2
+    actors = [p for p in _actor_processes(sim) if p.pid not in before]
+    assert len(actors) == 2 and len(_foreign_actors()) == 2
     c.close()
     assert wait_gone(tasks, 20) == []
     assert cluster_processes(c.id) == []
     assert not set(ports) & listening_ports()
-    assert _named_actors() == []
-    assert wait_gone(_actor_processes(sim), 30) == []
+    assert _foreign_actors() == []
+    assert wait_gone(actors, 30) == []
 
 
 def test_launch_runs_the_tutorial_script_on_the_ray_nodes(sim):
