@@ -18,7 +18,6 @@ import pytest
 from conftest import (
     LineReader,
     cluster_processes,
-    listening_ports,
     port_of,
     share_cluster,
     share_ray_cluster,
@@ -50,6 +49,22 @@ def _actor_processes(sim) -> list[psutil.Process]:
                 out.append(proc)
         except psutil.Error:
             continue
+    return out
+
+
+def _task_listeners(ports) -> list[str]:
+    """dtfkit task processes that still listen on any of ``ports`` (Ray's own processes pick
+    random free ports too, so a freed port may be taken again by one of them)."""
+    out = []
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status != psutil.CONN_LISTEN or conn.laddr.port not in set(ports) or conn.pid is None:
+            continue
+        try:
+            cmd = " ".join(psutil.Process(conn.pid).cmdline())
+        except psutil.Error:
+            continue
+        if "dtfkit.engine.task_main" in cmd:
+            out.append(f"port {conn.laddr.port}: pid {conn.pid} {cmd}")
     return out
 
 
@@ -152,6 +167,16 @@ def test_import_dtfkit_does_not_import_ray():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env())
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_launch_takes_a_ray_address_and_refuses_a_bad_one_before_starting(no_spawn):
+    from dtfkit.cli import build_parser
+
+    ns = build_parser().parse_args(["launch", "--ray", "simulated:3", "x.py", "--", "--a=1"])
+    assert ns.ray == "simulated:3" and ns.script == "x.py"
+    with pytest.raises(dtfkit.DtfkitError, match="number of simulated nodes"):
+        dtfkit.launch(tutorial_script.PATH, ray="simulated:0")
+    assert no_spawn == []
 
 
 def test_plan_spread_pack_and_resources_are_deterministic():
@@ -263,7 +288,7 @@ def test_close_leaves_no_actor_task_or_port(sim):
     c.close()
     assert wait_gone(tasks, 20) == []
     assert cluster_processes(c.id) == []
-    assert not set(ports) & listening_ports()
+    assert _task_listeners(ports) == []
     assert _foreign_actors() == []
     assert wait_gone(actors, 30) == []
 
@@ -333,7 +358,7 @@ def test_sigkill_of_a_driver_with_its_own_simulated_cluster_leaves_nothing(tmp_p
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     assert wait_gone(members + tasks, 60) == []
-    assert not set(info["ports"]) & listening_ports()
+    assert _task_listeners(info["ports"]) == []
 
 
 def test_sigkill_of_a_driver_on_the_shared_cluster_ends_its_actors_and_tasks(tmp_path, sim, cluster):
@@ -343,7 +368,7 @@ def test_sigkill_of_a_driver_on_the_shared_cluster_ends_its_actors_and_tasks(tmp
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     assert wait_gone(tasks + actors, 60) == []
-    assert not set(info["ports"]) & listening_ports()
+    assert _task_listeners(info["ports"]) == []
     assert wait_until(lambda: len(_actor_processes(sim)) == 3, 30)  # the module cluster's own
     assert cluster.run(where, on="worker:0", timeout=60)["worker:0"]["name"] == "worker:0"
 
