@@ -289,7 +289,7 @@ class RayTaskHandle(TaskHandle):
                 if not _is_dead(exc) and not self._start_failed():
                     continue
                 why = _reason(exc)
-                log.warning("dtfkit: the Ray actor of %s ended: %s", self.task, why)
+                log.info("dtfkit: the Ray actor of %s ended: %s", self.task, why)
                 self._lines.append(f"[dtfkit: the Ray actor that ran {self.task} ended: {why}]\n".encode())
                 self._finish(-9)
                 continue
