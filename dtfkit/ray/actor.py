@@ -99,6 +99,7 @@ class TaskActor:
         self.code: int | None = None
         self.output_ended = False
         self.closed = False
+        self.workdir = ""
         self.spawner = _Spawner()
         self.node_id = ray.get_runtime_context().get_node_id()
 
@@ -123,6 +124,7 @@ class TaskActor:
         sock.listen(4)
         sock.settimeout(ACCEPT_POLL)
         workdir = cwd if cwd and os.path.isdir(cwd) else self.folder
+        self.workdir = workdir
         full_env = dict(os.environ)
         full_env.update(env)
         user_path = env.get("PYTHONPATH", "")
@@ -173,6 +175,10 @@ class TaskActor:
             sock.close()
             try:
                 os.unlink(self.socket_path)
+                # Nothing else in it (no script, not the task's cwd): remove it now, so that an
+                # actor killed without shutdown() (its driver died) leaves no folder behind.
+                if self.workdir != self.folder:
+                    os.rmdir(self.folder)
             except OSError:
                 pass
         if self.conn is None:
