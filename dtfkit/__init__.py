@@ -32,6 +32,7 @@ __all__ = [
     "ClusterStartError",
     "DtfkitError",
     "LocalCluster",
+    "RayCluster",
     "TaskContext",
     "TaskExited",
     "TaskFailed",
@@ -47,10 +48,12 @@ if TYPE_CHECKING:
     from dtfkit.cluster import LocalCluster
     from dtfkit.engine.state import cleanup
     from dtfkit.launch import launch
+    from dtfkit.ray.cluster import RayCluster
 
 _LAZY = {
     "LocalCluster": ("dtfkit.cluster", "LocalCluster"),
     "launch": ("dtfkit.launch", "launch"),
+    "RayCluster": ("dtfkit.ray.cluster", "RayCluster"),  # imports Ray only when used
     "cleanup": ("dtfkit.engine.state", "cleanup"),
 }
 

@@ -34,6 +34,7 @@ def _launch(ns: argparse.Namespace) -> int:
         timeout=ns.timeout,
         show_tf_logs=ns.show_tf_logs,
         max_tasks=ns.max_tasks,
+        ray=ns.ray,
     )
     print(f"[dtfkit] {result.summary()}", flush=True)
     return 0 if result.ok else 1
@@ -115,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="allow more tasks than this machine's limit (DTFKIT_MAX_TASKS)",
+    )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="run the tasks on a Ray cluster: its address (auto, ray://HEAD:10001, HEAD:6379), "
+        "or 'simulated[:N]' for a simulated N-node cluster on this machine (pip install \"dtfkit[ray]\")",
     )
     p.add_argument("script", help="the script each task runs")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments after -- go to the script")

@@ -431,28 +431,48 @@ class LocalCluster:
     def _links(self) -> bool:
         return getattr(self._rt.launcher, "links", None) is not None
 
+    def _node_of(self) -> Callable[[str], str] | None:
+        """The launcher's ``node_of(task)`` when its tasks run on several machines (Ray), else None."""
+        return getattr(self._rt.launcher, "node_of", None)
+
+    def _columns(self) -> tuple[str, ...]:
+        node = ("node",) if self._node_of() else ()
+        return ("task", "role", "address", *node, "pid", "state") + (("link",) if self._links() else ())
+
     def _rows(self) -> list[tuple[str, ...]]:
-        """One row per task: name, role, address, pid, state (and link, with ``link=``)."""
+        """One row per task: name, role, address, (node,) pid, state (and link, with ``link=``)."""
         rows = []
         link_of = getattr(self._rt.launcher, "link_of", None) if self._links() else None
+        node_of = self._node_of()
         for task in self._rt.layout.tasks:
             proc = self._rt.procs.get(task)
             address = self._rt.addresses.get(task, "-") if task.serves else "(no server)"
-            row = (task.name, task.job, address, str(proc.pid) if proc else "-", proc.status if proc else "-")
+            node = (node_of(task.name),) if node_of else ()
+            row = (
+                task.name,
+                task.job,
+                address,
+                *node,
+                str(proc.pid) if proc else "-",
+                proc.status if proc else "-",
+            )
             rows.append(row + (link_of(task.name),) if link_of else row)
         return rows
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else self._rt.isolation_note
-        lines = [f"LocalCluster {self.id}: {_counts(self._rt.layout)}; {state}"]
+        lines = [f"{type(self).__name__} {self.id}: {_counts(self._rt.layout)}; {state}"]
         start = self._start_note()
         if start:
             lines.append(f"  start: {start}")
-        lines += [
-            f"  {row[0]:<12} {row[2]:<18} pid {row[3]:<8} {row[4]}"
-            + (f"  link {row[5]}" if len(row) > 5 else "")
-            for row in self._rows()
-        ]
+        for row in self._rows():
+            cells = dict(zip(self._columns(), row, strict=True))
+            lines.append(
+                f"  {cells['task']:<12} {cells['address']:<18} "
+                + (f"node {cells['node']:<8} " if "node" in cells else "")
+                + f"pid {cells['pid']:<8} {cells['state']}"
+                + (f"  link {cells['link']}" if "link" in cells else "")
+            )
         dropped = self._rt.logbook.dropped_note()
         if dropped:
             lines.append(f"  logs: {dropped}")
@@ -468,14 +488,13 @@ class LocalCluster:
         warn = not rt.isolated and not self.closed
         note = html.escape("closed" if self.closed else rt.isolation_note)
         style = "color:#b00;font-weight:bold" if warn else "color:#060"
-        columns = ("task", "role", "address", "pid", "state") + (("link",) if self._links() else ())
-        table = html_table(columns, self._rows())
+        table = html_table(self._columns(), self._rows())
         start = self._start_note()
         start_line = f"<br><span>start: {html.escape(start)}</span>" if start else ""
         lost = rt.logbook.dropped_note()
         dropped = f"<br><span style='color:#b60'>{html.escape(lost)}</span>" if lost else ""
         return (
-            f"<div><b>dtfkit.LocalCluster</b> <code>{html.escape(self.id)}</code> "
+            f"<div><b>dtfkit.{type(self).__name__}</b> <code>{html.escape(self.id)}</code> "
             f"— {html.escape(_counts(rt.layout))}<br>"
             f"<span style='{style}'>network: {note}</span>{start_line}"
             f"{table}"

@@ -72,11 +72,22 @@ def launch(
     progress: bool = False,
     echo=None,
     max_tasks: int | None = None,
+    ray: str | None = None,
 ) -> LaunchResult:
     """Start a cluster whose every task runs ``script``; wait for the workers; end the rest.
 
     A worker that exits non-zero stops the others at once (they would usually wait
     for it forever). ``timeout`` bounds the whole run.
+
+    ``ray``: run the tasks on a Ray cluster instead of this machine: its address
+    (``"auto"``, ``"ray://<head>:10001"``, ``"<head>:6379"``), or ``"simulated"`` /
+    ``"simulated:N"`` for a simulated cluster of 2 / N nodes started for the run. The
+    script's content is sent to the nodes (a script that imports files beside it needs
+    them on the nodes too). ``network`` does not apply then.
+
+    Example::
+
+        >>> launch("distributed_mnist.py", ray="simulated", args=["--train_steps=50"])  # doctest: +SKIP
     """
     path = os.path.abspath(script)
     if not os.path.isfile(path):
@@ -84,9 +95,10 @@ def launch(
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise DtfkitError(f"timeout must be a positive number of seconds or None, not {timeout!r}")
     layout = ClusterLayout.from_counts(ps=ps, workers=workers, chief=chief, evaluator=evaluator)
+    launcher = LocalLauncher(network) if ray is None else _ray_launcher(ray, layout)
     runtime = ClusterRuntime(
         layout,
-        launcher=LocalLauncher(network),
+        launcher=launcher,
         mode="script",
         gpus=gpus,
         env=env,
@@ -103,6 +115,31 @@ def launch(
         return _supervise(runtime, layout, timeout, started)
     finally:
         runtime.close()
+
+
+def _ray_launcher(ray: str, layout: ClusterLayout):
+    """A ``RayLauncher`` for ``launch(ray=...)``: an address, or ``simulated[:N]``."""
+    import warnings
+
+    from dtfkit.ray.cluster import RAY_NETWORK_WARNING
+    from dtfkit.ray.launcher import RayLauncher
+
+    if not isinstance(ray, str) or not ray:
+        raise DtfkitError(f"ray must be a Ray address or 'simulated[:N]', not {ray!r}")
+    address: str | None = ray
+    nodes = 2
+    if ray == "simulated" or ray.startswith("simulated:"):
+        count = ray.partition(":")[2] or "2"
+        if not count.isdigit() or int(count) < 1:
+            raise DtfkitError(f"ray={ray!r}: the number of simulated nodes must be a positive whole number")
+        address, nodes = None, int(count)
+        print(
+            f"dtfkit: starting a simulated {nodes}-node Ray cluster on this machine (10-20 s); for a "
+            "real one give its address instead (--ray ray://<head>:10001, or --ray auto on a node)",
+            flush=True,
+        )
+    warnings.warn(RAY_NETWORK_WARNING, stacklevel=3)
+    return RayLauncher(address, nodes=nodes, tasks=[t.name for t in layout.tasks])
 
 
 def _supervise(

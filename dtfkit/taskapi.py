@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import numbers
 import os
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from typing import Any
 
 from dtfkit.engine.protocol import Metric
 from dtfkit.errors import DtfkitError
+
+NODE_ENV = "DTFKIT_NODE"  # set by the launcher of a task on another node (dtfkit.ray)
 
 
 @dataclass
@@ -37,6 +40,12 @@ class TaskContext:
     @property
     def name(self) -> str:
         return f"{self.job_name}:{self.task_index}"
+
+    @property
+    def node(self) -> str:
+        """The machine this task runs on: the host name, or on a Ray cluster the node's short
+        name (the first 8 hex digits of its node id, as the cluster's table shows it)."""
+        return os.environ.get(NODE_ENV) or socket.gethostname()
 
     @property
     def tf_config(self) -> dict:

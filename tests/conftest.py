@@ -51,6 +51,27 @@ atexit.register(shutil.rmtree, _HOME, ignore_errors=True)  # also after --collec
 
 # Cluster ids whose processes may outlive a single test (module/session fixtures).
 _SHARED_IDS: set[str] = set()
+# Supervisors of shared simulated Ray clusters: their Ray processes (the supervisor's process
+# group, and every "ray::..." process below it: Ray's processes rename themselves, which hides
+# their environment) may outlive a single test. The tasks their actors start carry their
+# dtfkit cluster's id and are checked as usual.
+_SHARED_RAY_ROOTS: set[int] = set()
+
+
+def _shared_ray_processes() -> set[int]:
+    pids: set[int] = set()
+    for root in _SHARED_RAY_ROOTS:
+        try:
+            family = psutil.Process(root).children(recursive=True)
+        except psutil.Error:
+            continue
+        for proc in family:
+            try:
+                if _group_of(proc) == root or (proc.cmdline() or [""])[0].startswith("ray::"):
+                    pids.add(proc.pid)
+            except psutil.Error:
+                continue
+    return pids
 
 
 # --------------------------------------------------------------------------- helpers
@@ -120,6 +141,7 @@ def _tracked() -> dict[tuple[int, float], psutil.Process]:
     found: dict[tuple[int, float], psutil.Process] = {}
     me = os.getpid()
     candidates = psutil.Process().children(recursive=True)
+    shared_ray = _shared_ray_processes()
     for proc in psutil.process_iter():
         # Every process this session starts carries the mark (a superset of the
         # processes with DTFKIT_CLUSTER set), even after it was orphaned.
@@ -132,10 +154,17 @@ def _tracked() -> dict[tuple[int, float], psutil.Process]:
             key = (proc.pid, proc.create_time())
         except psutil.Error:
             continue
-        if _environ(proc).get("DTFKIT_CLUSTER") in _SHARED_IDS:
+        if _environ(proc).get("DTFKIT_CLUSTER") in _SHARED_IDS or proc.pid in shared_ray:
             continue
         found[key] = proc
     return found
+
+
+def _group_of(proc: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(proc.pid)
+    except OSError:
+        return None
 
 
 def _describe(proc: psutil.Process) -> str:
@@ -161,6 +190,25 @@ def share_cluster(cluster):
         for proc in alive:
             proc.kill()
         assert not alive, f"closing shared cluster {cluster.id} left: {[_describe(p) for p in alive]}"
+
+
+@contextmanager
+def share_ray_cluster(simulated):
+    """Exempt a shared ``SimulatedRayCluster``'s Ray processes from the per-test leak check;
+    on exit, close it and check that none of them is left."""
+    _SHARED_RAY_ROOTS.add(simulated.pid)
+    _SHARED_IDS.add(simulated.id)
+    try:
+        yield simulated
+    finally:
+        members = [psutil.Process(pid) for pid in _shared_ray_processes() if psutil.pid_exists(pid)]
+        simulated.close()
+        _SHARED_RAY_ROOTS.discard(simulated.pid)
+        _SHARED_IDS.discard(simulated.id)
+        alive = wait_gone(members + cluster_processes(simulated.id), LEAK_GRACE)
+        for proc in alive:
+            proc.kill()
+        assert not alive, f"closing the shared simulated Ray cluster left: {[_describe(p) for p in alive]}"
 
 
 def listening_ports(net_dir: str = "/proc/self/net") -> set[int]:

@@ -331,6 +331,10 @@ def cleanup(*, everything: bool = False, dry_run: bool = False, keep_logs: bool 
             continue
         orphaned.add(cluster_id)
         for ident in data.get("processes", []):
+            if ident.get("remote"):
+                # A task on another machine (a Ray node): its pid means nothing here. On a
+                # simulated Ray cluster it is a local process, which the sweep below finds.
+                continue
             proc = _same_process(ident)
             # "mark": a process adopted from a warm pool names the pool in its environment.
             if proc is not None and _belongs_to(proc, ident.get("mark") or cluster_id):

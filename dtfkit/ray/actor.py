@@ -1,0 +1,314 @@
+"""The Ray actor that runs one dtfkit task on its node and relays everything it says.
+
+One ``TaskActor`` per task start. It listens on a Unix socket in a temporary folder
+of its own, starts ``python -m dtfkit.engine.task_main`` (in a session of its own,
+stdout and stderr on one pipe) with the cluster's config rewritten to that socket,
+authenticates the task's connection (``control.first_message``, expecting
+``Hello``) and relays:
+
+- ``send(data)``: one pickled message from the owner to the task;
+- ``recv(timeout)``: a long poll, the pickled messages the task sent since, or EOF;
+- ``read_lines(timeout)``: a long poll, the output lines since, and the exit code
+  once the stream ended and the process exited.
+
+Each of those has a concurrency group of its own, so a long poll on one channel
+never holds up another, and within a group calls run one at a time, in order.
+The actor never imports TensorFlow. Its task dies with it: the task is started
+from a thread that lives as long as the actor with ``PR_SET_PDEATHSIG``, and the
+task's own watcher ends its process group on EOF of the control connection.
+
+Example (what ``dtfkit.ray.launcher`` does)::
+
+    >>> actor = TaskActor.options(scheduling_strategy=...).remote()          # doctest: +SKIP
+    >>> info = ray.get(actor.start.remote(config_json, env, cwd, None))      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+import ray
+
+from dtfkit.engine import control, lifeline, protocol
+from dtfkit.engine.logs import read_line
+from dtfkit.engine.protocol import TaskConfig
+
+CONNECT_SECONDS = 120.0  # how long a send waits for the task to connect (it connects before importing TF)
+ACCEPT_POLL = 0.5
+MAX_BATCH = 512
+# The folder that holds the dtfkit package this actor imported (shipped by runtime_env on a real cluster).
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def node_name(node_id: str) -> str:
+    """The short name dtfkit shows for a Ray node: the first 8 hex digits of its id."""
+    return node_id[:8]
+
+
+class _Spawner:
+    """A thread that lives as long as the actor's process and starts the task from there:
+    ``PR_SET_PDEATHSIG`` fires when the *thread* that started a child ends."""
+
+    def __init__(self):
+        self.jobs: queue.Queue = queue.Queue()
+        threading.Thread(target=self._loop, name="dtfkit-spawner", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            fn, done = self.jobs.get()
+            try:
+                done.put((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                done.put((False, exc))
+
+    def call(self, fn):
+        done: queue.Queue = queue.Queue()
+        self.jobs.put((fn, done))
+        ok, value = done.get()
+        if not ok:
+            raise value
+        return value
+
+
+@ray.remote(concurrency_groups={"send": 1, "recv": 1, "output": 1, "admin": 2})
+class TaskActor:
+    """Runs one task process on this node and relays its control messages and output."""
+
+    def __init__(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix="dtfk-ray-")  # short: a Unix socket lives in it
+        self.socket_path = os.path.join(self.folder, "c.sock")
+        self.popen: subprocess.Popen | None = None
+        self.conn: Connection | None = None
+        self.connected = threading.Event()
+        self.changed = threading.Condition()
+        self.inbox: collections.deque[bytes] = collections.deque()
+        self.eof = False
+        self.lines: collections.deque[bytes] = collections.deque()
+        self.code: int | None = None
+        self.output_ended = False
+        self.closed = False
+        self.workdir = ""
+        self.spawner = _Spawner()
+        self.node_id = ray.get_runtime_context().get_node_id()
+
+    # ---------------------------------------------------------------- start
+    @ray.method(concurrency_group="admin")
+    def start(
+        self, config_json: str, env: dict[str, str], cwd: str, script: tuple[str, bytes] | None
+    ) -> dict:
+        """Start the task: ``env`` is added to this node's environment; ``script`` is
+        ``(file name, content)`` of a launched script, written here. Returns ``info()``."""
+        config = TaskConfig.from_json(config_json)
+        changes: dict[str, Any] = {"control": self.socket_path}
+        if script is not None:
+            name, content = script
+            path = os.path.join(self.folder, os.path.basename(name))
+            with open(path, "wb") as f:
+                f.write(content)
+            changes["script"] = path
+        config = _replace(config, **changes)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(self.socket_path)
+        sock.listen(4)
+        sock.settimeout(ACCEPT_POLL)
+        workdir = cwd if cwd and os.path.isdir(cwd) else self.folder
+        self.workdir = workdir
+        full_env = dict(os.environ)
+        full_env.update(env)
+        user_path = env.get("PYTHONPATH", "")
+        full_env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, workdir, user_path) if p)
+        full_env["DTFKIT_NODE"] = node_name(self.node_id)
+        full_env[lifeline.OWNER_ENV] = str(os.getpid())
+        full_env[lifeline.PDEATHSIG_ENV] = "1"
+        full_env[protocol.CONFIG_ENV] = config.to_json()
+        self.popen = self.spawner.call(
+            lambda: subprocess.Popen(
+                [sys.executable, "-m", "dtfkit.engine.task_main"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=full_env,
+                cwd=workdir,
+                start_new_session=True,
+            )
+        )
+        authkey = bytes.fromhex(config.authkey)
+        threading.Thread(
+            target=self._accept, args=(sock, authkey, config.task, config.gen), daemon=True
+        ).start()
+        threading.Thread(target=self._read_output, daemon=True).start()
+        return self.info()
+
+    def _accept(self, sock: socket.socket, authkey: bytes, task: str, gen: int) -> None:
+        """Take the task's connection (a foreign or unauthenticated one is dropped), then read it."""
+        try:
+            while not self.closed and self.popen.poll() is None:
+                try:
+                    peer, _ = sock.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    break
+                peer.settimeout(None)
+                conn = Connection(peer.detach())
+                hello = control.first_message(conn, authkey, protocol.Hello)
+                if hello is None or hello.task != task or hello.gen != gen:
+                    if hello is not None:
+                        conn.close()
+                    continue
+                self.conn = conn
+                self.connected.set()
+                break
+        finally:
+            sock.close()
+            try:
+                os.unlink(self.socket_path)
+                # Nothing else in it (no script, not the task's cwd): remove it now, so that an
+                # actor killed without shutdown() (its driver died) leaves no folder behind.
+                if self.workdir != self.folder:
+                    os.rmdir(self.folder)
+            except OSError:
+                pass
+        if self.conn is None:
+            self._eof()
+            return
+        while True:
+            try:
+                data = self.conn.recv_bytes()
+            except (EOFError, OSError):
+                break
+            with self.changed:
+                self.inbox.append(data)
+                self.changed.notify_all()
+        self._eof()
+
+    def _eof(self) -> None:
+        with self.changed:
+            self.eof = True
+            self.changed.notify_all()
+
+    def _read_output(self) -> None:
+        stream = self.popen.stdout
+        while True:
+            try:
+                line = read_line(stream)
+            except (OSError, ValueError):
+                break
+            if not line:
+                break
+            with self.changed:
+                self.lines.append(line)
+                self.changed.notify_all()
+        code = self.popen.wait()
+        with self.changed:
+            self.code = code
+            self.output_ended = True
+            self.changed.notify_all()
+
+    # ------------------------------------------------------------- channels
+    @ray.method(concurrency_group="send")
+    def send(self, data: bytes, wait: float = CONNECT_SECONDS) -> None:
+        """Send one pickled message to the task, waiting (at most ``wait`` s) for it to connect."""
+        deadline = time.monotonic() + wait
+        while not self.connected.wait(0.2):
+            if self.eof or self.output_ended or time.monotonic() >= deadline:
+                raise ConnectionError("the task is not connected (it exited, or has not connected in time)")
+        try:
+            self.conn.send_bytes(data)
+        except OSError as exc:
+            raise ConnectionError(f"the task's connection is closed ({exc})") from None
+
+    @ray.method(concurrency_group="recv")
+    def recv(self, timeout: float) -> tuple[list[bytes], bool]:
+        """The messages the task sent (pickled, in order), waiting at most ``timeout`` s for one;
+        and True once the connection has ended and nothing is left."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.inbox or self.eof, timeout)
+            batch = [self.inbox.popleft() for _ in range(min(len(self.inbox), MAX_BATCH))]
+            return batch, self.eof and not self.inbox
+
+    @ray.method(concurrency_group="output")
+    def read_lines(self, timeout: float) -> tuple[list[bytes], int | None]:
+        """The output lines since the last call, waiting at most ``timeout`` s for one; and the
+        exit code once every line is out and the process exited (None before)."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.lines or self.output_ended, timeout)
+            batch = [self.lines.popleft() for _ in range(min(len(self.lines), MAX_BATCH))]
+            done = self.output_ended and not self.lines
+            return batch, self.code if done else None
+
+    # ---------------------------------------------------------------- admin
+    @ray.method(concurrency_group="admin")
+    def kill(self) -> None:
+        """SIGKILL the task's process group (as a crash would)."""
+        if self.popen is not None and self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    @ray.method(concurrency_group="admin")
+    def wait(self, timeout: float) -> int | None:
+        """The task's exit code, waiting at most ``timeout`` s; None if it still runs."""
+        if self.popen is None:
+            return None
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    @ray.method(concurrency_group="admin")
+    def info(self) -> dict:
+        """Where the task runs: its pid and start time, the node's id, short name and address."""
+        started = None
+        pid = self.popen.pid if self.popen is not None else None
+        if pid is not None:
+            try:
+                import psutil
+
+                started = psutil.Process(pid).create_time()
+            except Exception:  # noqa: BLE001 - gone already, or psutil missing on the node
+                started = None
+        return {
+            "pid": pid,
+            "started": started,
+            "node_id": self.node_id,
+            "node": node_name(self.node_id),
+            "ip": ray.util.get_node_ip_address(),
+            "actor_pid": os.getpid(),
+        }
+
+    @ray.method(concurrency_group="admin")
+    def shutdown(self) -> None:
+        """End the task (bounded) and remove this actor's folder; the owner then kills the actor."""
+        self.closed = True
+        self.kill()
+        if self.popen is not None:
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except OSError:
+                pass
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _replace(config: TaskConfig, **changes) -> TaskConfig:
+    import dataclasses
+
+    return dataclasses.replace(config, **changes)

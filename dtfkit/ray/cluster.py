@@ -1,0 +1,154 @@
+"""``RayCluster``: the ``LocalCluster`` interface with every task on a node of a Ray cluster.
+
+Each task is a fresh TensorFlow process on its node, started by a small Ray actor
+(``dtfkit.ray.actor``) that relays its control messages and output over Ray, so the
+notebook never accepts a connection from a node. Everything else (``run``,
+``submit``, ``logs``, ``metrics``, ``kill``/``restart``, ``TaskFailed``/``TaskTimeout``)
+is ``LocalCluster``'s own.
+
+Example::
+
+    import dtfkit
+
+    with dtfkit.RayCluster(ps=1, workers=2) as cluster:       # a simulated 2-node Ray cluster
+        cluster.run(lambda: dtfkit.this_task().node)           # {'worker:0': '3f2a9c1e', 'worker:1': '8b0d4e77'}
+
+    cluster = dtfkit.RayCluster(ps=2, workers=4, address="ray://head:10001", resources={"worker": {"GPU": 1}})
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from dtfkit.cluster import LocalCluster
+from dtfkit.engine.layout import ClusterLayout
+from dtfkit.engine.runtime import ClusterRuntime
+from dtfkit.ray.launcher import RayLauncher
+
+RAY_NETWORK_WARNING = (
+    "dtfkit: RayCluster: every TensorFlow server of this cluster listens on every network "
+    "interface of its node without authentication (TensorFlow offers no way to bind one "
+    "address or to require a key), so anything that can reach the Ray cluster's network can "
+    "run operations in the tasks: read and write files as the Ray user, read the tasks' "
+    "environment. Only the control channel (through Ray) is not exposed this way. Protect the "
+    "nodes with a firewall, or a Kubernetes NetworkPolicy that admits only the cluster's own "
+    "pods; on a simulated cluster the servers listen on this machine's interfaces."
+)
+SIMULATED_NOTE = (
+    "dtfkit: no Ray address given: starting a simulated {nodes}-node Ray cluster on this machine "
+    '(10-20 s). For a real one: RayCluster(..., address="ray://<head>:10001") or address="auto".'
+)
+
+
+class RayCluster(LocalCluster):
+    """``ps``, ``workers``, ``chief`` and ``evaluator`` tasks, each a process on a Ray node.
+
+    Args:
+        ps, workers, chief, evaluator: how many tasks of each role.
+        address: ``None`` (default) starts a simulated Ray cluster of ``nodes`` nodes on
+            this machine, owned by this cluster and ended with it; ``"auto"`` (the cluster
+            this machine belongs to), ``"ray://<head>:10001"`` (Ray Client) or
+            ``"<head>:6379"`` connect to a running one. A process connected to Ray already
+            uses that connection (an address naming another cluster is refused).
+        placement: ``"spread"`` (default: tasks dealt round-robin over the nodes that have
+            CPUs, ordered by node id) or ``"pack"`` (fill one node first).
+        resources: what each task's actor asks Ray for, per job or task:
+            ``{"worker": {"GPU": 1}, "ps": {"CPU": 2}}``. A layout that cannot be placed
+            fails before anything starts, naming the task.
+        runtime_env: Ray's ``runtime_env`` for the actors; on a real cluster dtfkit itself
+            is shipped to the nodes with ``py_modules`` unless this names ``py_modules``.
+            TensorFlow must be installed on the nodes.
+        nodes: how many nodes a simulated cluster has (``address=None``).
+        env, start_servers, setup, show_tf_logs, start_timeout, progress, name,
+        max_tasks, echo: as for ``LocalCluster``.
+
+    Example::
+
+        >>> with RayCluster(ps=1, workers=2) as cluster:                    # doctest: +SKIP
+        ...     cluster.nodes()
+        {'ps:0': '3f2a9c1e', 'worker:0': '8b0d4e77', 'worker:1': '3f2a9c1e'}
+    """
+
+    def __init__(
+        self,
+        ps: int = 0,
+        workers: int = 2,
+        chief: int = 0,
+        evaluator: int = 0,
+        *,
+        address: str | None = None,
+        placement: str = "spread",
+        resources: dict[str, dict[str, float]] | None = None,
+        runtime_env: dict[str, Any] | None = None,
+        nodes: int = 2,
+        env: dict[str, str] | None = None,
+        start_servers: bool = True,
+        setup: Callable[[], Any] | None = None,
+        show_tf_logs: bool = False,
+        start_timeout: float = 180.0,
+        progress: bool = True,
+        name: str | None = None,
+        max_tasks: int | None = None,
+        echo: Callable[[str, str], None] | None = None,
+    ):
+        layout = ClusterLayout.from_counts(ps=ps, workers=workers, chief=chief, evaluator=evaluator)
+        self._ray_options = dict(
+            address=address,
+            placement=placement,
+            resources=resources,
+            runtime_env=runtime_env,
+            nodes=nodes,
+            tasks=[t.name for t in layout.tasks],
+        )
+        launcher = RayLauncher(**self._ray_options)  # checks its arguments; connects in start
+        if address is None and not _connected():
+            print(SIMULATED_NOTE.format(nodes=nodes), flush=True)
+        warnings.warn(RAY_NETWORK_WARNING, stacklevel=2)
+        super().__init__(
+            ps,
+            workers,
+            chief,
+            evaluator,
+            gpus="share",  # the driver's GPUs mean nothing on a node: Ray assigns GPUs (resources=)
+            env=env,
+            start_servers=start_servers,
+            setup=setup,
+            show_tf_logs=show_tf_logs,
+            start_timeout=start_timeout,
+            progress=progress,
+            name=name,
+            pool=False,
+            max_tasks=max_tasks,
+            echo=echo,
+            launcher=launcher,
+        )
+
+    @property
+    def launcher(self) -> RayLauncher:
+        return self._rt.launcher
+
+    @property
+    def ray_address(self) -> str:
+        """The address of the Ray cluster the tasks run on."""
+        return self.launcher.cluster_address() if not self.closed else ""
+
+    def nodes(self) -> dict[str, str]:
+        """``{"worker:0": "3f2a9c1e", ...}``: the node each task runs on (the first 8 hex digits
+        of its Ray node id, as ``dtfkit.this_task().node`` says inside the task)."""
+        return {task: self.launcher.node_of(task) for task in self.tasks}
+
+    def _start_again(self) -> None:
+        old = self._rt
+        runtime = ClusterRuntime(
+            old.layout, launcher=RayLauncher(**self._ray_options), echo=old.echo, **self._runtime_options
+        )
+        runtime.start()
+        self._rt = runtime
+
+
+def _connected() -> bool:
+    import ray
+
+    return ray.is_initialized()
