@@ -1,9 +1,9 @@
-"""Run the timing-sensitive tests and chapters 3, 4, 8 and 9 with CPU burners beside them.
+"""Run the timing-sensitive tests and chapters 3, 4, 8, 9 and 10 with CPU burners beside them.
 
 What a test or a chapter checks must hold on a busy 2-core classroom server, not only on
 a quiet machine. This command starts ``--burners`` processes that each spin one core at
 100 %, runs the tests marked ``timing`` and the chapters whose facts come from real
-training runs (3, 4, 8 and 9) under nbval, then ends the burners (by pid, also on Ctrl-C or
+training runs (3, 4, 8, 9 and 10: on a simulated Ray cluster) under nbval, then ends the burners (by pid, also on Ctrl-C or
 a failure) and prints one line per part with its exit code and duration.
 
 Usage, from the repository root::
@@ -32,6 +32,7 @@ CHAPTERS = [
     "notebooks/04_monitored_training_session.ipynb",
     "notebooks/08_sync_async_lab.ipynb",
     "notebooks/09_ps_vs_ring_allreduce.ipynb",
+    "notebooks/10_beyond_one_machine.ipynb",
 ]
 BURN = "while True:\n    pass\n"
 
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             if not opts.no_chapters:
                 results.append(
-                    run_part(f"round {round_no}: chapters 3, 4, 8, 9", [*CHAPTERS, *opts.pytest_args])
+                    run_part(f"round {round_no}: chapters 3, 4, 8, 9, 10", [*CHAPTERS, *opts.pytest_args])
                 )
     finally:
         stop_burners(burners)
