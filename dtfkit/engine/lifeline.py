@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+import queue
 import signal
 import sys
+import threading
+from collections.abc import Callable
 
 _PR_SET_PDEATHSIG = 1
 PDEATHSIG_ENV = "DTFKIT_PDEATHSIG"
@@ -35,3 +38,48 @@ def end_own_process_group() -> None:
         os.killpg(os.getpgid(0), signal.SIGKILL)
     finally:
         os._exit(1)
+
+
+class Spawner:
+    """One thread that starts child processes for as long as this process lives.
+
+    ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child ends; this thread
+    ends only with the process, so children started through it die with their owner even
+    if it is SIGKILLed. The warm pool and the Ray task actor start their tasks here.
+
+    Example::
+
+        proc = Spawner.get().call(lambda: subprocess.Popen([...]))
+    """
+
+    _instance: Spawner | None = None
+    _lock = threading.Lock()
+
+    def __init__(self):
+        self.jobs: queue.Queue = queue.Queue()
+        threading.Thread(target=self._loop, name="dtfkit-spawner", daemon=True).start()
+
+    @classmethod
+    def get(cls) -> Spawner:
+        """This process's spawner (started on first use)."""
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = Spawner()
+            return cls._instance
+
+    def _loop(self) -> None:
+        while True:
+            fn, done = self.jobs.get()
+            try:
+                done.put((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                done.put((False, exc))
+
+    def call(self, fn: Callable[[], object]):
+        """Run ``fn`` in the spawner's thread and return what it returns (or raise what it raised)."""
+        done: queue.Queue = queue.Queue()
+        self.jobs.put((fn, done))
+        ok, value = done.get()
+        if not ok:
+            raise value
+        return value

@@ -49,12 +49,10 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
-import queue
 import secrets
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Listener
 
@@ -126,45 +124,6 @@ class WarmNamespace:
         return [p for p in self.procs if p.conn is not None and p.popen.poll() is None]
 
 
-class _Spawner:
-    """One thread that starts every pool process, for as long as this process lives.
-
-    ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child ends; this
-    thread ends only with the process, so pool processes (and the tasks adopted from
-    them) die with their owner even if it is SIGKILLed.
-    """
-
-    _instance: _Spawner | None = None
-    _lock = threading.Lock()
-
-    def __init__(self):
-        self.jobs: queue.Queue = queue.Queue()
-        threading.Thread(target=self._loop, name="dtfkit-pool-spawner", daemon=True).start()
-
-    @classmethod
-    def get(cls) -> _Spawner:
-        with cls._lock:
-            if cls._instance is None:
-                cls._instance = _Spawner()
-            return cls._instance
-
-    def _loop(self) -> None:
-        while True:
-            fn, done = self.jobs.get()
-            try:
-                done.put((True, fn()))
-            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
-                done.put((False, exc))
-
-    def call(self, fn: Callable[[], object]):
-        done: queue.Queue = queue.Queue()
-        self.jobs.put((fn, done))
-        ok, value = done.get()
-        if not ok:
-            raise value
-        return value
-
-
 class TaskPool:
     """Keeps up to ``size`` task processes warm (TensorFlow imported) in a fresh namespace.
 
@@ -225,7 +184,7 @@ class TaskPool:
             if not ok:
                 self.note = f"no warm pool: {why}"
                 return
-            spawner = _Spawner.get()
+            spawner = lifeline.Spawner.get()
             with self._lock:
                 space = self._current
             if space is None:
@@ -267,7 +226,7 @@ class TaskPool:
         self.fill()
 
     def _env(self) -> dict[str, str]:
-        # Spawned from _Spawner's thread, which lives as long as this process.
+        # Spawned from lifeline.Spawner's thread, which lives as long as this process.
         env = task_environment(self.id, self.dir, extra=self.extra_env)
         return with_lifeline(env, from_long_lived_thread=True)
 

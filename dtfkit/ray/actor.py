@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import collections
 import os
-import queue
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -42,6 +40,7 @@ from typing import Any
 import ray
 
 from dtfkit.engine import control, lifeline, protocol
+from dtfkit.engine.local import spawn_task
 from dtfkit.engine.logs import read_line
 from dtfkit.engine.protocol import TaskConfig
 
@@ -55,31 +54,6 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(_
 def node_name(node_id: str) -> str:
     """The short name dtfkit shows for a Ray node: the first 8 hex digits of its id."""
     return node_id[:8]
-
-
-class _Spawner:
-    """A thread that lives as long as the actor's process and starts the task from there:
-    ``PR_SET_PDEATHSIG`` fires when the *thread* that started a child ends."""
-
-    def __init__(self):
-        self.jobs: queue.Queue = queue.Queue()
-        threading.Thread(target=self._loop, name="dtfkit-spawner", daemon=True).start()
-
-    def _loop(self) -> None:
-        while True:
-            fn, done = self.jobs.get()
-            try:
-                done.put((True, fn()))
-            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
-                done.put((False, exc))
-
-    def call(self, fn):
-        done: queue.Queue = queue.Queue()
-        self.jobs.put((fn, done))
-        ok, value = done.get()
-        if not ok:
-            raise value
-        return value
 
 
 @ray.remote(concurrency_groups={"send": 1, "recv": 1, "output": 1, "admin": 2})
@@ -100,7 +74,7 @@ class TaskActor:
         self.output_ended = False
         self.closed = False
         self.workdir = ""
-        self.spawner = _Spawner()
+        self.spawner = lifeline.Spawner.get()
         self.node_id = ray.get_runtime_context().get_node_id()
 
     # ---------------------------------------------------------------- start
@@ -132,18 +106,7 @@ class TaskActor:
         full_env["DTFKIT_NODE"] = node_name(self.node_id)
         full_env[lifeline.OWNER_ENV] = str(os.getpid())
         full_env[lifeline.PDEATHSIG_ENV] = "1"
-        full_env[protocol.CONFIG_ENV] = config.to_json()
-        self.popen = self.spawner.call(
-            lambda: subprocess.Popen(
-                [sys.executable, "-m", "dtfkit.engine.task_main"],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=full_env,
-                cwd=workdir,
-                start_new_session=True,
-            )
-        )
+        self.popen = self.spawner.call(lambda: spawn_task(config, full_env, workdir))
         authkey = bytes.fromhex(config.authkey)
         threading.Thread(
             target=self._accept, args=(sock, authkey, config.task, config.gen), daemon=True
