@@ -44,9 +44,11 @@ def installed() -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("constraints", type=Path)
-    parser.add_argument("--require", action="store_true", help="fail when an installed pinned package differs")
+    parser.add_argument(
+        "--require", action="store_true", help="fail when an installed pinned package differs"
+    )
     args = parser.parse_args(argv)
-    python = "%d.%d" % sys.version_info[:2]
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
     pins, have = pinned(args.constraints, python), installed()
     differ = sorted((n, v, have[n]) for n, v in pins.items() if n in have and have[n] != v)
     if not differ:

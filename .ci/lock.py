@@ -60,7 +60,7 @@ def resolve(python: str, workdir: Path) -> tuple[str, dict[str, str]]:
         cwd=ROOT,
     )
     version = subprocess.run(
-        [vpy, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        [vpy, "-c", "import sys; print(f'{sys.version_info.major}.{sys.version_info.minor}')"],
         check=True,
         capture_output=True,
         text=True,
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = [v for v in SUPPORTED if v not in by_python]
     today = datetime.date.today().isoformat()
     header = [
-        "# The versions CI tests (`bash .ci/run`). Install with: python3 -m pip install -c constraints.txt -e \".[notebooks]\"",
+        '# The versions CI tests (`bash .ci/run`). Install with: python3 -m pip install -c constraints.txt -e ".[notebooks]"',
         f"# Written by `python3 .ci/lock.py` on {today}, resolving {EXTRAS} for Python {', '.join(sorted(by_python))}"
         + (f" (not {', '.join(missing)}: no interpreter)" if missing else "")
         + ".",
