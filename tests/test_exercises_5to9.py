@@ -500,6 +500,12 @@ def _wrong_9_2_three_only(n):  # a right schedule, written out for the chapter's
     }
 
 
+def _wrong_9_2_right_going(n):  # Part 1's ring: sums right, but sends to the right neighbour
+    from dtfkit.recipes import allreduce
+
+    return allreduce.ring_schedule(n)
+
+
 @pytest.mark.slow
 def test_9_1_solution_passes():
     from dtfkit.course import check
@@ -526,11 +532,38 @@ def test_9_2_solution_passes():
 
 
 @pytest.mark.parametrize(
-    "wrong, expected", [(_wrong_9_2_broken, "wrong value"), (_wrong_9_2_three_only, "4 workers")]
+    "wrong, expected",
+    [
+        (_wrong_9_2_broken, "wrong value"),
+        (_wrong_9_2_three_only, "4 workers"),
+        (_wrong_9_2_right_going, "right neighbour"),
+    ],
 )
 def test_9_2_wrong_schedules_fail_before_starting(no_spawn, wrong, expected):
+    import numpy as np
+
     from dtfkit.course import check
+    from dtfkit.recipes import allreduce
 
     # the written-out schedule is right for 3 workers: only another size catches it
     assert _wrong_9_2_three_only(3) == solution("9.2", "my_ring_schedule")(3)
+    # the right-going ring sums right: only its direction is wrong
+    grads = [np.full(12, 10.0**i) for i in range(4)]
+    assert all(np.allclose(o, 1111.0) for o in allreduce.simulate(_wrong_9_2_right_going(4), grads))
     assert_fails_without_giving_away("9.2", _run(check.ch09.ring, wrong), expected)
+    assert_fails_without_giving_away("9.2", _run(check.ch09.ring, wrong, hidden=True), expected)
+
+
+@pytest.mark.slow
+def test_9_2_direction_is_graded_in_tensorflow_too():
+    import os
+
+    from dtfkit.course import check
+
+    here, right_answer = os.getpid(), solution("9.2", "my_ring_schedule")
+
+    def left_here_right_in_the_tasks(n):  # passes the NumPy pre-check, goes right in TensorFlow
+        return right_answer(n) if os.getpid() == here else _wrong_9_2_right_going(n)
+
+    outcome = _run(check.ch09.ring, left_here_right_in_the_tasks)
+    assert_fails_without_giving_away("9.2", outcome, "the trace shows", "right neighbour")

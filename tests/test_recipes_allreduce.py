@@ -90,6 +90,33 @@ def test_a_wrong_schedule_is_caught_for_real(cluster_1ps_4w):
     assert not run["correct"]
 
 
+@pytest.mark.slow
+def test_grappler_changes_names_not_transfers(cluster_1ps_4w):
+    """Why sync_run switches Grappler off: the same transfers and bytes either way, but Grappler's
+    model pruner removes the Identity after each variable read, which the ps's rows are named after."""
+    without, with_grappler = (
+        next(
+            iter(
+                cluster_1ps_4w.run(
+                    allreduce.sync_sweep,
+                    args=([3], FLOATS),
+                    kwargs={"grappler": on},
+                    on="client",
+                    timeout=300,
+                ).values()
+            )
+        )
+        for on in (False, True)
+    )
+    for off, on in zip(without, with_grappler, strict=True):
+        assert on["correct"] and off["correct"]
+        assert on["bytes"] == off["bytes"] == allreduce.expected_bytes(off["method"], 3, FLOATS)
+        assert len(on["transfers"]) == len(off["transfers"])
+    ps_off, ps_on = ({r["tensor"] for r in run[0]["transfers"]} for run in (without, with_grappler))
+    assert ps_off == {"Identity", "Identity_1", "Identity_2", "ps_sum"}, ps_off
+    assert "Identity" not in ps_on and "ps_sum" in ps_on, ps_on
+
+
 @pytest.fixture(scope="module")
 def cluster_1ps_4w():
     cluster = dtfkit.LocalCluster(ps=1, workers=4, progress=False, name=None)

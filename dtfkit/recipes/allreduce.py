@@ -166,11 +166,14 @@ def worker_gradient(tf: Any, index: int, floats: int, seed: int = 0) -> Any:
     return tf.random.stateless_uniform([floats], seed=[seed, index], minval=-1.0, maxval=1.0)
 
 
-def _graph_config(tf: Any) -> Any:
-    # Grappler would fold and fuse this little graph (concat(split(x)) and friends): the
-    # transfers we want to see would vanish. Switched off here, for this session only.
+def _graph_config(tf: Any, grappler: bool = False) -> Any:
+    # Without Grappler the partition graphs hold exactly the ops build_ring/build_ps made, so
+    # the trace names every transfer after them. Grappler changes no transfer and no byte here
+    # (sync_run(grappler=True) shows it), but removes Identity ops: its model pruner (model_pruner.cc)
+    # the Identity after each variable read, so the ps receives "Read/ReadVariableOp" instead of
+    # "Identity"; its dependency optimizer (dependency_optimizer.cc) the last all-gather step's.
     config = tf.compat.v1.ConfigProto()
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    config.graph_options.rewrite_options.disable_meta_optimizer = not grappler
     return config
 
 
@@ -183,6 +186,7 @@ def sync_run(
     seed: int = 0,
     schedule: dict | None = None,
     return_sum: bool = False,
+    grappler: bool = False,
     timeout_ms: int = 120_000,
 ) -> dict[str, Any]:
     """In a client task: synchronise ``floats`` float32 gradients of the first ``n`` workers once,
@@ -191,6 +195,8 @@ def sync_run(
     ``method`` is ``"ring"`` or ``"ps"`` (``ps:0``); ``schedule`` replaces the ring's.
     Each worker's gradient is a variable on that worker (``worker_gradient``). The traced
     run fetches nothing (the sums stay on the workers), so every transfer is the method's.
+    Grappler is off unless ``grappler``: then the transfers and bytes are the same, but some
+    are named after other ops (it removes Identity ops, see ``_graph_config``).
 
     Returns ``method``, ``n``, ``floats``, ``transfers`` (``placement.transfer_table``
     rows), ``bytes`` (``bytes_by_task``), ``correct`` (every worker's result
@@ -224,7 +230,7 @@ def sync_run(
             outs = build_ps(tf, grads, devices)
         targets = [out.op for out in outs]  # run, fetch nothing: no transfer to the client
         target = "grpc://" + ctx.cluster["worker"][0]
-        with tf.compat.v1.Session(target, config=_graph_config(tf)) as sess:
+        with tf.compat.v1.Session(target, config=_graph_config(tf, grappler)) as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             traced = placement.trace_run(sess, targets, graph=graph, timeout_ms=timeout_ms)
             seconds = []
@@ -252,7 +258,13 @@ def sync_run(
 
 
 def sync_sweep(
-    ns: Sequence[int], floats: int, *, methods: Sequence[str] = METHODS, repeats: int = 0, seed: int = 0
+    ns: Sequence[int],
+    floats: int,
+    *,
+    methods: Sequence[str] = METHODS,
+    repeats: int = 0,
+    seed: int = 0,
+    grappler: bool = False,
 ) -> list[dict[str, Any]]:
     """In a client task: ``sync_run`` for every ``n`` in ``ns`` and every method, in one process
     (a client task starts in seconds; one for the whole sweep). ``sum`` is kept for the largest
@@ -265,7 +277,13 @@ def sync_sweep(
     """
     return [
         sync_run(
-            method, n, floats, repeats=repeats, seed=seed, return_sum=(method == "ring" and n == max(ns))
+            method,
+            n,
+            floats,
+            repeats=repeats,
+            seed=seed,
+            return_sum=(method == "ring" and n == max(ns)),
+            grappler=grappler,
         )
         for n in ns
         for method in methods

@@ -66,8 +66,28 @@ def ps_bytes(ps_bytes_received: Callable, *, hidden: bool = False) -> CheckResul
     )
 
 
+def _left(src: int, n: int) -> int:
+    """The neighbour exercise 9.2's ring sends to: worker ``src``'s left, ``(src - 1) % n``."""
+    return (src - 1) % n
+
+
+def _direction_problem(src: int, dst: int, n: int) -> str | None:
+    """What is wrong with a send from ``src`` to ``dst`` in a ring of ``n`` going left, or None."""
+    if dst == _left(src, n):
+        return None
+    if dst == (src + 1) % n:
+        return f"worker {src} sends to worker {dst}, its right neighbour"
+    return f"worker {src} sends to worker {dst}, not a neighbour"
+
+
+_WRONG_WAY_HINT = (
+    "this ring goes left, as the exercise says: every send of every step goes from worker i to "
+    "left[i]; a ring that goes right (like Part 1's) is not the answer"
+)
+
+
 def _shape_problem(schedule: object, n: int) -> str | None:
-    """What is wrong with a schedule's shape (not its sums), or None."""
+    """What is wrong with a schedule's shape (not its direction or sums), or None."""
     if not isinstance(schedule, dict) or set(schedule) != {"reduce_scatter", "all_gather"}:
         return "return a dict with the keys 'reduce_scatter' and 'all_gather'"
     for phase, steps in schedule.items():
@@ -77,9 +97,27 @@ def _shape_problem(schedule: object, n: int) -> str | None:
             senders = sorted(src for src, _, _ in step)
             if senders != list(range(n)):
                 return f"in {phase} step {s} the senders are {senders}: every worker sends exactly one chunk"
-            far = [(src, dst) for src, dst, _ in step if (dst - src) % n not in (1, n - 1)]
-            if far:
-                return f"in {phase} step {s} worker {far[0][0]} sends to worker {far[0][1]}, not a neighbour"
+    return None
+
+
+def _schedule_direction_problem(schedule: dict, n: int) -> str | None:
+    """The first send of a (well-shaped) schedule that does not go to the sender's left, or None."""
+    for phase, steps in schedule.items():
+        for s, step in enumerate(steps):
+            for src, dst, _ in step:
+                problem = _direction_problem(src, dst, n)
+                if problem:
+                    return f"in {phase} step {s} {problem}"
+    return None
+
+
+def _traced_direction_problem(transfers: list[dict], n: int) -> str | None:
+    """The first transfer of a traced ring run that does not go to the sender's left, or None."""
+    for row in transfers:
+        src, dst = (int(row[key].split(":")[1]) for key in ("from", "to"))
+        problem = _direction_problem(src, dst, n)
+        if problem:
+            return f"the trace shows {problem}"
     return None
 
 
@@ -93,6 +131,11 @@ def _ring_problem(schedule_fn: Callable, sizes: tuple[int, ...]) -> CheckResult 
             return failed(
                 f"the schedule for {n} workers is not a ring: {problem}",
                 f"the check tries rings of {sizes[0]} to {sizes[-1]} workers: build the schedule from n",
+            )
+        wrong_way = _schedule_direction_problem(schedule, n)
+        if wrong_way:
+            return failed(
+                f"the schedule for {n} workers is not the left-going ring: {wrong_way}", _WRONG_WAY_HINT
             )
     for n, schedule in schedules.items():
         grads = [np.full(FLOATS, 10.0**i) for i in range(n)]
@@ -111,15 +154,18 @@ def _ring_problem(schedule_fn: Callable, sizes: tuple[int, ...]) -> CheckResult 
 
 @exercise("9.2", "Fix the ring")
 def ring(schedule_fn: Callable, *, hidden: bool = False) -> CheckResult:
-    """Check ``schedule_fn(n)`` (a ``ring_schedule``-like dict) on NumPy for 3 to 6 workers, then build
-    it in TensorFlow on 3 workers (4 when hidden), run it traced and compare sums and bytes.
+    """Check ``schedule_fn(n)`` (a ``ring_schedule``-like dict in which every worker sends to its
+    left neighbour, ``(i - 1) % n``) on NumPy for 3 to 6 workers (and one larger ring when hidden),
+    then build it in TensorFlow on 3 workers (4 when hidden), run it traced and compare sums, bytes
+    and the direction of every traced transfer.
 
     Example::
 
         check.ch09.ring(my_ring_schedule)
     """
     n = 4 if hidden else 3
-    problem = _ring_problem(schedule_fn, (3, 4, 5, 6))  # NumPy: a wrong ring fails before any cluster starts
+    sizes = (3, 4, 5, 6, random.Random().randint(7, 12)) if hidden else (3, 4, 5, 6)
+    problem = _ring_problem(schedule_fn, sizes)  # NumPy: a wrong ring fails before any cluster starts
     if problem is not None:
         return problem
     with cluster(workers=n) as c:
@@ -131,14 +177,21 @@ def ring(schedule_fn: Callable, *, hidden: bool = False) -> CheckResult:
             f"in TensorFlow the {n} workers did not all end with the sum (max error {run['max_error']:g})",
             "the NumPy simulation passed: does your function give the same schedule every time it is called?",
         )
+    wrong_way = _traced_direction_problem(run["transfers"], n)
+    if wrong_way:
+        return failed(
+            f"in TensorFlow on {n} workers {wrong_way}, though the NumPy runs went left",
+            "does your function give the same schedule every time it is called? " + _WRONG_WAY_HINT,
+        )
     if run["bytes"] != allreduce.expected_bytes("ring", n, FLOATS):
         return failed(
             f"the traced bytes {run['bytes']} are not what a ring sends",
-            "every worker sends one chunk per step, to its neighbour",
+            "every worker sends one chunk per step, to its left neighbour",
         )
     per_worker = run["bytes"]["worker:0"]["sent"]
     return passed(
-        f"the schedule summed right on NumPy for 3 to 6 workers; in TensorFlow all {n} workers ended "
-        f"with the sum, and each sent and received {per_worker} bytes "
+        f"the schedule summed right on NumPy for {sizes[0]} to {sizes[-1]} workers, every send to the left "
+        f"neighbour; in TensorFlow all {n} workers ended with the sum, every traced transfer went left, "
+        f"and each sent and received {per_worker} bytes "
         f"= 2 x ({n} - 1) chunks of {4 * FLOATS // n} bytes"
     )
