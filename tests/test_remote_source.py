@@ -22,7 +22,7 @@ from conftest import share_cluster, subprocess_env
 import dtfkit
 from dtfkit.engine import sources
 from dtfkit.engine.fake import FakeLauncher
-from dtfkit.errors import TaskFailed, TaskTimeout
+from dtfkit.errors import ClusterStartError, TaskFailed, TaskTimeout
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -103,6 +103,14 @@ def test_pickled_code_keeps_its_file_name_and_its_source_comes_along(fake_file):
     assert fn.__code__.co_filename == "<cell-a>"
     assert fn().__code__.co_filename == "<cell-a>"  # nested code too
     assert call.sources == {"<cell-a>": ("<cell-a>", linecache.cache["<cell-a>"][2])}
+
+
+def test_code_that_marshal_cannot_write_travels_as_cloudpickle_sends_it(fake_file):
+    namespace = fake_file("<cell-c>", "def three():\n    return 3\n")
+    three = namespace["three"]
+    three.__code__ = three.__code__.replace(co_consts=(*three.__code__.co_consts, range(2)))
+    fn, _, _ = cloudpickle.loads(sources.pickle_call(three, (), {}).data)
+    assert fn() == 3
 
 
 def test_collect_skips_what_the_task_imports_itself_unknown_names_and_big_files(tmp_path, monkeypatch):
@@ -193,7 +201,7 @@ def test_a_function_from_a_file_deleted_since(cluster, learner_module):
 def test_a_lambda(cluster):
     text = failure_text(cluster, lambda: {}["missing"])  # LAMBDA-HERE
     assert f'File "{__file__}"' in text
-    assert "failure_text(cluster, lambda: {}[\"missing\"])  # LAMBDA-HERE" in text
+    assert 'failure_text(cluster, lambda: {}["missing"])  # LAMBDA-HERE' in text
 
 
 def test_a_nested_function(cluster):
@@ -212,7 +220,9 @@ def test_a_method_of_a_class_from_a_cell(cluster, fake_file):
         """,
     )
     text = failure_text(cluster, namespace["Model"]().step)
-    assert 'File "<learner-cell-3>", line 3, in step\n    raise RuntimeError("diverged")  # METHOD-HERE' in text
+    assert (
+        'File "<learner-cell-3>", line 3, in step\n    raise RuntimeError("diverged")  # METHOD-HERE' in text
+    )
 
 
 def test_a_timeout_shows_the_stuck_line_of_a_cell_under_its_cell_name(cluster, fake_file, monkeypatch):
@@ -230,6 +240,20 @@ def test_a_timeout_shows_the_stuck_line_of_a_cell_under_its_cell_name(cluster, f
         cluster.run(namespace["stuck"], on="worker:0", timeout=1)
     stack = info.value.stacks["worker:0"]
     assert "  Cell In[4], line 4, in stuck\n    threading.Event().wait()  # STUCK-IN-CELL" in stack
+
+
+def test_a_failing_setup_from_a_cell(fake_file):
+    namespace = fake_file(
+        "<learner-cell-5>", "def configure():\n    raise OSError('no devices')  # SETUP-HERE\n"
+    )
+    with pytest.raises(ClusterStartError) as info:
+        dtfkit.LocalCluster(
+            workers=1, launcher=FakeLauncher(), setup=namespace["configure"], progress=False, name=None
+        )
+    assert (
+        "File \"<learner-cell-5>\", line 2, in configure\n    raise OSError('no devices')  # SETUP-HERE"
+        in str(info.value)
+    )
 
 
 # ------------------------------------------------------------- a real kernel
@@ -277,6 +301,6 @@ def test_in_a_kernel_a_remote_error_names_the_cell_and_shows_the_line(tmp_path):
 
     printed = "".join(o.get("text", "") for o in nb.cells[2].outputs if o.output_type == "stream")
     count = nb.cells[2].execution_count
-    assert f"  Cell In[{count}], line 3, in stuck\n    threading.Event().wait()  # STUCK-IN-CELL" in printed, (
-        nb.cells[2].outputs
-    )
+    assert (
+        f"  Cell In[{count}], line 3, in stuck\n    threading.Event().wait()  # STUCK-IN-CELL" in printed
+    ), nb.cells[2].outputs
