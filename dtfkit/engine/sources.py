@@ -194,7 +194,7 @@ def register(sources: Sources | None) -> None:
 
 def with_display_names(text: str) -> str:
     """``File "/tmp/ipykernel_1/2.py", line 3`` becomes ``Cell In[5], line 3``."""
-    for filename, display in _DISPLAY.items():
+    for filename, display in list(_DISPLAY.items()):  # the control thread formats stacks too
         text = text.replace(f'File "{filename}", line ', f"{display}, line ")
     return text
 
