@@ -2,7 +2,8 @@
 
 A function defined in a notebook cell lives in no file a task could read: IPython
 keeps the cell's text in the kernel's ``linecache`` under a temporary file name. And
-cloudpickle (3.1 and later) renames every code object it pickles ``<dynamic-code>``.
+cloudpickle renames every code object it pickles ``<dynamic-code>`` (since
+cloudpipe/cloudpickle#560, in 3.1.3; 3.0 kept the name).
 So without help a remote traceback reads ``File "<dynamic-code>", line 3, in mine``
 and no line of code.
 
