@@ -30,6 +30,7 @@ from dtfkit.engine.launcher import Launcher
 from dtfkit.engine.layout import ClusterLayout, TaskId
 from dtfkit.engine.metrics import MetricLog
 from dtfkit.engine.runtime import ClusterRuntime, check_task_count, print_line
+from dtfkit.engine.sources import PickledCall, pickle_call
 from dtfkit.errors import DtfkitError, TaskNotRunning
 from dtfkit.htmltable import html_table
 
@@ -320,7 +321,7 @@ class LocalCluster:
                 )
         return RunHandle(rt, procs, payload, name, **options)
 
-    def _submit_client(self, payload: bytes, name: str, options: dict) -> RunHandle:
+    def _submit_client(self, payload: PickledCall, name: str, options: dict) -> RunHandle:
         rt = self._rt
         client = rt.start_client()
         try:
@@ -534,11 +535,10 @@ def _counts(layout: ClusterLayout) -> str:
     return ", ".join(f"{n} {job}" for job, n in counts.items())
 
 
-def _pickle_call(fn: Callable, args: tuple, kwargs: dict) -> bytes:
-    import cloudpickle
-
+def _pickle_call(fn: Callable, args: tuple, kwargs: dict) -> PickledCall:
+    """``(fn, args, kwargs)`` pickled, with the source of its code for the tasks' tracebacks."""
     try:
-        return cloudpickle.dumps((fn, args, kwargs))
+        return pickle_call(fn, args, kwargs)
     except Exception as exc:  # noqa: BLE001 - pickling raises many types
         name = getattr(fn, "__qualname__", repr(fn))
         raise DtfkitError(

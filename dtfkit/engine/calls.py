@@ -25,6 +25,7 @@ from dtfkit.errors import DtfkitError, TaskExited, TaskFailed, TaskNotRunning, T
 
 if TYPE_CHECKING:
     from dtfkit.engine.runtime import ClusterRuntime, TaskProcess
+    from dtfkit.engine.sources import PickledCall
 
 ERROR_POLICIES = ("interrupt", "wait")
 STACK_DUMP_WAIT = 5.0
@@ -38,7 +39,7 @@ class RunHandle:
         self,
         runtime: ClusterRuntime,
         procs: list[TaskProcess],
-        payload: bytes,
+        payload: PickledCall,
         fn_name: str,
         *,
         timeout: float | None,
@@ -74,7 +75,7 @@ class RunHandle:
         self._inbox = runtime.open_call()  # the runtime routes this call's answers here
         self.call_id = self._inbox.call_id
         for proc in procs:
-            proc.send(protocol.Call(self.call_id, payload))
+            proc.send(protocol.Call(self.call_id, payload.data, payload.sources))
             proc.busy_with = self.call_id
             proc.calls += 1
 

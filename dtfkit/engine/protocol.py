@@ -132,15 +132,22 @@ class Metric(NamedTuple):
 
 
 # ---------------------------------------------------------------- owner -> task
+# {file name: (the name tracebacks give it, its lines)}: the source of the code a payload
+# runs, which the task registers in linecache (dtfkit.engine.sources).
+Sources = dict[str, tuple[str, list[str]]]
+
+
 class Spec(NamedTuple):
     cluster: dict[str, list[str]]
     tf_config: str
     setup: bytes | None  # cloudpickled (fn, args, kwargs) to run before the server starts
+    sources: Sources | None = None  # the source of setup's code
 
 
 class Call(NamedTuple):
     call_id: int
     payload: bytes  # cloudpickled (fn, args, kwargs)
+    sources: Sources | None = None  # the source of its code
 
 
 class Interrupt(NamedTuple):

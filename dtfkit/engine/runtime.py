@@ -29,6 +29,7 @@ from dtfkit.engine.layout import ClusterLayout, TaskId, cluster_dict, tf_config
 from dtfkit.engine.logs import LogBook, RepeatFolder
 from dtfkit.engine.metrics import MetricLog
 from dtfkit.engine.protocol import TaskConfig
+from dtfkit.engine.sources import PickledCall
 from dtfkit.engine.taskenv import task_environment
 from dtfkit.errors import ClusterStartError, DtfkitError, TaskNotRunning
 from dtfkit.progress import Progress
@@ -230,7 +231,7 @@ class ClusterRuntime:
         script: Script | None = None,
         echo: Callable[[str, str], None] | None = None,
         cwd: str | None = None,
-        setup_payload: bytes | None = None,
+        setup_payload: PickledCall | None = None,
         max_tasks: int | None = None,
     ):
         check_task_count(len(layout.tasks), max_tasks)
@@ -456,7 +457,7 @@ class ClusterRuntime:
                     )
                 for t, p in pending.items():
                     config = tf_config(self.cluster, t) if t.job != "client" else ""
-                    p.send(protocol.Spec(self.cluster, config, self.setup_payload))
+                    p.send(protocol.Spec(self.cluster, config, *self._setup_fields()))
 
                 def all_ready() -> bool:
                     bar.update(sum(p.ready for p in pending.values()))
@@ -610,6 +611,11 @@ class ClusterRuntime:
             except queue.Empty:
                 return
             self._handle(event)
+
+    def _setup_fields(self) -> tuple[bytes | None, protocol.Sources | None]:
+        """``Spec``'s setup payload and the source of its code."""
+        setup = self.setup_payload
+        return (None, None) if setup is None else (setup.data, setup.sources)
 
     def _wait(
         self,

@@ -21,7 +21,7 @@ import threading
 import time
 import traceback
 
-from dtfkit.engine import lifeline, protocol
+from dtfkit.engine import lifeline, protocol, sources
 from dtfkit.engine.protocol import TaskConfig
 
 
@@ -112,7 +112,7 @@ def _format_stacks() -> str:
     for ident, frame in frames.items():
         if names.get(ident) == "dtfkit-control":
             continue
-        stack = "".join(traceback.format_stack(frame))
+        stack = sources.format_stack(frame)
         parts.append(f"Thread {names.get(ident, ident)}:\n{stack}")
     return "\n".join(parts)
 
@@ -157,11 +157,12 @@ def _encode_result(value) -> bytes:
     return data
 
 
-def _run_call(channel: Channel, call_id: int, payload: bytes) -> None:
+def _run_call(channel: Channel, call: protocol.Call) -> None:
     import cloudpickle
 
     from dtfkit import taskapi
 
+    call_id = call.call_id
     try:
         try:
             channel.current_call = call_id
@@ -169,7 +170,8 @@ def _run_call(channel: Channel, call_id: int, payload: bytes) -> None:
                 taskapi.STATE.context.call_id = call_id
             if call_id in channel.cancelled:
                 raise KeyboardInterrupt("interrupted before it started")
-            fn, args, kwargs = cloudpickle.loads(payload)
+            sources.register(call.sources)  # before unpickling: a class body may raise too
+            fn, args, kwargs = cloudpickle.loads(call.payload)
             value = fn(*args, **kwargs)
         finally:
             channel.current_call = None
@@ -178,7 +180,7 @@ def _run_call(channel: Channel, call_id: int, payload: bytes) -> None:
         channel.send(protocol.Result(call_id, result))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the owner
         _mark_output_done(call_id)
-        channel.send(protocol.Error(call_id, type(exc).__name__, str(exc), traceback.format_exc()))
+        channel.send(protocol.Error(call_id, type(exc).__name__, str(exc), sources.format_exc()))
 
 
 def _mark_output_done(call_id: int) -> None:
@@ -355,17 +357,18 @@ def main() -> None:
     job, index = cfg.job, cfg.index
     mode = cfg.mode  # "serve", "noserve", "script" or "client"
 
-    cluster, tf_config, setup = channel.wait_for(protocol.Spec)
+    cluster, tf_config, setup, setup_sources = channel.wait_for(protocol.Spec)
     if tf_config:
         os.environ["TF_CONFIG"] = tf_config
     if setup is not None:
         try:
             import cloudpickle
 
+            sources.register(setup_sources)
             fn, args, kwargs = cloudpickle.loads(setup)
             fn(*args, **kwargs)
         except BaseException:  # noqa: BLE001
-            channel.send(protocol.StartFailed("setup", traceback.format_exc()))
+            channel.send(protocol.StartFailed("setup", sources.format_exc()))
             os._exit(3)
     server = None
     if reserved is not None:
@@ -400,7 +403,7 @@ def main() -> None:
     while True:
         message = channel.inbox.get()
         if isinstance(message, protocol.Call):
-            _run_call(channel, message.call_id, message.payload)
+            _run_call(channel, message)
         elif isinstance(message, protocol.Exit):
             sys.stdout.flush()
             sys.stderr.flush()

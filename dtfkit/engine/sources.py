@@ -1,0 +1,210 @@
+"""The source of the code a call runs travels with it, so a task's tracebacks show it.
+
+A function defined in a notebook cell lives in no file a task could read: IPython
+keeps the cell's text in the kernel's ``linecache`` under a temporary file name. And
+cloudpickle renames every code object it pickles ``<dynamic-code>`` (since
+cloudpipe/cloudpickle#560, in 3.1.3; 3.0 kept the name).
+So without help a remote traceback reads ``File "<dynamic-code>", line 3, in mine``
+and no line of code.
+
+Here, on the owner's side, ``pickle_call`` pickles with cloudpickle but ships each
+code object with ``marshal`` (which keeps its file name and nested code; both ends
+run the same Python, as cloudpickle's own code pickling needs too), and gathers the
+lines of every file those code objects came from (``linecache``: a cell's text, or
+the file's) with the name tracebacks should give it: ``Cell In[5]`` for a cell, as
+IPython says, else the path. The call carries them (``protocol.Call.sources``,
+``protocol.Spec.sources``). In the task, ``register`` puts them into ``linecache``
+before the function is unpickled, and ``format_exc``/``format_stack`` then read::
+
+      Cell In[5], line 3, in mine
+        raise ValueError("no")
+
+Example::
+
+    >>> import linecache
+    >>> code = compile("def mine():\\n    raise ValueError('no')\\n", "<cell-5>", "exec")
+    >>> linecache.cache["<cell-5>"] = (40, None, ["def mine():\\n", "    raise ValueError('no')\\n"], "<cell-5>")
+    >>> namespace = {}
+    >>> exec(code, namespace)
+    >>> call = pickle_call(namespace["mine"], (), {})
+    >>> call.sources["<cell-5>"][0]                  # outside IPython: the name itself
+    '<cell-5>'
+    >>> del linecache.cache["<cell-5>"]              # the task has never seen the cell
+    >>> register(call.sources)
+    >>> import cloudpickle
+    >>> fn, args, kwargs = cloudpickle.loads(call.data)
+    >>> try:
+    ...     fn()
+    ... except ValueError:
+    ...     print(format_exc().splitlines()[-3:-1])
+    ['  File "<cell-5>", line 2, in mine', "    raise ValueError('no')"]
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import linecache
+import marshal
+import os
+import sys
+import sysconfig
+import traceback
+import types
+from typing import Any, NamedTuple
+
+from dtfkit.engine.protocol import Sources
+
+MAX_FILE_BYTES = 2_000_000  # a bigger file travels without its source
+MAX_TOTAL_BYTES = 8_000_000  # and so do the files after this much in one call
+
+# The task imports these itself (dtfkit, the standard library, installed packages).
+_IMPORTABLE_DIRS = tuple(
+    os.path.join(os.path.realpath(path), "")
+    for path in {
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # dtfkit/
+        *(sysconfig.get_paths().get(key) for key in ("stdlib", "purelib", "platlib")),
+    }
+    if path
+)
+
+# Task side: the display names registered so far, only those that differ from the file name.
+_DISPLAY: dict[str, str] = {}
+
+
+class PickledCall(NamedTuple):
+    """``(fn, args, kwargs)`` pickled, and the source of the code in it."""
+
+    data: bytes
+    sources: Sources
+
+
+# ------------------------------------------------------------------ owner side
+def pickle_call(fn: Any, args: tuple, kwargs: dict) -> PickledCall:
+    """Pickle ``(fn, args, kwargs)`` with cloudpickle, keeping code file names, and
+    gather the source of every file that code came from."""
+    pickler_class = _pickler_class()
+    buffer = io.BytesIO()
+    pickler = pickler_class(buffer)
+    pickler.dump((fn, args, kwargs))
+    return PickledCall(buffer.getvalue(), collect(pickler.filenames))
+
+
+def collect(filenames: set[str] | list[str]) -> Sources:
+    """``{file name: (display name, lines)}`` for the files whose lines this process
+    knows (``linecache``: IPython's cells, files read before), except files the task
+    can import itself and files too big to send."""
+    sources: Sources = {}
+    total = 0
+    for filename in sorted(filenames):
+        if _importable(filename):
+            continue
+        lines = _lines(filename)
+        size = _size(filename, lines)
+        if not lines or size > MAX_FILE_BYTES or total + size > MAX_TOTAL_BYTES:
+            continue
+        total += size
+        sources[filename] = (display_name(filename), lines)
+    return sources
+
+
+def display_name(filename: str) -> str:
+    """How IPython names the file in a traceback (``Cell In[5]``), else the name itself."""
+    ipython = sys.modules.get("IPython")  # importing IPython only to learn it is absent costs seconds
+    shell = ipython.get_ipython() if ipython is not None else None
+    compiler = getattr(shell, "compile", None)
+    formatted = getattr(compiler, "format_code_name", None)
+    label = formatted(filename) if formatted is not None else None
+    return f"{label[0]} {label[1]}" if label else filename
+
+
+def _lines(filename: str) -> list[str]:
+    """The file's lines as this process knows them: fresh if the file changed on disk,
+    the remembered ones if it is gone (a cell's name, or a file deleted since)."""
+    try:
+        os.stat(filename)
+    except (OSError, ValueError):
+        pass  # no file: linecache.checkcache would forget the lines it has
+    else:
+        linecache.checkcache(filename)
+    return linecache.getlines(filename)
+
+
+def _size(filename: str, lines: list[str]) -> int:
+    """The file's size as ``linecache`` recorded it (cheaper than adding up long files)."""
+    entry = linecache.cache.get(filename)
+    return entry[0] if entry is not None and len(entry) == 4 and entry[2] is lines else sum(map(len, lines))
+
+
+@functools.lru_cache(maxsize=4096)
+def _importable(filename: str) -> bool:
+    return os.path.realpath(filename).startswith(_IMPORTABLE_DIRS) if os.path.isabs(filename) else False
+
+
+def _code_filenames(code: types.CodeType, into: set[str]) -> None:
+    into.add(code.co_filename)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _code_filenames(const, into)
+
+
+_PICKLER: type | None = None
+
+
+def _pickler_class() -> type:
+    """A cloudpickle Pickler that ships code objects with marshal (cloudpickle's own
+    reducer renames their file ``<dynamic-code>``) and notes their file names.
+
+    ``reducer_override`` sees every object first (cloudpickle's handles classes and
+    functions); a ``dispatch_table`` entry would do too, but measured slower per call."""
+    global _PICKLER
+    if _PICKLER is None:
+        import cloudpickle
+
+        class SourcePickler(cloudpickle.Pickler):
+            def __init__(self, file):
+                super().__init__(file)
+                self.filenames: set[str] = set()
+
+            def reducer_override(self, obj):
+                if type(obj) is types.CodeType:
+                    return self._reduce_code(obj)
+                return super().reducer_override(obj)
+
+            def _reduce_code(self, code: types.CodeType):
+                try:
+                    data = marshal.dumps(code)
+                except ValueError:  # a constant marshal cannot write: cloudpickle's way
+                    return NotImplemented
+                _code_filenames(code, self.filenames)
+                return marshal.loads, (data,)
+
+        _PICKLER = SourcePickler
+    return _PICKLER
+
+
+# ------------------------------------------------------------------- task side
+def register(sources: Sources | None) -> None:
+    """Put the shipped lines into ``linecache`` (no modification time: ``checkcache``
+    keeps them) and remember the names tracebacks give their files."""
+    for filename, (display, lines) in (sources or {}).items():
+        linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+        if display != filename:
+            _DISPLAY[filename] = display
+
+
+def with_display_names(text: str) -> str:
+    """``File "/tmp/ipykernel_1/2.py", line 3`` becomes ``Cell In[5], line 3``."""
+    for filename, display in list(_DISPLAY.items()):  # the control thread formats stacks too
+        text = text.replace(f'File "{filename}", line ', f"{display}, line ")
+    return text
+
+
+def format_exc() -> str:
+    """``traceback.format_exc()`` with the display names of registered files."""
+    return with_display_names(traceback.format_exc())
+
+
+def format_stack(frame: types.FrameType) -> str:
+    """``traceback.format_stack(frame)`` as one text, with registered display names."""
+    return with_display_names("".join(traceback.format_stack(frame)))
