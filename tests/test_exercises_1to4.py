@@ -337,14 +337,22 @@ def test_4_2_checkpoint_dir_alone_and_seconds_fail_before_starting_anything(no_s
     def fixed(checkpoint_dir, max_lost_steps):
         return {"checkpoint_dir": checkpoint_dir, "save_checkpoint_steps": 10}
 
+    def one_too_many(checkpoint_dir, max_lost_steps):
+        # Right when the ps dies between two steps, wrong when it dies after a step's update and
+        # before the chief's save (the review's shortcut).
+        return {"checkpoint_dir": checkpoint_dir, "save_checkpoint_steps": max_lost_steps + 1}
+
     expected = {
         checkpoint_dir_alone: "a checkpoint every 600 seconds",
         seconds: "depends on the machine's speed",
         too_rarely: "would lose more than 3 steps",
+        one_too_many: "would lose more than 3 steps",
         fixed: "never reads `max_lost_steps`",
     }
     for wrong, says in expected.items():
-        text = assert_fails(check.ch04.restore_after_ps_crash(wrong), "save_checkpoint_steps")
+        text = assert_fails(
+            check.ch04.restore_after_ps_crash(wrong), "save_checkpoint_steps", "max_lost_steps + 1"
+        )
         assert says in text, text
     assert no_spawn == []
 
@@ -360,4 +368,18 @@ def test_4_2_the_mid_run_crash_catches_checkpoint_dir_alone(monkeypatch):
         return {"checkpoint_dir": checkpoint_dir}
 
     text = assert_fails(check.ch04.restore_after_ps_crash(checkpoint_dir_alone), "save_checkpoint_steps")
+    assert "ps:0 was killed at global step 7" in text and "went on from global step 0" in text
+
+
+@pytest.mark.slow
+@pytest.mark.timing  # real runs whose timing varies: the graded facts must hold under load
+def test_4_2_the_mid_step_crash_catches_one_step_too_many(monkeypatch):
+    # The ps dies after the update of global step max_lost_steps + 1 and before the chief's save:
+    # an interval of max_lost_steps + 1 has saved nothing since step 0, whatever the timing.
+    monkeypatch.setattr(ch04, "_quick_options_problem", lambda session_options: None)
+
+    def one_too_many(checkpoint_dir, max_lost_steps):
+        return {"checkpoint_dir": checkpoint_dir, "save_checkpoint_steps": max_lost_steps + 1}
+
+    text = assert_fails(check.ch04.restore_after_ps_crash(one_too_many), "save_checkpoint_steps")
     assert "ps:0 was killed at global step 7" in text and "went on from global step 0" in text

@@ -128,6 +128,28 @@ def _wrong_5_1_two_replicas(strategy, per_replica_batch=32, base_lr=0.05):
     return {"global_batch": per_replica_batch * 2, "learning_rate": base_lr * 2}  # the chapter's 2 replicas
 
 
+def _wrong_5_1_by_class(strategy, per_replica_batch=32, base_lr=0.05):
+    import tensorflow as tf
+
+    replicas = 2 if isinstance(strategy, tf.distribute.MirroredStrategy) else 1  # the review's shortcut
+    return {"global_batch": per_replica_batch * replicas, "learning_rate": base_lr * replicas}
+
+
+def _wrong_5_1_logical_devices(strategy, per_replica_batch=32, base_lr=0.05):
+    import tensorflow as tf
+
+    replicas = len(tf.config.list_logical_devices())  # this kernel's devices, not the strategy's
+    return {"global_batch": per_replica_batch * replicas, "learning_rate": base_lr * replicas}
+
+
+def _wrong_5_1_mirrored_devices(strategy, per_replica_batch=32, base_lr=0.05):
+    import tensorflow as tf
+
+    mirrored = isinstance(strategy, tf.distribute.MirroredStrategy)
+    replicas = len(strategy.extended.worker_devices) if mirrored else 1  # right for the real ones only
+    return {"global_batch": per_replica_batch * replicas, "learning_rate": base_lr * replicas}
+
+
 def _wrong_5_1_rate_unscaled(strategy, per_replica_batch=32, base_lr=0.05):
     return {"global_batch": per_replica_batch * strategy.num_replicas_in_sync, "learning_rate": base_lr}
 
@@ -241,6 +263,9 @@ def kernel_cases() -> dict[str, dict]:
     )
     out["5.1 two replicas"] = summary(check.ch05.scaling_rule(_wrong_5_1_two_replicas))
     out["5.1 rate unscaled"] = summary(check.ch05.scaling_rule(_wrong_5_1_rate_unscaled))
+    out["5.1 by class"] = summary(check.ch05.scaling_rule(_wrong_5_1_by_class))
+    out["5.1 logical devices"] = summary(check.ch05.scaling_rule(_wrong_5_1_logical_devices))
+    out["5.1 mirrored devices"] = summary(check.ch05.scaling_rule(_wrong_5_1_mirrored_devices))
     out["5.2 solution"] = summary(
         check.ch05.model_in_scope(solution("5.2", "build_and_compile", ns5), hidden=True)
     )
@@ -296,8 +321,11 @@ def test_kernel_solutions_pass_with_hidden_variants(kernel_results, number):
 @pytest.mark.parametrize(
     "case, expected",
     [
-        ("5.1 two replicas", ["OneDeviceStrategy (1 replica(s))"]),
+        ("5.1 two replicas", ["MirroredStrategy (1 replica(s))"]),
         ("5.1 rate unscaled", ["learning rate"]),
+        ("5.1 by class", ["MirroredStrategy (1 replica(s))"]),
+        ("5.1 logical devices", ["MirroredStrategy (1 replica(s))"]),
+        ("5.1 mirrored devices", ["a 4-replica strategy"]),
         ("5.2 optimizer outside", ["step counter", "not mirrored"]),
         ("5.2 model outside", ["is not mirrored"]),
         ("5.2 no momentum", ["slot"]),

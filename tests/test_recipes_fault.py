@@ -168,3 +168,13 @@ def test_workers_recover_from_a_ps_restart_and_roll_back_to_the_checkpoint(clust
     assert [results[t]["sessions"] for t in ("worker:0", "worker:1")] == [2, 2]
     for task in ("worker:0", "worker:1"):
         assert re.search(r"An error was raised: (UnavailableError|AbortedError)", cluster.logs(task))
+
+
+@pytest.mark.slow
+def test_checkpoint_writers_put_a_save_on_each_ps_and_the_merge_on_the_last(cluster):
+    # tensorflow/python/training/saver.py, _AddShardedSaveOpsForV2: the .index is merged on the
+    # last device that holds variables, not on the chief.
+    got = cluster.run(fault.checkpoint_writers, args=(3,), on="worker:0")["worker:0"]
+    ps = [f"/job:ps/task:{i}/device:CPU:0" for i in range(3)]
+    assert sorted(got["SaveV2"]) == ps
+    assert got["MergeV2Checkpoints"] == [ps[-1]]

@@ -97,11 +97,7 @@ def train_with_checkpoints(
         tf.compat.v1.variable_scope(run_name),
     ):
         with on_ps(tf, ctx):
-            images, labels, logits, loss = classifier(tf, hidden)
-            global_step = tf.compat.v1.train.get_or_create_global_step()
-            train_op = tf.compat.v1.train.GradientDescentOptimizer(learning_rate).minimize(
-                loss, global_step=global_step
-            )
+            images, labels, loss, global_step, train_op = _model(tf, hidden, learning_rate)
             summary_op = tf.compat.v1.summary.scalar("loss", loss)
 
         # The chief's ReportHook looks up the checkpoint it restored, so it runs before the
@@ -173,6 +169,42 @@ def train_with_checkpoints(
         "global_step": report.last_step,
         "loss": float(value),
     }
+
+
+def _model(tf, hidden: int, learning_rate: float):
+    """The digits MLP, its global step and its train op, in the current graph and device scope."""
+    images, labels, _, loss = classifier(tf, hidden)
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(learning_rate).minimize(
+        loss, global_step=global_step
+    )
+    return images, labels, loss, global_step, train_op
+
+
+def checkpoint_writers(ps_tasks: int, hidden: int = 32) -> dict[str, list[str]]:
+    """Where the ops that write a checkpoint run, for the graph of ``train_with_checkpoints``
+    with its variables on ``ps_tasks`` parameter servers (the graph is built, nothing runs).
+
+    The saver is the one ``MonitoredTrainingSession`` makes (``Scaffold``:
+    ``Saver(sharded=True, allow_empty=True)``): one ``SaveV2`` per device holding variables,
+    then one ``MergeV2Checkpoints`` on the last of those devices, which writes ``.index``
+    (``_AddShardedSaveOpsForV2`` in ``tensorflow/python/training/saver.py``).
+
+    >>> checkpoint_writers(2)     # doctest: +SKIP
+    {'SaveV2': ['/job:ps/task:0/device:CPU:0', '/job:ps/task:1/device:CPU:0'],
+     'MergeV2Checkpoints': ['/job:ps/task:1/device:CPU:0']}
+    """
+    import tensorflow as tf
+
+    with tf.Graph().as_default() as graph:
+        setter = tf.compat.v1.train.replica_device_setter(
+            ps_tasks=ps_tasks, worker_device="/job:worker/task:0"
+        )
+        with tf.compat.v1.device(setter):
+            _model(tf, hidden, 0.1)
+        tf.compat.v1.train.Saver(sharded=True, allow_empty=True)
+        ops = graph.get_operations()
+    return {kind: [op.device for op in ops if op.type == kind] for kind in ("SaveV2", "MergeV2Checkpoints")}
 
 
 def ReportHook(tf, global_step, loss, checkpoint_dir: str | None = None):  # noqa: N802 - needs tf

@@ -61,9 +61,11 @@ def _train(
     """Run in a worker: async training with the learner's hooks or session options.
 
     ``start_step``: the global step's initial value. ``nan_from``: from the first step that reads
-    a global step at or past it, this worker's loss is NaN (a NaN added to it). ``pause_at``:
-    once the global step reaches it, report ``paused`` and wait for ``resume_file`` (the check
-    kills the parameter server meanwhile).
+    a global step at or past it, this worker's loss is NaN (a NaN added to it). ``pause_at``
+    (the chief only): in the middle of the step whose update takes the global step to it, after
+    the update reached the ps and before any later hook of that step runs (the checkpoint saver
+    among them), report ``paused`` and wait for ``resume_file`` (the check kills the parameter
+    server meanwhile): the worst moment for a crash.
     """
     import tensorflow as tf
 
@@ -95,11 +97,30 @@ def _train(
             def after_create_session(self, session, coord):  # again after every recovery
                 sessions.append(int(session.run(global_step)))
 
+        class PauseMidStep(tf.compat.v1.train.SessionRunHook):
+            """A chief-only hook: MonitoredTrainingSession runs the chief-only hooks first, before
+            the CheckpointSaverHook it makes from ``save_checkpoint_steps`` (monitored_session.py),
+            so this ``after_run`` holds the step after its update and before any save."""
+
+            def __init__(self, at: int):
+                self.at: int | None = at
+
+            def before_run(self, run_context):
+                return tf.compat.v1.train.SessionRunArgs(step_after) if self.at is not None else None
+
+            def after_run(self, run_context, run_values):
+                if self.at is not None and int(run_values.results) >= self.at:
+                    self.at = None
+                    dtfkit.report(step=int(run_values.results), paused=int(run_values.results))
+                    _wait_for_file(resume_file, timeout=120.0)
+
         config = session_config(tf, ctx)
         if not ctx.is_chief:
             wait_for_chief_init(tf, ctx.target, config)
         local, step, nan_fed, nan_stop = 0, start_step, None, False
         options = {"stop_grace_period_secs": 1, **(options or {})}
+        if pause_at is not None:
+            options["chief_only_hooks"] = [PauseMidStep(pause_at), *options.get("chief_only_hooks", [])]
         # TensorFlow sometimes reports a restarted ps as CANCELLED, which MonitoredSession does not
         # recover from (only ABORTED and UNAVAILABLE): the crash run then opens a new session, as a
         # restarted worker would, and the chief restores the newest checkpoint all the same.
@@ -132,10 +153,6 @@ def _train(
                                     timeout=60.0,
                                     strict=False,
                                 )
-                            if pause_at is not None and step >= pause_at:
-                                pause_at = None
-                                dtfkit.report(step=step, paused=step)
-                                _wait_for_file(resume_file, timeout=120.0)
                     break
                 except tf.errors.CancelledError:
                     if attempt == attempts - 1:
@@ -335,21 +352,30 @@ def _quick_options_problem(session_options: Callable) -> CheckResult | None:
                 "however many steps that is",
                 "MonitoredTrainingSession can count the interval between checkpoints in global steps",
             )
-        if not isinstance(every, int) or every < 1 or every > max_lost + 1:
+        # The chief's CheckpointSaverHook saves in after_run, once a step's update is on the ps
+        # (basic_session_run_hooks.py): a ps that dies after the update of global step
+        # last_save + every and before that save rolls back `every` steps, so every <= max_lost.
+        if not isinstance(every, int) or every < 1 or every > max_lost:
             return failed(
-                f"{where} saves every {every!r} global steps: a ps crash just before the next save "
+                f"{where} saves every {every!r} global steps: a ps that dies at the worst moment "
                 f"would lose more than {max_lost} steps",
-                "how many steps can a crash just before a save cost?",
+                "the chief saves after a step's update has reached the ps: how many steps are "
+                "on the ps, but not in the last checkpoint, at the worst moment?",
             )
     return None
 
 
 @exercise("4.2", "Lose at most max_lost_steps to a ps crash")
 def restore_after_ps_crash(session_options: Callable, *, hidden: bool = False) -> CheckResult:
-    """Train 1 worker with ``session_options(checkpoint_dir, max_lost_steps)``, kill ps:0 mid-run (the
+    """Train 1 worker with ``session_options(checkpoint_dir, max_lost_steps)``, kill ps:0 mid-step (the
     model in its memory is gone), restart it: the chief must restore a checkpoint at most
     ``max_lost_steps`` steps old and train on. ``hidden`` crashes a second, restored run with another
     ``max_lost_steps``.
+
+    One worker: each step adds 1 to the global step, so a step interval bounds the rollback. With
+    several asynchronous workers none does: the chief's ``CheckpointSaverHook`` reads the global
+    step only at the chief's own steps and saves at the first one at least ``save_steps`` past the
+    last save, however far the others have taken it meanwhile.
 
     Example::
 
@@ -367,8 +393,12 @@ def restore_after_ps_crash(session_options: Callable, *, hidden: bool = False) -
         with cluster(ps=1, workers=1) as c:
             start = 0
             for k, max_lost in enumerate((6, 4)[: 2 if hidden else 1]):
-                # One step past the limit: a save interval longer than max_lost_steps + 1 has not
-                # saved since `start` yet, so its rollback would be max_lost_steps + 1 steps.
+                # One worker, so every step adds exactly 1 to the global step and the saves come
+                # at start, start + every, ... (the hook's timer sees every global step). The ps
+                # dies in the step that takes the global step to start + max_lost + 1, after its
+                # update and before its save: an interval of max_lost + 1 or more has saved nothing
+                # since `start` and rolls back max_lost + 1 steps; one of at most max_lost saved at
+                # most max_lost steps before. No timing decides it.
                 crash = start + max_lost + 1
                 resume = os.path.join(folder, f"resume{k}")
                 kw = {

@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 
 from dtfkit.course import classroom
 from dtfkit.course.check._core import CheckResult, exercise, failed, passed
@@ -25,6 +26,30 @@ def _strategies():
 
     devices = dtfkit.course.devices.ensure_replicas(2)[:2]
     return tf.distribute.MirroredStrategy(devices), tf.distribute.OneDeviceStrategy(devices[0])
+
+
+class _StandInStrategy:
+    """What an answer to 5.1 may read of a strategy with more replicas than this kernel has devices.
+
+    ``ensure_replicas(2)`` fixed this kernel's devices at two, so a real 4-replica strategy cannot
+    be built here; the rule only needs the replica count (``num_replicas_in_sync``, and the replica
+    devices for an answer that counts them).
+    """
+
+    def __init__(self, replicas: int):
+        self.num_replicas_in_sync = replicas
+        devices = tuple(f"/device:CPU:{i}" for i in range(replicas))
+        self.extended = SimpleNamespace(worker_devices=devices, parameter_devices=devices)
+
+    def __repr__(self) -> str:
+        return f"<a stand-in for a {self.num_replicas_in_sync}-replica strategy>"
+
+
+def _describe_strategy(strategy) -> str:
+    n = strategy.num_replicas_in_sync
+    if isinstance(strategy, _StandInStrategy):
+        return f"a {n}-replica strategy (a stand-in object: this kernel has only 2 devices)"
+    return f"{type(strategy).__name__} ({n} replica(s))"
 
 
 def _fit(strategy, model_fn, batch: int, lr: float | None = None) -> float:
@@ -73,22 +98,32 @@ def _describe(v) -> str:
 @exercise("5.1", "The linear scaling rule")
 def scaling_rule(training_setup: Callable, *, hidden: bool = False) -> CheckResult:
     """Ask ``training_setup(strategy, per_replica_batch, base_lr)`` for the global batch and rate,
-    with several strategies and sizes (pure arithmetic first), then train with the 2-replica answer.
+    with strategies of 1, 2 and 4 replicas (8 when ``hidden``) and several sizes (pure arithmetic
+    first), then train with the 2-replica answer. A 1-replica ``MirroredStrategy`` and a stand-in
+    for 4 replicas (this kernel has two devices) make an answer keyed on the strategy's class
+    fail: only one that reads the strategy's replica count passes.
 
     Example::
 
         check.ch05.scaling_rule(training_setup)
     """
     mirrored, one = _strategies()
-    cases = [(mirrored, 32, 0.05), (one, 24, 0.02), (mirrored, 48, 0.03)]
+    import tensorflow as tf
+
+    # 2 replicas, then 1 replica of the same class (a MirroredStrategy over one of the devices),
+    # 4 replicas (a stand-in) and 1 of another class: only the replica count decides.
+    mirrored_one = tf.distribute.MirroredStrategy(mirrored.extended.worker_devices[1:])
+    cases = [
+        (mirrored, 32, 0.05),
+        (mirrored_one, 24, 0.02),
+        (_StandInStrategy(4), 16, 0.01),
+        (one, 48, 0.03),
+    ]
     if hidden:
-        cases += [(one, 32, 0.05), (mirrored, 16, 0.1)]
+        cases += [(one, 32, 0.05), (mirrored, 16, 0.1), (_StandInStrategy(8), 8, 0.025)]
     for strategy, per_replica, base in cases:
         got = training_setup(strategy, per_replica_batch=per_replica, base_lr=base)
-        where = (
-            f"{type(strategy).__name__} ({strategy.num_replicas_in_sync} replica(s)), "
-            f"per_replica_batch={per_replica}, base_lr={base:g}"
-        )
+        where = f"{_describe_strategy(strategy)}, per_replica_batch={per_replica}, base_lr={base:g}"
         if not isinstance(got, dict) or not {"global_batch", "learning_rate"} <= set(got):
             return failed(
                 f"training_setup returned {got!r:.100} for {where}",
@@ -100,8 +135,9 @@ def scaling_rule(training_setup: Callable, *, hidden: bool = False) -> CheckResu
             return failed(
                 f"global batch {batch} for {where}: each replica would get {batch / n:g} examples per step, "
                 f"not {per_replica}",
-                "model.fit splits the batch it is given across the replicas (section 3); the check also "
-                "passes other strategies and sizes than the chapter's, so read them from the arguments",
+                "model.fit splits the batch it is given across the replicas (section 3); the check passes "
+                "strategies with 1, 2 and 4 replicas, of the same class or not: ask the strategy it is "
+                "given how many replicas it runs",
             )
         if abs(lr - base * n) > 1e-9 * max(1.0, base * n):
             return failed(
