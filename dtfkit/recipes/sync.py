@@ -425,9 +425,13 @@ class SyncRun:
         Always at least R. ``first=2`` leaves out update 1, the only one that can average
         more than R when ``R >= N`` (see the class docstring)."""
         sizes = {len(tasks) for u, tasks in self.updates().items() if u >= first}
-        declared = {g["n"] for g in self.gradients if g["fate"] == AGGREGATED and g["update"] >= first}
-        if not declared <= sizes:
-            raise DtfkitError(f"ledger inconsistent: update sizes {sizes} vs averaged counts {declared}")
+        updates = self.updates()
+        for g in self.gradients:
+            if g["fate"] == AGGREGATED and g["n"] != len(updates[g["update"]]):
+                raise DtfkitError(
+                    f"ledger inconsistent: {g['task']}'s gradient {g['index']} says its update averaged "
+                    f"{g['n']}, but {len(updates[g['update']])} gradients were computed for update {g['update']}"
+                )
         return sizes
 
     def shares(self, of: str = AGGREGATED) -> dict[str, float]:
