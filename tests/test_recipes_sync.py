@@ -170,14 +170,16 @@ def test_stack_excerpt_keeps_the_stable_frames_of_one_task():
 def test_lockstep_bookkeeping_then_a_second_run_with_a_stalled_worker(cluster):
     run = sync.run_sync(cluster, W2, steps=20, timeout=120)
     totals = run.totals()
-    assert run.global_step == 20 and run.update_sizes() == {2}
-    assert totals["aggregated"] == 40
+    first = len(run.updates()[1])
+    assert run.global_step == 20 and run.update_sizes(first=2) == {2} and 2 <= first <= 4
+    assert totals["aggregated"] == 2 * 19 + first
+    # pushed is counted on the ps, apart from the ledger: the books balance for real.
     assert totals["pushed"] == totals["aggregated"] + totals["dropped"] + totals["pending"]
     assert run.pending_read == totals["pending"]
-    # Each worker's first gradient makes update 1; the second ones, from the two initial
-    # tokens, were computed for step 0 too and come too late.
-    assert sorted(run.updates()[1]) == W2
-    assert sorted(g["tag"] for g in run.gradients if g["fate"] == "dropped") == [0, 0]
+    # Each worker's first gradient is in update 1 (the start barrier); the ones from the two
+    # initial tokens were computed for step 0 too, and those update 1 did not take came too late.
+    assert run.gradients_of("worker:0")[0]["update"] == run.gradients_of("worker:1")[0]["update"] == 1
+    assert [g["tag"] for g in run.gradients if g["fate"] == "dropped"] == [0] * (4 - first)
     assert max(run.exit_lags().values()) < 5
 
     # A second sync run on the same ps works (each run has its own resource container),
