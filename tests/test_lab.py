@@ -2,10 +2,11 @@
 
 The fast tests need no TensorFlow (settings, records built by hand, the panel's widgets
 and CSS classes). The slow ones press Run through the panel and the API on one shared
-1 ps + 2 worker cluster and check what happened in the tasks: sync aggregates exactly
-``replicas_to_aggregate`` gradients per update in lockstep, async interleaves with
-staleness, a straggler loses its share in async while sync still averages exactly R
-gradients per update (whichever of its two regimes the run meets), Stop ends a run
+1 ps + 2 worker cluster and check what happened in the tasks: sync (R = N) aggregates
+exactly ``replicas_to_aggregate`` gradients per update after the first in lockstep, async
+interleaves with staleness, a straggler loses its share in async while sync still averages
+exactly R gradients per update after the first (whichever of its two regimes the run
+meets), Stop ends a run
 promptly, and nothing a run prints lands outside the panel.
 
 What is asserted about a real run is what TensorFlow guarantees (counts, the ledger) or
@@ -161,12 +162,15 @@ def test_sync_through_the_panel_aggregates_exactly_r_gradients_in_lockstep(lab, 
     record = panel.press_run()
     assert record is not None and lab.wait(240) is record
     assert record.state == "finished", record.error
-    # Every applied update averaged exactly replicas_to_aggregate = 2 gradients (the ledger).
-    assert record.global_step() == 30 and record.update_sizes() == {2}
+    # R = N = 2: every update after the first averaged exactly 2 gradients, the first at least 2
+    # (only 2 tokens carry each global step; update 1 can also take the start-up tokens' gradients).
+    assert record.global_step() == 30 and record.update_sizes(first=2) == {2}
+    first = len(record.sync.updates()[1])
+    assert 2 <= first <= 4
     # Every aggregated gradient was computed on the parameters of the step it was applied
     # to (staleness 0; stale ones are dropped). Who supplied them is timing, not checked.
     assert record.staleness() and set(record.staleness()) == {0}
-    assert record.sync.totals()["aggregated"] == 2 * 30
+    assert record.sync.totals()["aggregated"] == 2 * 29 + first
     assert record.accuracy > 0.2
     # The panel shows it: status, a plot, one history row; and nothing was printed here.
     assert panel.status.value.startswith("finished: sync, 2 workers")
@@ -208,13 +212,15 @@ def test_a_straggler_loses_its_share_in_async_and_sync_still_averages_r_gradient
     # Sync: whichever regime the run met (the updates waited for the straggler, or the fast
     # worker took every token while the straggler was busy, filled the updates alone, and
     # the straggler's gradients came for old steps and were dropped),
-    # every update averaged exactly 2 gradients and each gradient was applied whole or not at all.
+    # every update after the first averaged exactly 2 gradients (the first at least 2) and each
+    # gradient was applied whole or not at all.
     ledger = slow_sync.sync
-    assert slow_sync.update_sizes() == {2}
-    assert ledger.totals()["aggregated"] == 2 * ledger.global_step == 60
+    sizes = slow_sync.update_sizes()
+    assert slow_sync.update_sizes(first=2) == {2} and min(sizes) >= 2
+    assert ledger.totals()["aggregated"] == 2 * 29 + len(ledger.updates()[1])
     lr = slow_sync.settings.learning_rate
     for row in ledger.ledger:
-        assert all(abs(v) < 1e-4 * lr or abs(v + lr / 2) < 1e-4 * lr for v in row), row
+        assert all(abs(v) < 1e-4 * lr or min(abs(v + lr / n) for n in sizes) < 1e-4 * lr for v in row), row
     regime = slow_sync.straggler_regime()
     assert regime == ("waited" if slow_sync.participation(straggler, last=0.5) >= 0.5 else "filled")
     if regime == "filled":  # the straggler's gradients were computed for old steps and dropped

@@ -222,7 +222,7 @@ def compare(records: Sequence[RunRecord]):
     axes[0, 0].legend(fontsize="small")
     plot_shares(records, axes[1, 1])
     axes[1, 1].set_title("share of updates per worker")
-    # Gradients per second, not steps per second: a sync step averages R gradients.
+    # Gradients per second, not steps per second: a sync update averages R gradients (or more).
     names = [f"{r.number}" for r in records]
     rates = [r.gradient_rates() for r in records]
     xs = np.arange(len(records))

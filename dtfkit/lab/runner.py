@@ -171,10 +171,12 @@ class RunRecord:
         )
 
     # ------------------------------------------------------------ sync facts
-    def update_sizes(self) -> set[int]:
-        """Sync: the set of "how many gradients an update averaged" (``{2}``: always 2)."""
+    def update_sizes(self, first: int = 1) -> set[int]:
+        """Sync: the set of "how many gradients an update averaged" over updates ``first`` to
+        the last (``{2}``: always 2). At least R each; ``first=2`` leaves out update 1, the only
+        one that can average more than R when R = N (``SyncRun``'s docstring says why)."""
         self._need_sync()
-        return self.sync.update_sizes()
+        return self.sync.update_sizes(first)
 
     def participation(self, task: str, last: float = 0.5) -> float:
         """Sync: the fraction of the last ``last`` of the updates that averaged a gradient
@@ -203,7 +205,8 @@ class RunRecord:
         not workers): tokens go to whoever asks first, so while the straggler was busy in
         its step they took every token, and its gradients, computed for the older step
         its token carried, came too late and were dropped. Every run starts in the second
-        regime; how long it lasts is timing. That every update averaged R gradients is not.
+        regime; how long it lasts is timing. That every update averaged at least R gradients
+        (exactly R after the first when R = N) is not.
         """
         self._need_sync()
         if self.settings.straggler is None:
@@ -238,7 +241,7 @@ class RunRecord:
         """Gradients per second from the moment every worker had made its first step:
         ``computed`` (every local step: one gradient each) and ``applied`` (the ones that
         changed the parameters; sync drops stale ones). Unlike steps per second this is a
-        fair comparison of sync (R gradients per global step) with async (one)."""
+        fair comparison of sync (R or more gradients per global step) with async (one)."""
         t0 = self.steady_time()
         ends = [
             (e, a is not None and fate in ("applied", "aggregated"))

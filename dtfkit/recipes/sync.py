@@ -140,7 +140,11 @@ def train_sync(
                 replicas_to_aggregate=aggregate,
                 total_num_replicas=total,
             )
-            train_op = opt.minimize(loss + tf.reduce_sum(ledger * mark), global_step=global_step)
+            pushed = tf.compat.v1.get_variable(
+                "pushed", [count], tf.int64, initializer=tf.compat.v1.zeros_initializer(), trainable=False
+            )
+            grads = opt.compute_gradients(loss + tf.reduce_sum(ledger * mark))
+            train_op = opt.apply_gradients(_counted(tf, grads, pushed, rank, count), global_step=global_step)
             local_step = _sync_local_step(tf)
         hooks = [tf.compat.v1.train.StopAtStepHook(last_step=steps), opt.make_session_run_hook(is_chief)]
         filters = ["/job:ps", own_device] + ([_device_name(variables_on)] if variables_on else [])
@@ -198,6 +202,8 @@ def train_sync(
             "container": container,
             "ledger": ledger.name,
             "ledger_device": ledger.device,
+            "pushed": pushed.name,
+            "pushed_device": pushed.device,
             "global_step": global_step.name,
             "global_step_device": global_step.device,
             "shape": [count, capacity],
@@ -230,6 +236,8 @@ def read_sync_state(info: dict[str, Any]) -> dict[str, Any]:
                 tf.float32, shape=info["shape"], shared_name=info["ledger"] + "/grad_accum"
             )
             pending = accumulator.num_accumulated()
+        with tf.compat.v1.device(info["pushed_device"]):
+            pushed = _read_variable(tf, info["pushed"], tf.int64, info["shape"][:1])
         with tf.compat.v1.device(info["global_step_device"]):
             # The optimizer's token queue (the same shared name in the run's container). The
             # chief closed it on exit; a closed queue still hands out what it holds.
@@ -237,11 +245,12 @@ def read_sync_state(info: dict[str, Any]) -> dict[str, Any]:
             size = queue.size()
             left = queue.dequeue_up_to(tf.maximum(size, 1))
         with tf.compat.v1.Session(ctx.target, config=config) as sess:
-            step, ledger, pending, count = sess.run([step, ledger, pending, size])
+            step, ledger, pushed, pending, count = sess.run([step, ledger, pushed, pending, size])
             tokens = sess.run(left).tolist() if count else []
     return {
         "global_step": int(step),
         "ledger": np.asarray(ledger),
+        "pushed": [int(n) for n in pushed],
         "pending": int(pending),
         "tokens_left": [int(t) for t in tokens],
     }
@@ -260,6 +269,16 @@ def _device_function(tf, ctx, own_device: str, variables_on: str | None):
 def _device_name(task: str) -> str:
     job, index = task.split(":")
     return f"/job:{job}/task:{index}"
+
+
+def _counted(tf, grads_and_vars, pushed, rank: int, count: int):
+    """The gradients, passed on only once ``pushed[rank]`` (a variable next to the ledger) has
+    counted them: a count of this worker's gradient pushes kept by TensorFlow on the ps,
+    apart from the Python record of its steps and from the ledger."""
+    with tf.control_dependencies([g for g, _ in grads_and_vars if g is not None]):
+        count_push = pushed.assign_add(tf.one_hot(rank, count, dtype=tf.int64))
+    with tf.control_dependencies([count_push]):
+        return [(None if g is None else tf.identity(g), v) for g, v in grads_and_vars]
 
 
 def _sync_local_step(tf):
@@ -317,6 +336,19 @@ class SyncRun:
             (how many gradients that update averaged).
         pending_read: gradients the ledger's accumulator still held at the end, as read
             from the accumulator itself (``num_accumulated``).
+        pushed_read: ``{task: gradients it pushed}``, as counted by TensorFlow on the ps
+            (``train_sync``'s ``pushed`` variable, incremented in the step itself before the
+            gradient goes to the accumulators): a count apart from the ledger and from the
+            workers' Python records, so ``pushed == aggregated + dropped + pending`` can fail.
+
+    What ``SyncReplicasOptimizer`` guarantees about the sizes (``update_sizes``), from its
+    source (``tensorflow/python/training/sync_replicas_optimizer.py``) and the accumulator's
+    (``tensorflow/core/kernels/conditional_accumulator_base.cc``): ``take_grad(R)`` waits
+    until the accumulator holds at least R gradients, then averages *all* it holds. Update
+    ``u + 1`` accepts only gradients computed for global step ``u``, and only the
+    ``max(N, R)`` tokens of update ``u`` carry it, so update ``u + 1`` (``u >= 1``) averages
+    between R and ``max(N, R)``: exactly R when ``R >= N``. Update 1 can average up to
+    ``N + R`` (each worker's first gradient plus the R start-up tokens).
     """
 
     def __init__(self, results: dict[str, dict], state: dict[str, Any]):
@@ -328,6 +360,7 @@ class SyncRun:
         self.steps: int = info["steps"]
         self.global_step: int = state["global_step"]
         self.pending_read: int = state["pending"]
+        self.pushed_read: dict[str, int] = dict(zip(self.workers, state["pushed"], strict=True))
         # The global step each token still in the queue carried when the run ended.
         self.tokens_left: list[int] = list(state.get("tokens_left", []))
         self.ledger = np.asarray(state["ledger"])
@@ -347,15 +380,16 @@ class SyncRun:
 
     # ------------------------------------------------------------- counting
     def counts(self) -> dict[str, dict[str, int]]:
-        """Per worker: ``pushed`` (its local steps, plus one cut short if it was
-        applied), ``aggregated``, ``dropped``, ``pending``."""
+        """Per worker: ``local_steps`` (its completed steps, counted by the worker), ``pushed``
+        (counted on the ps: ``pushed_read``), and the ledger's ``aggregated``, ``dropped``,
+        ``pending`` (over every step the worker recorded, one cut short included)."""
         out = {}
         for task in self.workers:
             mine = [g for g in self.gradients if g["task"] == task]
             c = Counter(g["fate"] for g in mine)
             out[task] = {
                 "local_steps": self.results[task]["local_steps"],
-                "pushed": c[AGGREGATED] + c[DROPPED] + c[PENDING],
+                "pushed": self.pushed_read[task],
                 AGGREGATED: c[AGGREGATED],
                 DROPPED: c[DROPPED],
                 PENDING: c[PENDING],
@@ -384,13 +418,20 @@ class SyncRun:
         """``{gradients averaged: number of updates}``, e.g. ``{2: 57, 3: 3}``."""
         return dict(sorted(Counter(len(tasks) for tasks in self.updates().values()).items()))
 
-    def update_sizes(self) -> set[int]:
-        """The set of "how many gradients did an update average" over all updates: ``{2}``
-        when every update averaged exactly 2. Checks the two ways to count agree."""
-        sizes = {len(tasks) for tasks in self.updates().values()}
-        declared = {g["n"] for g in self.gradients if g["fate"] == AGGREGATED}
-        if not declared <= sizes:
-            raise DtfkitError(f"ledger inconsistent: update sizes {sizes} vs averaged counts {declared}")
+    def update_sizes(self, first: int = 1) -> set[int]:
+        """The set of "how many gradients did an update average" over updates ``first`` to the
+        last: ``{2}`` when each averaged exactly 2. Checks the two ways to count agree.
+
+        Always at least R. ``first=2`` leaves out update 1, the only one that can average
+        more than R when ``R >= N`` (see the class docstring)."""
+        sizes = {len(tasks) for u, tasks in self.updates().items() if u >= first}
+        updates = self.updates()
+        for g in self.gradients:
+            if g["fate"] == AGGREGATED and g["n"] != len(updates[g["update"]]):
+                raise DtfkitError(
+                    f"ledger inconsistent: {g['task']}'s gradient {g['index']} says its update averaged "
+                    f"{g['n']}, but {len(updates[g['update']])} gradients were computed for update {g['update']}"
+                )
         return sizes
 
     def shares(self, of: str = AGGREGATED) -> dict[str, float]:
