@@ -9,7 +9,11 @@ from test_exercises_5to9 import GIVEAWAYS, assert_fails_without_giving_away, sol
 
 from dtfkit.course import check
 
-GIVEAWAYS["10.1"] = ['!= "Evaluator"', '"environment": "cloud"']
+GIVEAWAYS["10.1"] = [
+    '"environment": "cloud"',
+    "evaluator is in the cluster",
+    "every replica type, the evaluator",
+]
 GIVEAWAYS["10.2"] = ['!= "AllWorkers"', '("Worker", 0)) == 0']
 
 
@@ -20,7 +24,7 @@ def test_10_1_the_notebooks_solution_passes_with_its_hidden_variants(no_spawn):
     assert no_spawn == []
 
 
-def _cluster(job_name, namespace, replicas, skip=("Evaluator",), case=str.lower):
+def _cluster(job_name, namespace, replicas, skip=(), case=str.lower):
     return {
         case(t): [f"{job_name}-{t.lower()}-{i}.{namespace}.svc:2222" for i in range(n)]
         for t, n in replicas.items()
@@ -28,8 +32,9 @@ def _cluster(job_name, namespace, replicas, skip=("Evaluator",), case=str.lower)
     }
 
 
-def _wrong_evaluator_in_cluster(job_name, namespace, replicas, replica_type, index):
-    cluster = _cluster(job_name, namespace, replicas, skip=())
+def _wrong_evaluator_left_out(job_name, namespace, replicas, replica_type, index):
+    """Chapter 7's layout (and TensorFlow's guides'), not the operator's: genClusterSpec lists the evaluator."""
+    cluster = _cluster(job_name, namespace, replicas, skip=("Evaluator",))
     return {
         "cluster": cluster,
         "task": {"type": replica_type.lower(), "index": index},
@@ -59,7 +64,7 @@ def _wrong_no_environment(job_name, namespace, replicas, replica_type, index):
 @pytest.mark.parametrize(
     "wrong, expected",
     [
-        (_wrong_evaluator_in_cluster, "evaluator is not a member"),
+        (_wrong_evaluator_left_out, "which replica types does the operator list"),
         (_wrong_type_as_spelled, "how the task's type is spelled"),
         (_wrong_default_namespace, "never reads `namespace`"),
         (_wrong_no_environment, "one more key"),
@@ -75,7 +80,6 @@ def test_10_1_a_hard_coded_address_fails_on_another_job(no_spawn):
         cluster = {
             t.lower(): [f"distributed-mnist-{t.lower()}-{i}.default.svc:2222" for i in range(n)]
             for t, n in replicas.items()
-            if t != "Evaluator"
         }
         # reads every argument, so only the comparison can catch it
         _ = (job_name, namespace)

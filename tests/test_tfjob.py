@@ -22,8 +22,8 @@ from conftest import REPO, subprocess_env
 import dtfkit
 from dtfkit.engine.layout import TaskId, cluster_dict, tutorial_flags
 from dtfkit.kube import check_manifest, export_tfjob, manifest_problems, simulate
-from dtfkit.kube.controller import operator_tf_config, tf_config_text
-from dtfkit.kube.validate import ManifestInvalid, tfjob_schema
+from dtfkit.kube.controller import is_distributed, operator_tf_config, pods_deleted_at_end, tf_config_text
+from dtfkit.kube.validate import ManifestInvalid, is_dtfkit_rule, tfjob_schema
 
 EXAMPLE = REPO / "dtfkit" / "examples" / "distributed_mnist.py"
 ENTRY = REPO / "dtfkit" / "kube" / "tfjob_entry.py"
@@ -144,11 +144,11 @@ MUTATIONS = {
     ),
     "uppercase name": (
         lambda cm, job: job["metadata"].update(name="Mnist"),
-        "metadata.name: 'Mnist' is not a DNS-1035 label: contains uppercase letters",
+        "metadata.name: 'Mnist' is not a DNS-1035 label (the admission webhook): contains uppercase letters",
     ),
     "underscore name": (
         lambda cm, job: job["metadata"].update(name="my_job"),
-        "metadata.name: 'my_job' is not a DNS-1035 label: contains '_'",
+        "metadata.name: 'my_job' is not a DNS-1035 label (the admission webhook): contains '_'",
     ),
     "missing image": (
         lambda cm, job: _worker(job).pop("image"),
@@ -169,7 +169,7 @@ MUTATIONS = {
         lambda cm, job: job["spec"]["tfReplicaSpecs"].update(
             Chief=dict(copy.deepcopy(job["spec"]["tfReplicaSpecs"]["PS"]), replicas=2)
         ),
-        "spec.tfReplicaSpecs.Chief.replicas: a TensorFlow cluster has one chief, not 2",
+        "spec.tfReplicaSpecs.Chief.replicas: dtfkit rule: a TensorFlow cluster has one chief, not 2",
     ),
     "replicas as text": (
         lambda cm, job: job["spec"]["tfReplicaSpecs"]["PS"].update(replicas="2"),
@@ -207,6 +207,130 @@ def test_every_problem_is_listed_not_only_the_first():
         "spec.runPolicy.cleanpodPolicy",
         "metadata.name",
         "spec.tfReplicaSpecs.Worker.template.spec.containers[0].image",
+    ]
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        (("spec", "runPolicy", "cleanPodPolicy"), "Sometimes"),
+        (("spec", "successPolicy"), "AllOfThem"),
+        (("spec", "tfReplicaSpecs", "Worker", "restartPolicy"), "Sometimes"),
+    ],
+    ids=["cleanPodPolicy", "successPolicy", "restartPolicy"],
+)
+def test_values_the_operator_accepts_are_refused_only_as_dtfkit_rules(field, value):
+    # kubeflow/trainer v1.9.4: the CRD types these fields as plain strings with no enum
+    # (manifests/base/crds/kubeflow.org_tfjobs.yaml), and the admission webhook
+    # (pkg/webhooks/tensorflow/tfjob_webhook.go, validateTFJob) checks only the name, managedBy and the
+    # replicas' containers: kubectl apply takes these manifests.
+    text = export_tfjob(EXAMPLE, image="my/tf:2.21", ps=1, workers=2)
+
+    def change(cm, job):
+        node = job
+        for key in field[:-1]:
+            node = node[key]
+        node[field[-1]] = value
+
+    problems = manifest_problems(_mutate(text, change))
+    assert len(problems) == 1, problems
+    assert is_dtfkit_rule(problems[0]) and f"{'.'.join(field)}: dtfkit rule: {value!r}" in problems[0]
+    with pytest.raises(ManifestInvalid) as caught:
+        check_manifest(_mutate(text, change))
+    assert "0 problem(s) that kubectl apply would refuse" in str(caught.value)
+    assert "1 of dtfkit's own rules" in str(caught.value)
+
+
+def test_problems_kubectl_would_refuse_carry_no_dtfkit_label():
+    text = export_tfjob(EXAMPLE, image="my/tf:2.21", ps=1, workers=2)
+    for mutation in (
+        "unknown field in a container",
+        "uppercase name",
+        "missing image",
+        "a Chief and a Master",
+    ):
+        change, expected = MUTATIONS[mutation]
+        found = [p for p in manifest_problems(_mutate(text, change)) if expected in p]
+        assert found and not any(is_dtfkit_rule(p) for p in found), (mutation, found)
+
+
+# ------------------------------------------------------------------------- the operator's rules, as its tests say
+def _operator_test_job(namespace: str, worker: int, ps: int, evaluator: int = 0, chief: int = 0) -> dict:
+    """testutil.NewTFJobWithNamespace / NewTFJobWithEvaluatorAndNamespace / NewTFJobWithChief
+    (pkg/controller.v1/tensorflow/testutil/tfjob.go, v1.9.4): a type with 0 replicas is left out, every
+    container is "tensorflow" with the port "tfjob-port" 2222 (NewTFReplicaSpecTemplate)."""
+    template = {
+        "spec": {
+            "containers": [{"name": "tensorflow", "ports": [{"name": "tfjob-port", "containerPort": 2222}]}]
+        }
+    }
+    counts = {"Worker": worker, "PS": ps, "Evaluator": evaluator, "Chief": chief}
+    specs = {t: {"replicas": n, "template": template} for t, n in counts.items() if n > 0}
+    return {"metadata": {"name": "test-tfjob", "namespace": namespace}, "spec": {"tfReplicaSpecs": specs}}
+
+
+# Copied from kubeflow/trainer v1.9.4, pkg/controller.v1/tensorflow/pod_test.go, Describe("TFJob controller"),
+# Context("Test ClusterSpec"), "should generate desired cluster spec": (job, rt, index, customClusterDomain,
+# expectedClusterSpec), with tftestutil.TestTFJobName = "test-tfjob" written out. "" means no TF_CONFIG at all.
+OPERATOR_POD_TEST_CASES = [
+    (_operator_test_job("ns0", 1, 0), "worker", "0", "", ""),
+    (_operator_test_job("ns1", 1, 0), "worker", "0", "tf.training.com", ""),
+    (
+        _operator_test_job("ns2", 1, 1),
+        "worker",
+        "0",
+        "tf.training.org",
+        '{"cluster":{"ps":["test-tfjob-ps-0.ns2.svc.tf.training.org:2222"],"worker":["test-tfjob-worker-0.ns2.svc.tf.training.org:2222"]},"task":{"type":"worker","index":0},"environment":"cloud"}',
+    ),
+    (
+        _operator_test_job("ns3", 1, 1, evaluator=1),
+        "worker",
+        "0",
+        "tf.training.io",
+        '{"cluster":{"evaluator":["test-tfjob-evaluator-0.ns3.svc.tf.training.io:2222"],"ps":["test-tfjob-ps-0.ns3.svc.tf.training.io:2222"],"worker":["test-tfjob-worker-0.ns3.svc.tf.training.io:2222"]},"task":{"type":"worker","index":0},"environment":"cloud"}',
+    ),
+    (
+        _operator_test_job("ns3", 1, 1, evaluator=1),
+        "worker",
+        "0",
+        "",
+        '{"cluster":{"evaluator":["test-tfjob-evaluator-0.ns3.svc:2222"],"ps":["test-tfjob-ps-0.ns3.svc:2222"],"worker":["test-tfjob-worker-0.ns3.svc:2222"]},"task":{"type":"worker","index":0},"environment":"cloud"}',
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "job, rt, index, domain, expected",
+    OPERATOR_POD_TEST_CASES,
+    ids=["ns0", "ns1", "ns2", "ns3-domain", "ns3"],
+)
+def test_tf_config_is_byte_for_byte_what_the_operators_own_test_expects(job, rt, index, domain, expected):
+    assert operator_tf_config(job, rt.capitalize(), int(index), cluster_domain=domain) == expected
+
+
+def test_is_distributed_as_the_operators_own_test_says():
+    # pod_test.go (v1.9.4), Context("Test IsDistributed"): NewTFJob(1, 0) false, NewTFJob(1, 1) true,
+    # NewTFJob(0, 1) false, NewTFJobWithChief(1, 0) true.
+    cases = [((1, 0, 0), False), ((1, 1, 0), True), ((0, 1, 0), False), ((1, 0, 1), True)]
+    for (worker, ps, chief), expected in cases:
+        assert is_distributed(_operator_test_job("default", worker, ps, chief=chief)) is expected
+
+
+def test_clean_pod_policy_deletes_as_delete_pods_and_services_does():
+    # pkg/controller.v1/common/job.go (v1.9.4), DeletePodsAndServices: None keeps every pod; Running skips a
+    # pod that is neither running nor pending; any other value deletes every pod.
+    assert [pods_deleted_at_end(p, running=True) for p in (None, "None", "Running", "All", "Sometimes")] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
+    assert [pods_deleted_at_end(p, running=False) for p in ("None", "Running", "All", "Sometimes")] == [
+        False,
+        False,
+        True,
+        True,
     ]
 
 
@@ -343,6 +467,26 @@ def test_entry_point_gives_the_flags_dtfkit_launch_gives_with_a_chief(tmp_path):
         assert out.returncode == 0, out.stderr
         assert argv_of(out.stdout) == argv, name
         assert argv[-4:] == [f"--job_name={job}", f"--task_index={index}", "--on_ps=hang", "--x=1"]
+
+
+def test_entry_point_gives_an_evaluator_the_flags_dtfkit_layout_gives(tmp_path):
+    # The operator lists the evaluator in every replica's cluster (genClusterSpec); dtfkit's own layout does
+    # not; the script must see the same flags from both: no --evaluator_hosts.
+    script = tmp_path / "echo.py"
+    script.write_text(ECHO_SCRIPT)
+    job = _operator_test_job("ml", 2, 1, evaluator=1)
+    addresses = {TaskId("ps", 0): "p:1", TaskId("worker", 0): "w0:1", TaskId("worker", 1): "w1:1"}
+    launched = cluster_dict({**addresses, TaskId("evaluator", 0): "e:1"})
+    assert "evaluator" not in launched
+    for rtype, index in (("Evaluator", 0), ("Worker", 1), ("PS", 0)):
+        text = operator_tf_config(job, rtype, index)
+        assert '"evaluator":["test-tfjob-evaluator-0.ml.svc:2222"]' in text
+        out = run_entry(script, text)
+        assert out.returncode == 0, out.stderr
+        flags = argv_of(out.stdout)
+        assert not any(f.startswith("--evaluator_hosts") for f in flags)
+        ml = {k: [f"test-tfjob-{k}-{i}.ml.svc:2222" for i in range(len(v))] for k, v in launched.items()}
+        assert flags == tutorial_flags(ml, TaskId(rtype.lower(), index))
 
 
 @pytest.mark.parametrize(

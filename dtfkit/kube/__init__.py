@@ -3,7 +3,8 @@
 - ``export_tfjob(script, image=..., ps=1, workers=2, ...) -> str``: a ConfigMap + TFJob manifest
   (``python -m dtfkit export tfjob`` prints it);
 - ``check_manifest(manifest) -> list[dict]`` / ``manifest_problems(manifest) -> list[str]``: the
-  TFJob schema of kubeflow/trainer v1.9.4 (unknown fields rejected) plus its admission webhook's rules;
+  TFJob schema of kubeflow/trainer v1.9.4 (unknown fields rejected) plus its admission webhook's rules,
+  then dtfkit's own stricter rules, each problem marked ``dtfkit rule:`` (a real operator accepts those);
 - ``simulate(manifest, timeout=...) -> SimulationResult``: every replica's container command run
   locally with the ``TF_CONFIG`` the operator would write (``python -m dtfkit.kube.simulate``).
 

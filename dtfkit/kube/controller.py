@@ -1,7 +1,16 @@
 """What the Kubeflow training operator (kubeflow/trainer v1.9.4) decides for a TFJob, as plain functions.
 
-Ported from ``pkg/controller.v1/tensorflow/tensorflow.go`` (``genTFConfigJSONStr``, ``genClusterSpec``,
-``isDistributed``) and the job status rules of ``tfjob_controller.go`` (``UpdateJobStatus``) in that repository.
+Ported from kubeflow/trainer at tag v1.9.4 (then named training-operator); each function names the Go
+function it follows:
+
+- ``pkg/controller.v1/tensorflow/tensorflow.go``: ``genTFConfigJSONStr``, ``genClusterSpec`` (TF_CONFIG);
+- ``pkg/controller.v1/tensorflow/util.go``: ``GetPortFromTFJob``, ``isDistributed``;
+- ``pkg/controller.v1/tensorflow/tfjob_controller.go``: ``SetClusterSpec``, ``UpdateJobStatus`` (success, failure);
+- ``pkg/controller.v1/common/pod.go``: ``ReconcilePods`` (which failed pods are restarted);
+- ``pkg/controller.v1/common/job.go``: ``DeletePodsAndServices`` (``cleanPodPolicy``).
+
+Their byte-exact output is tested against the operator's own expectations
+(``pkg/controller.v1/tensorflow/pod_test.go``, "Test ClusterSpec") in ``tests/test_tfjob.py``.
 The simulator (``dtfkit.kube.simulate``) uses them; they need no cluster.
 
 Example::
@@ -19,8 +28,11 @@ import json
 DEFAULT_PORT = 2222
 PORT_NAME = "tfjob-port"
 CONTAINER = "tensorflow"
-# The order in which the operator's replica types are listed here (the operator itself has no order).
+# The order in which the operator's replica types are listed here (the operator itself has no order:
+# they are the keys of a Go map).
 TYPE_ORDER = ("Chief", "Master", "PS", "Worker", "Evaluator")
+# The replica types isDistributed and UpdateJobStatus iterate over (util.go, tfjob_controller.go: allTypes).
+KNOWN_TYPES = frozenset(TYPE_ORDER)
 
 
 def replica_counts(tfjob: dict) -> dict[str, int]:
@@ -82,33 +94,48 @@ def service_address(tfjob: dict, replica_type: str, index: int, cluster_domain: 
 def is_distributed(tfjob: dict) -> bool:
     """False for a single-replica job: the operator then sets no TF_CONFIG at all.
 
+    As util.go ``isDistributed``: the replicas of the five known types are counted (a type missing
+    ``replicas`` counts 1), and only a total of exactly 1 is "not distributed"; ``SetClusterSpec``
+    (tfjob_controller.go) then returns before writing TF_CONFIG.
+
     Example::
 
         >>> is_distributed({"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}}}})
         False
+        >>> is_distributed({"spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1}, "Evaluator": {}}}})
+        True
     """
-    return sum(replica_counts(tfjob).values()) != 1
+    return sum(n for t, n in replica_counts(tfjob).items() if t in KNOWN_TYPES) != 1
 
 
 def operator_cluster(tfjob: dict, cluster_domain: str = "") -> dict[str, list[str]]:
-    """The ClusterSpec in TF_CONFIG: every replica type but the evaluator, lowercase, sorted by name.
+    """The ClusterSpec in TF_CONFIG: **every** replica type of the job, the evaluator included, lowercase.
+
+    As tensorflow.go ``genClusterSpec``, which loops over all of ``tfjob.Spec.TFReplicaSpecs`` with no
+    exception (its test, pod_test.go "Test ClusterSpec", expects ``"evaluator":[...]`` in the cluster).
+    TensorFlow itself sets an evaluator apart (``distribute_coordinator._split_cluster_for_evaluator``),
+    so the evaluator's address in the others' TF_CONFIG does no harm. Sorted by job name, as Go's
+    json.Marshal writes a map's keys.
 
     Example::
 
         >>> operator_cluster({"metadata": {"name": "j"}, "spec": {"tfReplicaSpecs": {
         ...     "Worker": {}, "Evaluator": {}, "PS": {}}}})
-        {'ps': ['j-ps-0.default.svc:2222'], 'worker': ['j-worker-0.default.svc:2222']}
+        {'evaluator': ['j-evaluator-0.default.svc:2222'], 'ps': ['j-ps-0.default.svc:2222'], 'worker': ['j-worker-0.default.svc:2222']}
     """
     cluster = {
         rtype.lower(): [service_address(tfjob, rtype, i, cluster_domain) for i in range(n)]
         for rtype, n in replica_counts(tfjob).items()
-        if rtype != "Evaluator"
     }
-    return dict(sorted(cluster.items()))  # Go's json.Marshal writes a map's keys sorted
+    return dict(sorted(cluster.items()))
 
 
 def tf_config_text(cluster: dict[str, list[str]], replica_type: str, index: int) -> str:
     """TF_CONFIG as Go's json.Marshal writes the operator's TFConfig struct (compact, fields in order).
+
+    tensorflow.go ``genTFConfigJSONStr`` (without ``enableDynamicWorker``): the struct's fields
+    ``cluster``, ``task`` {``type``, ``index``}, ``environment`` (always ``"cloud"``), in that order,
+    the type lowercased; the cluster map's keys sorted.
 
     Example::
 
@@ -125,6 +152,9 @@ def tf_config_text(cluster: dict[str, list[str]], replica_type: str, index: int)
 
 def operator_tf_config(tfjob: dict, replica_type: str, index: int, cluster_domain: str = "") -> str:
     """The exact ``TF_CONFIG`` the operator gives replica ``index`` of ``replica_type`` ("" if none).
+
+    ``cluster_domain`` is the operator's ``CUSTOM_CLUSTER_DOMAIN`` environment variable (genClusterSpec).
+    ``spec.enableDynamicWorker`` (a sparse TF_CONFIG) is not ported.
 
     Example: see the module's docstring.
     """
@@ -147,6 +177,12 @@ def container_exit_code(returncode: int) -> int:
 def restarts(restart_policy: str, exit_code: int) -> bool:
     """Whether the operator (or the kubelet) would start a replica that exited with ``exit_code`` again.
 
+    A non-zero exit under ``OnFailure``/``Always`` (and any exit under ``Always``) is restarted in place by
+    the kubelet (util.go ``setRestartPolicy`` copies them to the pod); ``ExitCode`` becomes the pod's
+    ``Never`` and the operator deletes and recreates a failed pod only for a retryable code, 128 and above
+    (common/pod.go ``ReconcilePods``, pkg/util/train/train_util.go ``IsRetryableExitCode``: ``exitCode >= 128``);
+    under ``ExitCode`` with 1-127, or ``Never``, the replica stays failed.
+
     Example::
 
         >>> restarts("ExitCode", 137), restarts("ExitCode", 1), restarts("OnFailure", 1)
@@ -161,9 +197,13 @@ def job_verdict(tfjob: dict, exit_codes: dict[tuple[str, int], int | None]) -> t
     """``("Succeeded" | "Failed", reason)`` once the operator would decide, else None.
 
     ``exit_codes`` maps ``(replica_type, index)`` to a container exit code, or None while it runs.
-    With a Chief (or Master) the job succeeds when it does, and successPolicy plays no part; without,
-    when worker 0 succeeds (successPolicy "") or every worker has (``AllWorkers``). A replica that
-    fails fails the job (restarts are not modelled).
+    As tfjob_controller.go ``UpdateJobStatus``: with a Chief (or Master) the job succeeds when it does,
+    and successPolicy plays no part; without, when worker 0 succeeds and successPolicy is anything but
+    ``AllWorkers`` (``IsWorker0Completed``), or every worker has. A replica of any type that fails
+    fails the job (restarts are not modelled). When a success and a failure are seen in the same
+    reconcile, the operator may record both conditions (it sets Succeeded before it looks at a later
+    type's failures, and ``pkg/util/status.go`` ``setCondition`` changes nothing once Failed is set);
+    here the failure wins.
 
     Example::
 
@@ -190,3 +230,23 @@ def job_verdict(tfjob: dict, exit_codes: dict[tuple[str, int], int | None]) -> t
     if spec.get("successPolicy", "") != "AllWorkers" and workers.get(0) == 0:
         return "Succeeded", 'worker 0 succeeded (successPolicy "": the others are not waited for)'
     return None
+
+
+def pods_deleted_at_end(clean_pod_policy: str | None, running: bool) -> bool:
+    """Whether the operator deletes a pod when the job has finished, under ``runPolicy.cleanPodPolicy``.
+
+    As common/job.go ``DeletePodsAndServices``: ``None`` (the default when the field is absent,
+    ``SetDefaults_TFJob``) deletes nothing; ``Running`` deletes the pods still running (or pending);
+    any other value, ``All`` or one the operator does not know, deletes every pod.
+
+    Example::
+
+        >>> [pods_deleted_at_end(p, running=True) for p in (None, "None", "Running", "All", "Sometimes")]
+        [False, False, True, True, True]
+        >>> pods_deleted_at_end("Running", running=False)
+        False
+    """
+    policy = "None" if clean_pod_policy is None else clean_pod_policy
+    if policy == "None":
+        return False
+    return running or policy != "Running"

@@ -281,7 +281,7 @@ def export_tfjob(
     ``name`` defaults to the script's file name made a DNS-1035 label; ``cpu``/``memory`` are
     every container's resource requests; ``gpus_per_worker`` sets an ``nvidia.com/gpu`` limit on
     chief and workers. Raises DtfkitError naming the cause and the next step on bad input, and
-    ManifestInvalid if the result would not pass the schema and webhook checks.
+    ManifestInvalid if the result would not pass the schema, webhook and dtfkit-rule checks.
 
     Example::
 

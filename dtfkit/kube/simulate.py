@@ -8,8 +8,9 @@ service address ``<job>-<type>-<i>.<ns>.svc:2222`` is replaced by ``127.0.0.1:<a
 in for the mount path (which is rewritten in the command); ``python`` in the command is this
 interpreter. Each replica is its own process in its own session, its output prefixed with its name.
 The job's verdict follows the operator's rules (``successPolicy``), and when the job ends,
-``cleanPodPolicy`` is applied: with ``Running`` the pods still running (the ps) are deleted, here
-killed. Nothing is left running on any way out, Ctrl-C included.
+``cleanPodPolicy`` is applied: with ``Running`` (or ``All``) the pods still running (the ps) are
+deleted, here killed; with ``None`` they are left, here ended too. Nothing is left running on any
+way out, Ctrl-C included.
 
 Command line::
 
@@ -297,7 +298,8 @@ class _Simulation:
                 return state, reason
 
     def clean(self, verdict: str, grace: float) -> str:
-        policy = self.job["spec"].get("runPolicy", {}).get("cleanPodPolicy") or "None"
+        policy = (self.job["spec"].get("runPolicy") or {}).get("cleanPodPolicy")
+        policy = "None" if policy is None else policy  # SetDefaults_TFJob
         for name, proc in self.procs.items():
             run = self.runs[name]
             if run.exit_code is None and proc.poll() is not None:  # exited while the verdict was made
@@ -307,7 +309,7 @@ class _Simulation:
                 continue
             if verdict == "Timeout":
                 run.outcome = "ended by the simulator's timeout"
-            elif policy in ("Running", "All"):
+            elif controller.pods_deleted_at_end(policy, running=True):
                 run.outcome = f"deleted by cleanPodPolicy {policy}"
             else:
                 run.outcome = f"left running by cleanPodPolicy {policy} (ended by the simulator)"

@@ -36,14 +36,20 @@ PROG = "dtfkit tfjob entry"
 def tutorial_flags(cluster: dict[str, list[str]], job: str, index: int) -> list[str]:
     """The tutorial's command-line flags for task ``job:index`` of ``cluster``.
 
-    One ``--<job>_hosts=a,b`` flag per job of the cluster (chief, ps, worker first, in
-    that order), then ``--job_name`` and ``--task_index``.
+    One ``--<job>_hosts=a,b`` flag per training job of the cluster (chief, ps, worker first, in
+    that order), then ``--job_name`` and ``--task_index``. An ``evaluator`` job gets no flag: it
+    trains with nobody, TensorFlow splits it off the cluster itself
+    (``distribute_coordinator._split_cluster_for_evaluator``), and ``dtfkit launch`` never lists it,
+    so a script sees the same flags from both, whether or not the operator put it in ``TF_CONFIG``.
 
     Example::
 
         >>> tutorial_flags({"worker": ["w:1"], "chief": ["c:1"]}, "chief", 0)
         ['--chief_hosts=c:1', '--worker_hosts=w:1', '--job_name=chief', '--task_index=0']
+        >>> tutorial_flags({"evaluator": ["e:1"], "worker": ["w:1"]}, "evaluator", 0)
+        ['--worker_hosts=w:1', '--job_name=evaluator', '--task_index=0']
     """
+    cluster = {j: hosts for j, hosts in cluster.items() if j != "evaluator"}
     known = [j for j in JOB_ORDER if j in cluster]
     jobs = known + [j for j in cluster if j not in JOB_ORDER]
     flags = [f"--{j}_hosts={','.join(cluster[j])}" for j in jobs]
@@ -88,7 +94,9 @@ def parse_tf_config(text: str | None) -> tuple[dict[str, list[str]], str, int]:
         raise EntryError(f"TF_CONFIG's task has no 'type' (got {job!r}); {hint}")
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise EntryError(f"TF_CONFIG's task index must be a whole number >= 0, not {index!r}")
-    # The operator leaves the evaluator out of the cluster; every other task is in it.
+    # The operator lists every replica type in the cluster, the evaluator included (genClusterSpec in
+    # kubeflow/trainer v1.9.4, pkg/controller.v1/tensorflow/tensorflow.go); other writers of TF_CONFIG
+    # (dtfkit's own launcher, TensorFlow's guides) leave the evaluator out. Both are accepted.
     if job in cluster and index >= len(cluster[job]):
         raise EntryError(
             f"TF_CONFIG names task {job}:{index}, but the cluster has {len(cluster[job])} {job} task(s)"

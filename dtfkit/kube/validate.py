@@ -10,8 +10,11 @@ required``):
 2. the operator's admission webhook (``pkg/webhooks/tensorflow/tfjob_webhook.go`` at the same tag): the name is a
    DNS-1035 label, every replica has containers, each with an image, one of them named ``tensorflow``, and at most
    one Chief/Master replica type; ``runPolicy.managedBy`` is one of the two known controllers;
-3. what the operator's Go types accept (replica types, restart, clean-pod and success policies), and that the
-   per-replica service names the operator creates (``<job>-<type>-<index>``) are DNS-1035 labels too.
+3. dtfkit's own rules, each problem marked ``dtfkit rule:`` (``is_dtfkit_rule``): what the schema and the
+   webhook let through, so a real v1.9.4 accepts it, but what would not run as written: a ``cleanPodPolicy``,
+   ``successPolicy`` or ``restartPolicy`` outside the operator's named values (the CRD types them as plain
+   strings with no enum), a replica type the operator does not know, more than one chief, a service name
+   (``<job>-<type>-<index>``) over 63 characters, an empty ``tfReplicaSpecs``, a ConfigMap in another namespace.
 
 ConfigMaps in the same manifest are checked as the API server checks them.
 
@@ -20,7 +23,7 @@ Example::
     >>> problems = tfjob_problems({"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
     ...                            "metadata": {"name": "Bad_Name"}, "spec": {"tfReplicaSpecs": {}}})
     >>> print(problems[-2])
-    metadata.name: 'Bad_Name' is not a DNS-1035 label: contains uppercase letters, contains '_' (only lowercase letters, digits and '-' are allowed)
+    metadata.name: 'Bad_Name' is not a DNS-1035 label (the admission webhook): contains uppercase letters, contains '_' (only lowercase letters, digits and '-' are allowed)
 """
 
 from __future__ import annotations
@@ -45,19 +48,42 @@ RESTART_POLICIES = ("Always", "OnFailure", "Never", "ExitCode")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 SUCCESS_POLICIES = ("", "AllWorkers")
 MANAGED_BY = ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue")
+DTFKIT_RULE = "dtfkit rule: "
 CONFIGMAP_MAX_BYTES = 1024 * 1024
 CONFIGMAP_FIELDS = ("apiVersion", "kind", "metadata", "data", "binaryData", "immutable")
 
 
+def is_dtfkit_rule(problem: str) -> bool:
+    """Whether a problem is one of dtfkit's own rules, which a real operator would accept.
+
+    Example::
+
+        >>> is_dtfkit_rule("spec.successPolicy: dtfkit rule: 'all' is not one of '', AllWorkers")
+        True
+    """
+    return DTFKIT_RULE in problem
+
+
+def _dtfkit_rule(path: str, message: str) -> str:
+    return f"{path}: {DTFKIT_RULE}{message}"
+
+
 class ManifestInvalid(DtfkitError):
-    """A manifest the API server or the operator would refuse; ``problems`` lists each one with its path."""
+    """A manifest with problems; ``problems`` lists each one with its path.
+
+    Problems marked ``dtfkit rule:`` are dtfkit's own: the API server and the operator's webhook accept
+    them; the others ``kubectl apply`` would refuse.
+    """
 
     def __init__(self, problems: list[str], what: str = "the manifest"):
         self.problems = list(problems)
         lines = "\n".join(f"  - {p}" for p in self.problems)
+        ours = sum(is_dtfkit_rule(p) for p in self.problems)
+        theirs = len(self.problems) - ours
         super().__init__(
-            f"{what} is not valid ({len(self.problems)} problem(s)); kubectl apply would refuse it "
-            f"or the operator would not run it:\n{lines}"
+            f"{what} is not valid: {theirs} problem(s) that kubectl apply would refuse (the TFJob schema, "
+            f"the API server, the operator's admission webhook), {ours} of dtfkit's own rules (marked "
+            f"'dtfkit rule:', which a real operator accepts but which would not run as written):\n{lines}"
         )
 
 
@@ -153,14 +179,27 @@ def _replica_problems(rtype: str, spec: Any) -> list[str]:
     problems = []
     if rtype not in REPLICA_TYPES:
         problems.append(
-            f"{base}: unknown replica type {rtype!r}: the operator knows {', '.join(REPLICA_TYPES)}"
+            _dtfkit_rule(
+                base,
+                f"unknown replica type {rtype!r}: use one of {', '.join(REPLICA_TYPES)} (the operator takes any "
+                "key: its defaulting renames a known type in another case, and gives any other type pods that "
+                "count for neither the job's success nor isDistributed)",
+            )
         )
     policy = spec.get("restartPolicy")
     if policy is not None and policy not in RESTART_POLICIES:
-        problems.append(f"{base}.restartPolicy: {policy!r} is not one of {', '.join(RESTART_POLICIES)}")
+        problems.append(
+            _dtfkit_rule(
+                f"{base}.restartPolicy",
+                f"{policy!r} is not one of {', '.join(RESTART_POLICIES)} (the CRD has no enum and the webhook "
+                "does not check it; the operator copies it to the pods, which the API server then refuses)",
+            )
+        )
     replicas = spec.get("replicas", 1)
     if rtype in ("Chief", "Master") and isinstance(replicas, int) and replicas > 1:
-        problems.append(f"{base}.replicas: a TensorFlow cluster has one {rtype.lower()}, not {replicas}")
+        problems.append(
+            _dtfkit_rule(f"{base}.replicas", f"a TensorFlow cluster has one {rtype.lower()}, not {replicas}")
+        )
     containers_path = f"{base}.template.spec.containers"
     containers = ((spec.get("template") or {}).get("spec") or {}).get("containers")
     if not isinstance(containers, list) or not containers:
@@ -183,6 +222,7 @@ def _replica_problems(rtype: str, spec: Any) -> list[str]:
 
 
 def _webhook_problems(job: dict) -> list[str]:
+    """The webhook's rules (pkg/webhooks/tensorflow/tfjob_webhook.go ``validateTFJob``), then dtfkit's own."""
     problems = []
     metadata = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
     name = metadata.get("name")
@@ -192,28 +232,57 @@ def _webhook_problems(job: dict) -> list[str]:
     else:
         why = dns1035_problems(name)
         if why:
-            problems.append(f"metadata.name: {name!r} is not a DNS-1035 label: {', '.join(why)}")
+            problems.append(
+                f"metadata.name: {name!r} is not a DNS-1035 label (the admission webhook): {', '.join(why)}"
+            )
     namespace = metadata.get("namespace")
     if namespace is not None:
         why = dns1123_label_problems(namespace) if isinstance(namespace, str) else ["is not text"]
         if why:
-            problems.append(f"metadata.namespace: {namespace!r} is not a namespace name: {', '.join(why)}")
+            problems.append(
+                f"metadata.namespace: {namespace!r} is not a namespace name (the API server): {', '.join(why)}"
+            )
     spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
     run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}
     managed_by = run_policy.get("managedBy")
     if managed_by is not None and managed_by not in MANAGED_BY:
-        problems.append(f"spec.runPolicy.managedBy: {managed_by!r} is not one of {', '.join(MANAGED_BY)}")
+        problems.append(
+            f"spec.runPolicy.managedBy: {managed_by!r} is not one of {', '.join(MANAGED_BY)} (the admission webhook)"
+        )
+    return problems + _policy_problems(spec, run_policy) + _replica_set_problems(spec, name)
+
+
+def _policy_problems(spec: dict, run_policy: dict) -> list[str]:
+    """dtfkit's rules on the two job policies, which the CRD types as plain strings and nobody checks."""
+    problems = []
     clean = run_policy.get("cleanPodPolicy")
     if clean is not None and clean not in CLEAN_POD_POLICIES:
         problems.append(
-            f"spec.runPolicy.cleanPodPolicy: {clean!r} is not one of {', '.join(CLEAN_POD_POLICIES)}"
+            _dtfkit_rule(
+                "spec.runPolicy.cleanPodPolicy",
+                f"{clean!r} is not one of {', '.join(CLEAN_POD_POLICIES)} (the operator accepts any text: the "
+                "CRD has no enum and the webhook does not check it; it then deletes every pod, as with All)",
+            )
         )
     success = spec.get("successPolicy")
     if success is not None and success not in SUCCESS_POLICIES:
-        problems.append(f"spec.successPolicy: {success!r} is not one of '', AllWorkers")
+        problems.append(
+            _dtfkit_rule(
+                "spec.successPolicy",
+                f"{success!r} is not one of '', AllWorkers (the operator accepts any text and treats "
+                "anything but AllWorkers as '')",
+            )
+        )
+    return problems
+
+
+def _replica_set_problems(spec: dict, name: str | None) -> list[str]:
+    problems = []
     replicas = spec.get("tfReplicaSpecs")
-    if not isinstance(replicas, dict) or not replicas:
-        return problems + ["spec.tfReplicaSpecs: required (the admission webhook: must be required)"]
+    if not isinstance(replicas, dict):
+        return ["spec.tfReplicaSpecs: required (the admission webhook: must be required)"]
+    if not replicas:
+        return [_dtfkit_rule("spec.tfReplicaSpecs", "no replica types: the job would run nothing")]
     chief_types = [t for t in replicas if t in ("Chief", "Master")]
     if len(chief_types) > 1:
         problems.append(
@@ -226,14 +295,17 @@ def _webhook_problems(job: dict) -> list[str]:
             service = f"{name}-{str(rtype).lower()}-{count - 1}"
             if len(service) > 63:
                 problems.append(
-                    f"metadata.name: the operator's service name {service!r} would be {len(service)} "
-                    "characters long (at most 63): use a shorter name"
+                    _dtfkit_rule(
+                        "metadata.name",
+                        f"the operator's service name {service!r} would be {len(service)} characters long "
+                        "(at most 63, or the API server refuses the Service): use a shorter name",
+                    )
                 )
     return problems
 
 
 def tfjob_problems(job: dict) -> list[str]:
-    """Every problem of a TFJob object (schema, webhook, operator), each with its path; empty if none.
+    """Every problem of a TFJob object (schema, webhook, dtfkit's own rules), each with its path; empty if none.
 
     Example::
 
@@ -362,8 +434,11 @@ def _mount_problems(job: dict, maps: dict[str, str]) -> list[str]:
             name = ref.get("name")
             if name in maps and maps[name] != namespace:
                 problems.append(
-                    f"spec.tfReplicaSpecs.{rtype}.template.spec.volumes[{i}].configMap.name: ConfigMap {name!r} "
-                    f"is in namespace {maps[name]!r}, the TFJob in {namespace!r}: a pod mounts only its own namespace's"
+                    _dtfkit_rule(
+                        f"spec.tfReplicaSpecs.{rtype}.template.spec.volumes[{i}].configMap.name",
+                        f"ConfigMap {name!r} is in namespace {maps[name]!r}, the TFJob in {namespace!r}: "
+                        "a pod mounts only its own namespace's",
+                    )
                 )
     return problems
 

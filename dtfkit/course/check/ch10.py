@@ -1,8 +1,9 @@
 """Checks for chapter 10 (beyond one machine: Ray and Kubeflow TFJob).
 
 Both compare the learner's function with what the Kubeflow training operator (kubeflow/trainer
-v1.9.4, ported in ``dtfkit.kube.operator``) does, for the chapter's case and for layouts the text
-never names. They run in plain Python: no cluster starts.
+v1.9.4, ported in ``dtfkit.kube.controller`` and tested there against the operator's own
+``pod_test.go``) does, for the chapter's case and for layouts the text never names. They run in
+plain Python: no cluster starts.
 
 Example::
 
@@ -42,10 +43,13 @@ def _config_hint(got: Any, want: dict, replicas: dict[str, int]) -> str:
     cluster = got.get("cluster")
     if not isinstance(cluster, dict):
         return "TF_CONFIG has a 'cluster' dict: every job, with the address of each of its tasks"
-    if "Evaluator" in replicas and any(str(j).lower() == "evaluator" for j in cluster):
-        return "an evaluator is not a member of the training cluster (chapter 7): it trains with nobody"
+    if "Evaluator" in replicas and not any(str(j).lower() == "evaluator" for j in cluster):
+        return (
+            "chapter 7's cluster left the evaluator out, but which replica types does the operator list "
+            "in its cluster? (section 5)"
+        )
     if set(cluster) != set(want["cluster"]):
-        return "the cluster's jobs are the replica types that take part in training, in lowercase"
+        return "the cluster's jobs are the TFJob's replica types, in lowercase"
     for job, hosts in want["cluster"].items():
         have = cluster.get(job)
         if not isinstance(have, list) or len(have) != len(hosts):
