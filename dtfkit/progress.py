@@ -19,10 +19,12 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import html
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -174,6 +176,18 @@ class Progress:
             sys.stderr.write(prefix + line + "\n")
             sys.stderr.flush()
         return line
+
+
+def start_display(enabled: bool) -> Callable[[list[str], str], Progress] | None:
+    """What a front end hands the engine as its start-up display (``progress=``): a
+    ``Progress`` per start, or None (no display).
+
+    Example::
+
+        >>> start_display(False) is None
+        True
+    """
+    return functools.partial(Progress, enabled=True) if enabled else None
 
 
 def _in_kernel() -> bool:

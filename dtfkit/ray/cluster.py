@@ -140,9 +140,11 @@ class RayCluster(LocalCluster):
         return {task: self.launcher.node_of(task) for task in self.tasks}
 
     def _start_again(self) -> None:
-        old = self._rt
         runtime = ClusterRuntime(
-            old.layout, launcher=RayLauncher(**self._ray_options), echo=old.echo, **self._runtime_options
+            self._rt.layout,
+            launcher=RayLauncher(**self._ray_options),
+            echo=self._rt.echo,
+            **self._runtime_options,
         )
         runtime.start()
         self._rt = runtime
