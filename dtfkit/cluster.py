@@ -21,7 +21,6 @@ Example::
 from __future__ import annotations
 
 import html
-import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,6 +28,7 @@ from dtfkit.engine.calls import ERROR_POLICIES, RunHandle
 from dtfkit.engine.launcher import Launcher
 from dtfkit.engine.layout import ClusterLayout, TaskId
 from dtfkit.engine.metrics import MetricLog
+from dtfkit.engine.notebook import cell_key as _cell_key
 from dtfkit.engine.runtime import ClusterRuntime, check_task_count
 from dtfkit.engine.sources import PickledCall, pickle_call
 from dtfkit.errors import DtfkitError, TaskNotRunning
@@ -547,20 +547,3 @@ def _pickle_call(fn: Callable, args: tuple, kwargs: dict) -> PickledCall:
             "their arguments travel with cloudpickle; one that captures a lock, an open "
             "file, a socket or a TensorFlow object cannot. Create such things inside the function."
         ) from exc
-
-
-def _cell_key() -> str | None:
-    """The id of the notebook cell running now (JupyterLab and nbclient send it)."""
-    ipython = sys.modules.get("IPython")
-    if ipython is None:  # not in a kernel; importing IPython just to learn that costs ~2 s
-        return None
-    shell = ipython.get_ipython()
-    kernel = getattr(shell, "kernel", None)
-    if kernel is None:
-        return None
-    try:
-        parent = kernel.get_parent("shell") if hasattr(kernel, "get_parent") else shell.parent_header
-    except Exception:  # noqa: BLE001 - older ipykernels
-        parent = getattr(shell, "parent_header", {})
-    cell = (parent or {}).get("metadata", {}).get("cellId")
-    return f"cell:{cell}" if cell else None

@@ -191,10 +191,10 @@ def start_display(enabled: bool) -> Callable[[list[str], str], Progress] | None:
 
 
 def _in_kernel() -> bool:
-    """True inside a Jupyter kernel (the pool's test, which never imports IPython itself)."""
-    from dtfkit.engine.pool import in_kernel
+    """True inside a Jupyter kernel (``dtfkit.engine.notebook``, which never imports IPython itself)."""
+    from dtfkit.engine import notebook
 
-    return in_kernel()
+    return notebook.in_kernel()
 
 
 def _isatty(stream) -> bool:

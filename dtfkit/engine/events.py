@@ -21,18 +21,15 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Listener
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from dtfkit.engine import control, protocol
-from dtfkit.engine.layout import TaskId
 from dtfkit.engine.metrics import MetricLog
 from dtfkit.engine.output import Output
+from dtfkit.engine.process import CallInbox, TaskProcess
 from dtfkit.errors import DtfkitError
-
-if TYPE_CHECKING:
-    from dtfkit.engine.process import TaskProcess
 
 # A deadline for wait_until: a time.monotonic() value, None (no bound), or a function
 # that says it anew before each wait (a deadline that moves while waiting).
@@ -47,16 +44,6 @@ class Event:
     task: str
     gen: int = 0  # the task's generation (log: the line's number)
     payload: Any = None
-
-
-@dataclass
-class CallInbox:
-    """What the tasks answered to one call, as the runtime routes it (by call id)."""
-
-    call_id: int
-    replies: dict[TaskId, protocol.Result | protocol.Error] = field(default_factory=dict)
-    stacks: dict[TaskId, str] = field(default_factory=dict)
-    flushed: set[TaskId] = field(default_factory=set)  # tasks whose output of the call is all in
 
 
 class TaskLookup(Protocol):

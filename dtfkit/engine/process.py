@@ -15,19 +15,24 @@ Example::
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 from dtfkit.engine import protocol
-from dtfkit.engine.events import CallInbox
 from dtfkit.engine.launcher import TaskHandle
 from dtfkit.engine.layout import ClusterLayout, TaskId
 from dtfkit.errors import TaskNotRunning
 
-if TYPE_CHECKING:
-    from dtfkit.engine.tasks import Tasks
+
+@dataclass
+class CallInbox:
+    """What the tasks answered to one call, as the runtime routes it (by call id)."""
+
+    call_id: int
+    replies: dict[TaskId, protocol.Result | protocol.Error] = field(default_factory=dict)
+    stacks: dict[TaskId, str] = field(default_factory=dict)
+    flushed: set[TaskId] = field(default_factory=set)  # tasks whose output of the call is all in
 
 
 @dataclass(frozen=True)
@@ -177,8 +182,16 @@ class TaskCall:
         {}
     """
 
-    def __init__(self, tasks: Tasks, inbox: CallInbox, procs: dict[TaskId, TaskProcess]):
-        self._tasks = tasks
+    def __init__(
+        self,
+        inbox: CallInbox,
+        procs: dict[TaskId, TaskProcess],
+        *,
+        end_tasks: Callable[[list[TaskProcess]], None],
+        close_call: Callable[[CallInbox], None],
+    ):
+        self._end_tasks = end_tasks
+        self._close_call = close_call
         self._inbox = inbox
         self._procs = procs
 
@@ -207,7 +220,7 @@ class TaskCall:
 
     def end(self, tasks: list[TaskId]) -> None:
         """Kill these tasks' processes, wait until they are gone (bounded), update the state file."""
-        self._tasks.end_tasks([self._procs[t] for t in tasks])
+        self._end_tasks([self._procs[t] for t in tasks])
 
     def wait_output(self, task: TaskId, timeout: float) -> bool:
         """Wait (at most ``timeout`` s) until every line the task printed is in the log book."""
@@ -219,7 +232,7 @@ class TaskCall:
 
     def close(self) -> None:
         """Stop routing answers to this call (a late one is dropped)."""
-        self._tasks.events.close_call(self._inbox)
+        self._close_call(self._inbox)
 
 
 @dataclass(frozen=True)

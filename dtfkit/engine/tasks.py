@@ -385,7 +385,7 @@ class Tasks:
             proc.send(protocol.Call(inbox.call_id, payload.data, payload.sources))
             proc.busy_with = inbox.call_id
             proc.calls += 1
-        return TaskCall(self, inbox, procs)
+        return TaskCall(inbox, procs, end_tasks=self.end_tasks, close_call=self.events.close_call)
 
     def _reap(self, procs: list[TaskProcess], timeout: float = 10.0) -> None:
         for proc in procs:
