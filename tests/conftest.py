@@ -6,7 +6,14 @@ environment (every process the suite starts inherits it, so this covers every ta
 with ``DTFKIT_CLUSTER`` set, even once orphaned, and never other users' clusters). Processes that survive a test by more
 than ``LEAK_GRACE`` seconds fail it (and are killed, so that the next test starts
 clean). Clusters shared by several tests are registered with ``share_cluster`` and
-checked when they close instead.
+checked when they close instead. Under pytest-xdist each worker process imports this
+file and gets its own session mark, so a worker only ever sees its own processes.
+
+Tiers (tests/README.md): ``python -m pytest`` with no paths runs the fast tier, the tests
+not marked ``slow``/``browser``/``ray`` plus the ``smoke`` ones; given paths (``.ci/run``
+gives ``tests notebooks``) or ``-m``, it runs what they select. The markers are checked:
+collection fails on an impossible combination, and a test outside ``slow`` that imports
+TensorFlow, in this process or in any process it starts, fails (``tensorflow_is_slow``).
 
 The package does not have to be installed: the repository root is put on
 ``sys.path`` here and on ``PYTHONPATH`` for every subprocess (``subprocess_env``).
@@ -48,6 +55,36 @@ os.environ[SESSION_ENV] = SESSION_ID
 _HOME = tempfile.mkdtemp(prefix="dtfk-")
 os.environ["DTFKIT_HOME"] = _HOME
 atexit.register(shutil.rmtree, _HOME, ignore_errors=True)  # also after --collect-only
+
+# Every Python process this session starts (PYTHONPATH reaches task processes too) runs
+# this sitecustomize: the first import of TensorFlow leaves a file named after the process in
+# TF_IMPORTS, which is how a test outside the ``slow`` tier is caught starting TensorFlow.
+# A test that puts its own sitecustomize first on PYTHONPATH (test_lifecycle) is slow anyway.
+TF_IMPORTS_ENV = "DTFKIT_TEST_TF_IMPORTS"
+TF_IMPORTS = Path(_HOME) / "tf-imports"
+_GUARD = Path(_HOME) / "tf-guard"
+TF_IMPORTS.mkdir()
+_GUARD.mkdir()
+(_GUARD / "sitecustomize.py").write_text(
+    """import os, sys
+
+
+class _TensorFlowImportMark:
+    # Marks the first import of tensorflow in this process (tests/conftest.py, tiers).
+    def find_spec(self, name, path=None, target=None):
+        if name == "tensorflow":
+            sys.meta_path.remove(self)
+            folder = os.environ.get("DTFKIT_TEST_TF_IMPORTS")
+            if folder and os.path.isdir(folder):
+                open(os.path.join(folder, str(os.getpid())), "w").close()
+        return None
+
+
+sys.meta_path.insert(0, _TensorFlowImportMark())
+"""
+)
+os.environ[TF_IMPORTS_ENV] = str(TF_IMPORTS)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(_GUARD), os.environ.get("PYTHONPATH")) if p)
 
 # Cluster ids whose processes may outlive a single test (module/session fixtures).
 _SHARED_IDS: set[str] = set()
@@ -303,6 +340,40 @@ def parse_json_line(text: str, prefix: str) -> dict:
     raise AssertionError(f"no line starting with {prefix!r} in:\n{text}")
 
 
+# -------------------------------------------------------------------------- tiers
+# Marked with any of these, a test is in the full run only (unless it is also ``smoke``).
+FULL_RUN_MARKERS = ("slow", "browser", "ray")
+
+
+def _marks(item: pytest.Item) -> set[str]:
+    return {mark.name for mark in item.iter_markers()}
+
+
+def in_fast_tier(item: pytest.Item) -> bool:
+    """The fast tier: every test not marked slow/browser/ray, and the slow ones marked smoke."""
+    marks = _marks(item)
+    return "smoke" in marks or not marks & set(FULL_RUN_MARKERS)
+
+
+def tier_marker_errors(items: Iterable[pytest.Item]) -> list[str]:
+    """The tests whose markers contradict each other (tests/README.md, "Which tier")."""
+    errors = []
+    for item in items:
+        marks = _marks(item)
+        if marks & {"browser", "ray"} and "slow" not in marks:
+            errors.append(
+                f"{item.nodeid}: browser and ray tests start processes for seconds: mark it slow too"
+            )
+        if "smoke" in marks and ("slow" not in marks or marks & {"browser", "ray"}):
+            errors.append(f"{item.nodeid}: smoke picks a slow test for the fast tier (not browser or ray)")
+    return errors
+
+
+def runs_fast_tier(config: pytest.Config) -> bool:
+    """``pytest`` with no paths and no ``-m``: the fast tier. Paths or ``-m`` select for themselves."""
+    return config.args_source == pytest.Config.ArgsSource.TESTPATHS and not config.option.markexpr
+
+
 # -------------------------------------------------------------------------- hooks
 def pytest_collection_modifyitems(session, config, items):
     # Functions defined in test modules are sent to the tasks by value: the tasks
@@ -313,10 +384,44 @@ def pytest_collection_modifyitems(session, config, items):
         if module is not None and module.__name__ in sys.modules:
             cloudpickle.register_pickle_by_value(module)
 
+    errors = tier_marker_errors(items)
+    if errors:
+        raise pytest.UsageError("tier markers contradict each other:\n" + "\n".join(errors))
+    if runs_fast_tier(config):
+        full_only = [item for item in items if not in_fast_tier(item)]
+        if full_only:
+            config.hook.pytest_deselected(items=full_only)
+            items[:] = [item for item in items if in_fast_tier(item)]
+
 
 # ----------------------------------------------------------------------- fixtures
 @pytest.fixture(autouse=True)
-def no_leftover_processes():
+def tensorflow_is_slow(request):
+    """Fail a test outside the ``slow`` tier that imports TensorFlow here or in a process it starts.
+
+    Importing TensorFlow takes seconds per process: such a test belongs to the full run
+    (``slow``), or runs on ``FakeLauncher``. Checked after the leftover check, so every
+    process the test started has ended (and left its mark) by then.
+    """
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    marks_before = set(os.listdir(TF_IMPORTS))
+    imported_before = "tensorflow" in sys.modules
+    yield
+    new_marks = set(os.listdir(TF_IMPORTS)) - marks_before
+    here = not imported_before and "tensorflow" in sys.modules
+    if new_marks or here:
+        where = ["this test process"] if here else []
+        where += [f"process {pid}" for pid in sorted(new_marks)]
+        pytest.fail(
+            f"a test outside the slow tier imported TensorFlow ({', '.join(where)}): mark it "
+            "@pytest.mark.slow, or run it on FakeLauncher (tests/README.md, 'Which tier')"
+        )
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes(tensorflow_is_slow):
     """Fail a test that leaves processes behind (after a bounded wait of LEAK_GRACE s)."""
     before = set(_tracked())
     yield

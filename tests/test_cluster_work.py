@@ -153,6 +153,7 @@ def report_many(n):
 
 
 # --------------------------------------------------------------------- processes
+@pytest.mark.smoke  # in the fast tier too (tests/README.md)
 def test_each_task_is_its_own_process_and_knows_its_identity(cluster):
     out = cluster.run(whoami, on="all", timeout=60)
     assert list(out) == ["ps:0", "worker:0", "worker:1"]
@@ -254,6 +255,7 @@ def test_unpicklable_function_fails_before_anything_runs(cluster, tmp_path):
 
 
 # ------------------------------------------------------------------------- errors
+@pytest.mark.smoke  # in the fast tier too (tests/README.md)
 def test_task_failure_names_the_task_and_interrupts_the_others(cluster):
     pids = cluster.pids()
     with pytest.raises(TaskFailed) as info:

@@ -53,6 +53,7 @@ def _children() -> set[tuple[int, float]]:
 
 
 # ------------------------------------------------------------ readiness and close
+@pytest.mark.smoke  # in the fast tier too (tests/README.md)
 def test_ready_on_return_and_the_with_block_ends_every_process():
     with dtfkit.LocalCluster(ps=1, workers=1, progress=False, name=None) as cluster:
         # Right after the constructor returns, every server listens (seen from
@@ -209,7 +210,11 @@ sys.stdin.read()  # blocks until the test kills this process
 """
 
 
-@pytest.mark.parametrize("in_thread", [False, True], ids=["main-thread", "other-thread"])
+@pytest.mark.parametrize(
+    "in_thread",
+    [pytest.param(False, marks=pytest.mark.smoke), True],  # smoke: in the fast tier too (tests/README.md)
+    ids=["main-thread", "other-thread"],
+)
 def test_owner_killed_with_sigkill_leaves_no_task(tmp_path, in_thread):
     code = OWNER_THEN_BLOCK.format(ps=0 if in_thread else 1, in_thread=in_thread)
     owner = start_script(tmp_path, code, stdin=subprocess.PIPE)
