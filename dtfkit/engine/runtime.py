@@ -24,7 +24,7 @@ from multiprocessing.connection import Listener
 from typing import Any
 
 from dtfkit.engine import control, gpu_plan, protocol, state
-from dtfkit.engine.launcher import Launcher, StartAgain, TaskHandle
+from dtfkit.engine.launcher import Launcher, TaskHandle
 from dtfkit.engine.layout import ClusterLayout, TaskId, cluster_dict, tf_config
 from dtfkit.engine.logs import LogBook, RepeatFolder
 from dtfkit.engine.metrics import MetricLog
@@ -286,7 +286,7 @@ class ClusterRuntime:
         self.logbook = LogBook(os.path.join(self.dir, "logs"))
         self.logbook.show_noise = show_tf_logs
         self._authkey = secrets.token_bytes(16)
-        self.control_address = launcher.control_address(self.dir)
+        self.control_address = os.path.join(self.dir, "control.sock")
         # No authkey here: the handshake runs in each connection's own thread (see
         # _read_messages), so one stalled task cannot hold up the others' connections.
         self._listener = Listener(self.control_address)
@@ -297,16 +297,7 @@ class ClusterRuntime:
     # ----------------------------------------------------------- properties
     @property
     def isolated(self) -> bool:
-        return self.launcher.isolated
-
-    @property
-    def isolation_note(self) -> str:
-        return self.launcher.isolation_note
-
-    @property
-    def start_note(self) -> str:
-        """How the tasks started (warm from a pool, or cold and why); empty when nothing to say."""
-        return self.launcher.note
+        return self.launcher.describe().isolated
 
     @property
     def waiting_for(self) -> str | None:
@@ -318,15 +309,7 @@ class ClusterRuntime:
     def start(self) -> None:
         """Start every task and return once each one is serving (or raise)."""
         try:
-            self.launcher.prepare(len(self.layout.tasks), self.task_env(), self.cwd, gpus=self._n_gpus)
-            try:
-                self._start_all_tasks()
-            except StartAgain as failure:
-                # What the tasks share failed after they were spawned (an anchor started
-                # alongside them): end them; the launcher raises or prepares anew.
-                self._end_all_tasks()
-                self.launcher.recover(failure)
-                self._start_all_tasks()
+            self._start_all_tasks()
             self._write_state()
         except BaseException:
             self.launcher.started()
@@ -363,7 +346,7 @@ class ClusterRuntime:
             self.id, self.dir, extra=self.extra_env, cwd=self.cwd, show_tf_logs=self.show_tf_logs
         )
 
-    def _config(self, task: TaskId, gen: int, port: int | None) -> TaskConfig:
+    def _config(self, task: TaskId, gen: int, port: int | None, env: dict[str, str]) -> TaskConfig:
         if task.job == "client":
             mode = "client"
         elif not task.serves:
@@ -377,6 +360,8 @@ class ClusterRuntime:
             control=self.control_address,
             authkey=self._authkey.hex(),
             port=port,
+            cwd=self.cwd,
+            env=env,
         )
         if mode == "script":
             script = self.script
@@ -393,7 +378,7 @@ class ClusterRuntime:
             env["CUDA_VISIBLE_DEVICES"] = visible
             if growth:
                 env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
-        handle = self.launcher.start(self._config(task, gen, port), env, self.cwd)
+        handle = self.launcher.start(self._config(task, gen, port, env))
         proc = TaskProcess(task, gen, handle, port)
         self.procs[task] = proc
         if handle.connection is not None:  # adopted: connected and greeted already
@@ -430,7 +415,6 @@ class ClusterRuntime:
             [t.name for t in pending], f"starting {_describe(list(pending))}", enabled=self.progress
         )
         try:
-            self.launcher.spawned()  # after the spawns, so that they overlapped what it waits for
             with self.folding_repeats(), self.live_output():
                 if not restart:
                     self._wait(
@@ -440,9 +424,7 @@ class ClusterRuntime:
                         "report its port",
                     )
                     self.addresses = {
-                        t: f"{self.launcher.host(t.name)}:{p.port}"
-                        for t, p in pending.items()
-                        if p.port is not None
+                        t: f"{p.handle.host}:{p.port}" for t, p in pending.items() if p.port is not None
                     }
                     self.cluster = cluster_dict(self.addresses)
                 else:
@@ -467,9 +449,6 @@ class ClusterRuntime:
             bar.done("restarted" if restart and any(t.job != "client" for t in pending) else "started")
         except _PortTaken as exc:
             bar.failed(f"{exc.task} could not bind its port")
-            raise
-        except StartAgain:
-            bar.failed("what the tasks share failed to start")
             raise
         except KeyboardInterrupt:
             bar.failed("interrupted")
@@ -822,7 +801,7 @@ class ClusterRuntime:
         if self.closed:
             return
         processes = [p.identity for p in self.procs.values() if p.alive]
-        processes += self.launcher.processes()
+        processes += [dict(p) for p in self.launcher.describe().processes]
         state.write_state(self.dir, self.id, processes, _describe(list(self.layout.tasks)))
 
     def check_open(self) -> None:
@@ -871,7 +850,7 @@ class ClusterRuntime:
     def pids(self) -> dict[str, int]:
         """Pid of every task process, and of the launcher's own (e.g. the namespace anchor, ``"netns"``)."""
         out = {p.task.name: p.pid for p in self.procs.values()}
-        out.update(self.launcher.pids())
+        out.update(self.launcher.describe().pids)
         return out
 
 
