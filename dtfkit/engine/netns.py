@@ -391,7 +391,12 @@ def _anchor_main(argv: list[str]) -> None:
     sys.stdout.flush()
     ready_fd = os.environ.get(READY_FD_ENV)
     if ready_fd:
-        os.write(int(ready_fd), READY_BYTE)
+        try:
+            os.write(int(ready_fd), READY_BYTE)
+        except BrokenPipeError:
+            # No task waits on the pipe (a pool's anchor, or every task spawned with it
+            # ended): the owner closed its read end, and nobody needs the byte.
+            pass
         os.close(int(ready_fd))  # tasks waiting in wait_ready() may join now
     # The owner keeps our stdin open; EOF means it closed the cluster or died.
     watched = [0] + ([listener] if listener is not None else [])
