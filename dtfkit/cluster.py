@@ -21,7 +21,6 @@ Example::
 from __future__ import annotations
 
 import html
-import sys
 from collections.abc import Callable, Iterable
 from types import MappingProxyType
 from typing import Any
@@ -30,10 +29,12 @@ from dtfkit.engine.calls import ERROR_POLICIES, RunHandle
 from dtfkit.engine.launcher import Launcher, LauncherDescription, LauncherSpec, PoolStart
 from dtfkit.engine.layout import ClusterLayout, TaskId
 from dtfkit.engine.metrics import MetricLog
-from dtfkit.engine.runtime import ClusterRuntime, check_task_count, print_line
+from dtfkit.engine.notebook import cell_key as _cell_key
+from dtfkit.engine.runtime import ClusterRuntime, check_task_count
 from dtfkit.engine.sources import PickledCall, pickle_call
 from dtfkit.errors import DtfkitError, TaskNotRunning
 from dtfkit.htmltable import html_table
+from dtfkit.progress import start_display
 
 _BY_NAME: dict[str, LocalCluster] = {}
 
@@ -157,7 +158,7 @@ class LocalCluster:
             env=env,
             show_tf_logs=show_tf_logs,
             start_timeout=start_timeout,
-            progress=progress,
+            progress=start_display(progress),
             setup_payload=None if setup is None else _pickle_call(setup, (), {}),
             max_tasks=max_tasks,
         )
@@ -170,7 +171,7 @@ class LocalCluster:
     @property
     def cluster_spec(self) -> dict[str, list[str]]:
         """The ClusterSpec dictionary every task was given."""
-        return {job: list(hosts) for job, hosts in self._rt.cluster.items()}
+        return {job: list(hosts) for job, hosts in self._rt.snapshot().cluster.items()}
 
     @property
     def tasks(self) -> list[str]:
@@ -196,7 +197,7 @@ class LocalCluster:
 
     @property
     def log_dir(self) -> str:
-        return self._rt.logbook.directory
+        return self._rt.log_dir
 
     def pids(self) -> dict[str, int]:
         """The pid of every process of the cluster."""
@@ -212,28 +213,29 @@ class LocalCluster:
     def echo(self, echo: Callable[[str, str], None] | None) -> None:
         if echo is not None and not callable(echo):
             raise DtfkitError(f"echo must be a function echo(task, line) or None, not {echo!r}")
-        self._rt.echo = echo or print_line
+        self._rt.set_echo(echo)
 
     @property
     def pool_note(self) -> str:
         """Whether the tasks came warm from a pool, or why they started cold."""
-        return self._start_note_of(self._rt.launcher.describe()) or "no warm pool"
+        return self._start_note_of(self._rt.launcher_description) or "no warm pool"
 
     @property
     def adopted(self) -> dict[str, bool]:
         """``{"worker:0": True, ...}``: which tasks were warm pool processes."""
-        return {p.task.name: p.adopted for p in self._rt.procs.values()}
+        return {view.name: view.adopted for view in self._rt.snapshot().tasks.values()}
 
     def status(self) -> dict[str, str]:
         """``{"worker:0": "running", "ps:0": "killed", ...}``."""
-        return {p.task.name: p.status for p in self._rt.procs.values()}
+        return {view.name: view.status for view in self._rt.snapshot().tasks.values()}
 
     def address(self, task: str, index: int | None = None) -> str:
         """``"localhost:PORT"`` of a task (``"10.77.0.2:PORT"`` with ``link=``)."""
-        proc = self._rt.task_process(task, index)  # an unknown task is a clear error
-        if proc.task not in self._rt.addresses:
-            raise DtfkitError(f"{proc.task} has no address: it runs no server ({proc.task.job} tasks do not)")
-        return self._rt.addresses[proc.task]
+        view = self._rt.task_view(task, index)  # an unknown task is a clear error
+        addresses = self._rt.snapshot().addresses
+        if view.task not in addresses:
+            raise DtfkitError(f"{view.task} has no address: it runs no server ({view.job} tasks do not)")
+        return addresses[view.task]
 
     # ------------------------------------------------------------------ work
     def run(
@@ -314,25 +316,24 @@ class LocalCluster:
         options = {"timeout": timeout, "on_error": on_error, "grace": grace}
         if on == "client":
             return self._submit_client(payload, name, options)
-        procs = [rt.procs[t] for t in rt.layout.select(on)]
-        for proc in procs:
-            if not proc.alive or not proc.ready:
+        current = rt.snapshot().tasks
+        views = [current[t] for t in rt.layout.select(on)]
+        for view in views:
+            if not view.alive or not view.ready:
                 raise TaskNotRunning(
-                    f"{proc.task} is {proc.status}: nothing was run. Start it again with "
-                    f"cluster.restart('{proc.task}') (cluster.ensure_running() starts every task "
+                    f"{view.task} is {view.status}: nothing was run. Start it again with "
+                    f"cluster.restart('{view.task}') (cluster.ensure_running() starts every task "
                     "that is down) or start a new cluster."
                 )
-        return RunHandle(rt, procs, payload, name, **options)
+        return RunHandle(rt, [view.task for view in views], payload, name, **options)
 
     def _submit_client(self, payload: PickledCall, name: str, options: dict) -> RunHandle:
         rt = self._rt
         client = rt.start_client()
         try:
-            return RunHandle(
-                rt, [client], payload, name, on_finish=lambda: rt.remove_task(client.task), **options
-            )
+            return RunHandle(rt, [client], payload, name, on_finish=lambda: rt.remove_task(client), **options)
         except BaseException:
-            rt.remove_task(client.task)
+            rt.remove_task(client)
             raise
 
     # ------------------------------------------------------------- lifecycle
@@ -386,11 +387,10 @@ class LocalCluster:
                 "this cluster is closed and ran on a launcher you passed (launcher=), which "
                 "dtfkit cannot start again: start a new LocalCluster"
             )
-        old = self._rt
         runtime = ClusterRuntime(
-            old.layout,
+            self._rt.layout,
             launcher=self._launcher_spec.build(),
-            echo=old.echo,
+            echo=self._rt.echo,
             **self._runtime_options,
         )
         runtime.start()  # if it fails, it closes itself and this cluster stays closed
@@ -424,16 +424,16 @@ class LocalCluster:
         when no task is given. ``everything=True`` includes TensorFlow's start-up noise."""
         names = [TaskId.parse(task, index).name] if task is not None else self.tasks
         if task is not None:
-            self._rt.task_process(task, index)
+            self._rt.task_view(task, index)  # an unknown task is a clear error
         out = []
         for name in names:
-            lines = self._rt.logbook.lines(name, everything=everything, tail=tail)
+            lines = self._rt.log_lines(name, everything=everything, tail=tail)
             out += [f"[{name}] {line}" for line in lines] if len(names) > 1 else lines
         return LogText("\n".join(out))
 
     # ------------------------------------------------------------------ repr
     def _described(self) -> LauncherDescription:
-        return self._rt.launcher.describe()
+        return self._rt.launcher_description
 
     def _links(self) -> bool:
         return self._described().links is not None
@@ -455,9 +455,10 @@ class LocalCluster:
         links = self._described().links
         link_of = None if links is None else (lambda task: _link_words(links, task))
         node_of = self._node_of()
-        for task in self._rt.layout.tasks:
-            proc = self._rt.procs.get(task)
-            address = self._rt.addresses.get(task, "-") if task.serves else "(no server)"
+        now = self._rt.snapshot()
+        for task in now.layout.tasks:
+            proc = now.tasks.get(task)
+            address = now.addresses.get(task, "-") if task.serves else "(no server)"
             node = (node_of(task.name),) if node_of else ()
             row = (
                 task.name,
@@ -484,7 +485,7 @@ class LocalCluster:
                 + f"pid {cells['pid']:<8} {cells['state']}"
                 + (f"  link {cells['link']}" if "link" in cells else "")
             )
-        dropped = self._rt.logbook.dropped_note()
+        dropped = self._rt.dropped_note()
         if dropped:
             lines.append(f"  logs: {dropped}")
         return "\n".join(lines)
@@ -512,14 +513,14 @@ class LocalCluster:
         table = html_table(self._columns(), self._rows())
         start = self._start_note()
         start_line = f"<br><span>start: {html.escape(start)}</span>" if start else ""
-        lost = rt.logbook.dropped_note()
+        lost = rt.dropped_note()
         dropped = f"<br><span style='color:#b60'>{html.escape(lost)}</span>" if lost else ""
         return (
             f"<div><b>dtfkit.{type(self).__name__}</b> <code>{html.escape(self.id)}</code> "
             f"— {html.escape(_counts(rt.layout))}<br>"
             f"<span style='{style}'>network: {note}</span>{start_line}"
             f"{table}"
-            f"<small>logs: <code>{html.escape(rt.logbook.directory or '')}</code>{dropped}</small></div>"
+            f"<small>logs: <code>{html.escape(rt.log_dir or '')}</code>{dropped}</small></div>"
         )
 
 
@@ -612,20 +613,3 @@ def _pickle_call(fn: Callable, args: tuple, kwargs: dict) -> PickledCall:
             "their arguments travel with cloudpickle; one that captures a lock, an open "
             "file, a socket or a TensorFlow object cannot. Create such things inside the function."
         ) from exc
-
-
-def _cell_key() -> str | None:
-    """The id of the notebook cell running now (JupyterLab and nbclient send it)."""
-    ipython = sys.modules.get("IPython")
-    if ipython is None:  # not in a kernel; importing IPython just to learn that costs ~2 s
-        return None
-    shell = ipython.get_ipython()
-    kernel = getattr(shell, "kernel", None)
-    if kernel is None:
-        return None
-    try:
-        parent = kernel.get_parent("shell") if hasattr(kernel, "get_parent") else shell.parent_header
-    except Exception:  # noqa: BLE001 - older ipykernels
-        parent = getattr(shell, "parent_header", {})
-    cell = (parent or {}).get("metadata", {}).get("cellId")
-    return f"cell:{cell}" if cell else None

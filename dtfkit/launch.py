@@ -24,6 +24,7 @@ from dtfkit.engine.local import LocalLauncher
 from dtfkit.engine.logs import OUTPUT_DRAIN_SECONDS
 from dtfkit.engine.runtime import ClusterRuntime, Script
 from dtfkit.errors import DtfkitError
+from dtfkit.progress import start_display
 
 HANG_HINT_AFTER = 30.0
 
@@ -104,7 +105,7 @@ def launch(
         env=env,
         show_tf_logs=show_tf_logs,
         start_timeout=start_timeout,
-        progress=progress,
+        progress=start_display(progress),
         script=Script(path, tuple(str(a) for a in args), linger=True),
         echo=echo,
         max_tasks=max_tasks,
@@ -160,18 +161,24 @@ def _supervise(
         messages.append(text)
         runtime.echo("dtfkit", text)
 
-    def exited() -> list[TaskId]:
+    def finished(task: TaskId) -> bool:
         # Process state, not events: an exit may have been seen while the cluster started.
         # A finished worker lingers (its server up for peers that need it) and says so
         # with its exit code, after its last line of output.
-        gone = sorted(
-            t for t in remaining if not runtime.procs[t].alive or runtime.procs[t].script_code is not None
-        )
+        view = runtime.task_view(task)
+        return not view.alive or view.script_code is not None
+
+    def exited() -> list[TaskId]:
+        gone = sorted(t for t in remaining if finished(t))
         for task in gone:
-            if runtime.procs[task].script_code is None:
+            if runtime.task_view(task).script_code is None:
                 # Its last lines may still be in the pipe; bounded, as a grandchild may hold it open.
-                runtime.procs[task].output_closed.wait(OUTPUT_DRAIN_SECONDS)
+                runtime.wait_output(task, OUTPUT_DRAIN_SECONDS)
         return gone
+
+    def saw(event) -> None:
+        if event.kind == "log":
+            last_output[event.task] = time.monotonic()
 
     # Everything not shown yet: a script may print between start() and here.
     with runtime.live_output(since=runtime.printed_seq):
@@ -179,7 +186,7 @@ def _supervise(
         while remaining:
             for task in exited():
                 remaining.discard(task)
-                proc = runtime.procs[task]
+                proc = runtime.task_view(task)
                 code = proc.script_code if proc.script_code is not None else proc.exit_code
                 codes[task] = code
                 if task == chief:
@@ -198,37 +205,33 @@ def _supervise(
             wake = [d for d in (deadline,) if d is not None]
             if chief_done_at is not None and not hinted:
                 wake.append(chief_done_at + HANG_HINT_AFTER)
-            event = runtime.pump(min(wake) if wake else None)
-            now = time.monotonic()
-            if event is None:
-                if deadline is not None and now >= deadline:
-                    timed_out = True
-                    note(
-                        f"timeout after {timeout:g} s: stopping {', '.join(t.name for t in sorted(remaining))}"
-                    )
-                    break
-                if chief_done_at is not None and not hinted:
-                    hinted = True
-                    quiet = [
-                        t.name
-                        for t in sorted(remaining)
-                        if now - last_output.get(t.name, now) >= HANG_HINT_AFTER
-                    ]
-                    if quiet:
-                        note(
-                            f"{', '.join(quiet)} still running {HANG_HINT_AFTER:.0f} s after {chief} finished, "
-                            "printing nothing: a between-graph worker waits until every task of the cluster "
-                            "answers (set device_filters in its session config). Ctrl-C or --timeout ends it."
-                        )
+            # Until a task finishes, or the timeout or the time for the hang hint comes.
+            if runtime.wait_until(
+                lambda: any(finished(t) for t in remaining), min(wake) if wake else None, saw
+            ):
                 continue
-            if event.kind == "log":
-                last_output[event.task] = now
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                timed_out = True
+                note(f"timeout after {timeout:g} s: stopping {', '.join(t.name for t in sorted(remaining))}")
+                break
+            if chief_done_at is not None and not hinted:
+                hinted = True
+                quiet = [
+                    t.name for t in sorted(remaining) if now - last_output.get(t.name, now) >= HANG_HINT_AFTER
+                ]
+                if quiet:
+                    note(
+                        f"{', '.join(quiet)} still running {HANG_HINT_AFTER:.0f} s after {chief} finished, "
+                        "printing nothing: a between-graph worker waits until every task of the cluster "
+                        "answers (set device_filters in its session config). Ctrl-C or --timeout ends it."
+                    )
         # Inside the live output: a stopped task's last lines reach the log book while
         # close() waits for its reader, and are shown when the block ends.
         runtime.close()
     seconds = time.monotonic() - started
     ordered = {t.name: codes[t] for t in layout.tasks}
-    return LaunchResult(ordered, failed, timed_out, seconds, runtime.logbook.directory or "", messages)
+    return LaunchResult(ordered, failed, timed_out, seconds, runtime.log_dir or "", messages)
 
 
 class _CallableModule(types.ModuleType):

@@ -19,10 +19,12 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import html
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -176,11 +178,23 @@ class Progress:
         return line
 
 
-def _in_kernel() -> bool:
-    """True inside a Jupyter kernel (the pool's test, which never imports IPython itself)."""
-    from dtfkit.engine.pool import in_kernel
+def start_display(enabled: bool) -> Callable[[list[str], str], Progress] | None:
+    """What a front end hands the engine as its start-up display (``progress=``): a
+    ``Progress`` per start, or None (no display).
 
-    return in_kernel()
+    Example::
+
+        >>> start_display(False) is None
+        True
+    """
+    return functools.partial(Progress, enabled=True) if enabled else None
+
+
+def _in_kernel() -> bool:
+    """True inside a Jupyter kernel (``dtfkit.engine.notebook``, which never imports IPython itself)."""
+    from dtfkit.engine import notebook
+
+    return notebook.in_kernel()
 
 
 def _isatty(stream) -> bool:

@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from dtfkit.engine.protocol import Metric
 from dtfkit.errors import DtfkitError
 
 NODE_ENV = "DTFKIT_NODE"  # set by the launcher of a task on another node (dtfkit.ray)
@@ -78,7 +77,9 @@ class _TaskState:
 
     def __init__(self) -> None:
         self.context: TaskContext | None = None
-        self.send = None  # callable(message) once connected to the owner
+        # callable(event) once connected to the owner: the task bootstrap (dtfkit.engine.task_main)
+        # sets it and wraps the event in its message; this module knows no protocol (no engine import).
+        self.send = None
         self.local_metrics: list[dict] = []
         self.lock = threading.Lock()
 
@@ -132,4 +133,4 @@ def report(step: int | None = None, **scalars: Any) -> None:
         with STATE.lock:
             STATE.local_metrics.append(event)
     else:
-        send(Metric(event))
+        send(event)

@@ -179,11 +179,11 @@ def test_kill_mid_call_then_restart(cluster):
 
 def test_a_late_reply_to_a_finished_call_is_dropped(cluster):
     """A reply for a call nobody waits for any more (its id closed) goes nowhere."""
-    rt = cluster._rt
-    inbox = rt.open_call()
-    rt.close_call(inbox)
-    proc = rt.task_process("worker:0")
-    rt._apply(proc, protocol.Result(inbox.call_id, b"late"))
+    events = cluster._rt.events
+    inbox = events.open_call()
+    events.close_call(inbox)
+    proc = cluster._rt.tasks.task_process("worker:0")
+    events.apply_message(proc, protocol.Result(inbox.call_id, b"late"))
     assert inbox.replies == {}
     assert cluster.run(name, on="worker:0") == {"worker:0": "worker:0"}
 

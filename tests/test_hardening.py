@@ -24,7 +24,7 @@ import pytest
 from conftest import subprocess_env, wait_gone, wait_until
 
 import dtfkit
-from dtfkit.engine import logs, protocol, runtime, state
+from dtfkit.engine import logs, protocol, runtime, state, tasks
 from dtfkit.engine.fake import FakeLauncher
 from dtfkit.engine.layout import ClusterLayout
 from dtfkit.engine.local import LocalLauncher
@@ -77,18 +77,16 @@ def test_the_start_timeout_covers_spawning(monkeypatch):
             clock[0] += 10.0
             return super().start(config)
 
-    rt = runtime.ClusterRuntime(layout, launcher=SlowLauncher(), progress=False, start_timeout=15)
+    rt = runtime.ClusterRuntime(layout, launcher=SlowLauncher(), start_timeout=15)
     try:
-        monkeypatch.setattr(
-            runtime, "time", types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time)
-        )
+        monkeypatch.setattr(tasks, "time", types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
         with pytest.raises(ClusterStartError, match="2 of 3 tasks were started within 15 s"):
-            rt.start_tasks(layout.tasks)
+            rt.tasks.start_tasks(layout.tasks)
         assert spawned == ["worker:0", "worker:1"]
     finally:
         monkeypatch.undo()
         rt.close()
-    assert not any(p.alive for p in rt.procs.values())
+    assert not any(view.alive for view in rt.snapshot().tasks.values())
 
 
 # ------------------------------------------------------ 3: the base folder
@@ -470,7 +468,7 @@ def print_huge_lines(n: int) -> int:
 def test_huge_output_is_bounded_in_memory_and_said_so(cluster, capsys):
     assert cluster.run(print_huge_lines, args=(80,), on="worker:1", timeout=120) == {"worker:1": 80}
     capsys.readouterr()
-    kept = cluster._rt.logbook.lines("worker:1")
+    kept = cluster._rt.log_lines("worker:1")
     assert max(len(line) for line in kept) < 64 * 1024 + 1000  # logs.MAX_LINE_BYTES and its kept end
     assert sum(len(line) for line in kept) <= 4 * 1024 * 1024  # logs.TASK_MEMORY_BYTES
     assert "worker:1:" in repr(cluster) and "dropped from memory" in repr(cluster)

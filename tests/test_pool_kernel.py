@@ -18,7 +18,7 @@ import pytest
 from conftest import processes_of, subprocess_env, wait_gone, wait_until
 
 import dtfkit
-from dtfkit.engine import netns, pool, prewarm
+from dtfkit.engine import first_clusters, netns, notebook, pool, prewarm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -235,11 +235,11 @@ def test_a_cluster_arriving_while_the_pool_imports_takes_those_processes(tmp_pat
 def test_only_the_notebooks_own_choices_are_remembered(monkeypatch, home):
     from dtfkit.cluster import _local_launcher
 
-    monkeypatch.setattr(prewarm, "_in_kernel", lambda: True)  # as in a notebook kernel
+    monkeypatch.setattr(notebook, "in_kernel", lambda: True)  # as in a notebook kernel
     monkeypatch.setenv(prewarm.SESSION_ENV, "ch.ipynb")
 
     def first_cluster(pool_arg, link=None, **env):
-        monkeypatch.setitem(prewarm._state, "first_seen", False)  # a fresh kernel
+        monkeypatch.setitem(first_clusters._state, "first_seen", False)  # a fresh kernel
         for key, value in env.items():
             monkeypatch.setenv(key, value)
         _local_launcher("auto", pool_arg, link)  # builds the launcher only: nothing starts

@@ -256,7 +256,7 @@ def test_kill_and_restart_keep_node_and_port_and_serve_again(cluster):
 
 def test_when_its_actor_dies_the_task_dies_and_the_table_says_so(cluster):
     task = psutil.Process(cluster.pids()["worker:1"])
-    handle = cluster._rt.procs[next(t for t in cluster._rt.procs if t.name == "worker:1")].handle
+    handle = cluster._rt.tasks.task_process("worker:1").handle
     ray.kill(handle.actor)
     assert wait_gone([task], 30) == []
     assert wait_until(lambda: cluster.status()["worker:1"] == "exited (-9)", 30), cluster.status()

@@ -24,7 +24,7 @@ from dtfkit.engine.logs import OUTPUT_DRAIN_SECONDS
 from dtfkit.errors import DtfkitError, TaskExited, TaskFailed, TaskNotRunning, TaskTimeout
 
 if TYPE_CHECKING:
-    from dtfkit.engine.runtime import ClusterRuntime, TaskProcess
+    from dtfkit.engine.runtime import ClusterRuntime
     from dtfkit.engine.sources import PickledCall
 
 ERROR_POLICIES = ("interrupt", "wait")
@@ -38,7 +38,7 @@ class RunHandle:
     def __init__(
         self,
         runtime: ClusterRuntime,
-        procs: list[TaskProcess],
+        tasks: list[TaskId],
         payload: PickledCall,
         fn_name: str,
         *,
@@ -49,10 +49,9 @@ class RunHandle:
     ):
         self._rt = runtime
         self.fn_name = fn_name
-        self.tasks = [p.task.name for p in procs]
-        self._order = [p.task for p in procs]
-        self._procs = {p.task: p for p in procs}
-        self._pending = dict(self._procs)
+        self.tasks = [t.name for t in tasks]
+        self._order = list(tasks)
+        self._pending: dict[TaskId, int] = {}  # task -> the generation the call runs in
         self._results: dict[TaskId, Any] = {}
         self._failures: list[tuple[TaskId, Any]] = []
         self._notes: dict[TaskId, str] = {}
@@ -63,21 +62,19 @@ class RunHandle:
         self._on_finish = on_finish
         self._outcome: tuple[str, Any] | None = None
         self.submitted = time.time()
-        self._log_start = runtime.logbook.seq
+        self._log_start = runtime.log_seq
         self._deadline = time.monotonic() + timeout if timeout else None
         self._grace_deadline: float | None = None
-        for proc in procs:
-            if proc.busy_with is not None:
+        for task in tasks:
+            if runtime.task_view(task).busy_with is not None:
                 raise TaskNotRunning(
-                    f"{proc.task} is still running an earlier call; wait for it (handle.result()) "
+                    f"{task} is still running an earlier call; wait for it (handle.result()) "
                     "or stop it (handle.stop()) first"
                 )
-        self._inbox = runtime.open_call()  # the runtime routes this call's answers here
-        self.call_id = self._inbox.call_id
-        for proc in procs:
-            proc.send(protocol.Call(self.call_id, payload.data, payload.sources))
-            proc.busy_with = self.call_id
-            proc.calls += 1
+        self._call = runtime.begin_call(list(tasks), payload)  # its answers are routed to it
+        self.call_id = self._call.call_id
+        self._gens = {task: self._call.view(task).gen for task in tasks}
+        self._pending = dict(self._gens)
 
     # ------------------------------------------------------------- public
     def done(self) -> bool:
@@ -129,22 +126,23 @@ class RunHandle:
         try:
             with rt.live_output(since=self._log_start):
                 self._collect()
-                while self._pending:
+
+                def next_limit() -> float | None:
                     limits = [d for d in (self._deadline, self._grace_deadline, until) if d is not None]
-                    event = rt.pump(min(limits) if limits else None)
+                    return min(limits) if limits else None
+
+                # Each pass waits until every task answered or the nearest limit passed.
+                while not rt.wait_until(lambda: not self._pending, next_limit, lambda _: self._collect()):
                     now = time.monotonic()
-                    if event is None:
-                        if self._grace_deadline is not None and now >= self._grace_deadline:
-                            self._kill_pending()
-                            break
-                        if self._deadline is not None and now >= self._deadline:
-                            self._time_out()
-                        if until is not None and now >= until:
-                            raise TimeoutError(
-                                f"{self.fn_name} is still running on {', '.join(t.name for t in self._pending)}"
-                            )
-                        continue
-                    self._collect()
+                    if self._grace_deadline is not None and now >= self._grace_deadline:
+                        self._kill_pending()
+                        break
+                    if self._deadline is not None and now >= self._deadline:
+                        self._time_out()
+                    if until is not None and now >= until:
+                        raise TimeoutError(
+                            f"{self.fn_name} is still running on {', '.join(t.name for t in self._pending)}"
+                        )
         except KeyboardInterrupt:
             if self._pending:
                 self._interrupt("the cell was interrupted")
@@ -157,14 +155,14 @@ class RunHandle:
         """Move answers (kept by the runtime per call) and deaths into results/failures."""
         import cloudpickle
 
-        replies = self._inbox.replies
-        flushed = self._inbox.flushed
-        for task, proc in list(self._pending.items()):
+        call = self._call
+        answers = call.answers()
+        for task in list(self._pending):
             # A reply counts once the task's output up to it has been read too.
-            reply = replies.get(task) if task in flushed else None
+            reply = answers.replies.get(task) if task in answers.flushed else None
             if reply is not None:
                 self._pending.pop(task)
-                proc.busy_with = None
+                call.release(task)
                 if isinstance(reply, protocol.Result):
                     try:
                         self._results[task] = cloudpickle.loads(reply.value)
@@ -174,11 +172,12 @@ class RunHandle:
                         )
                 else:
                     self._fail(task, (reply.exc_type, reply.message, reply.traceback))
-            elif not proc.alive:
+            elif not call.view(task).alive:
                 # Its last lines may still be in the pipe: they belong in this cell and in the message.
-                proc.output_closed.wait(OUTPUT_DRAIN_SECONDS)
+                call.wait_output(task, OUTPUT_DRAIN_SECONDS)
                 self._pending.pop(task)
-                proc.busy_with = None
+                call.release(task)
+                proc = call.view(task)
                 if proc.killed:
                     text = f"{task} was killed while running {self.fn_name}; {self._restart_hint(task)}."
                 else:
@@ -196,46 +195,42 @@ class RunHandle:
             self._interrupt(f"{self._failures[0][0]} failed")
 
     def _interrupt(self, reason: str) -> None:
-        for proc in self._pending.values():
+        for task in self._pending:
             try:
-                proc.send(protocol.Interrupt(self.call_id))
-                self._notes[proc.task] = f"{proc.task} was interrupted ({reason})"
+                self._call.send(task, protocol.Interrupt(self.call_id))
+                self._notes[task] = f"{task} was interrupted ({reason})"
             except TaskNotRunning:
                 pass
         self._grace_deadline = time.monotonic() + self._grace
 
     def _await_stop(self) -> None:
         """After an interrupt: let tasks return within the grace period, then kill the rest."""
-        rt = self._rt
         end = self._grace_deadline or time.monotonic()
         self._collect()
-        while self._pending:
-            if rt.pump(end) is None:
-                break
-            self._collect()
+        self._rt.wait_until(lambda: not self._pending, end, lambda _: self._collect())
         self._kill_pending()
 
     def _kill_pending(self) -> None:
         """Kill the tasks still running after the grace period; each counts as failed."""
-        pending = list(self._pending.values())
-        for proc in pending:
-            why = self._why_interrupted(proc.task)
+        pending = list(self._pending)
+        for task in pending:
+            why = self._why_interrupted(task)
             note = (
-                f"{proc.task} was still running {self._grace:g} s after the interrupt and was killed; "
-                f"{self._restart_hint(proc.task)}"
+                f"{task} was still running {self._grace:g} s after the interrupt and was killed; "
+                f"{self._restart_hint(task)}"
             )
-            self._notes[proc.task] = note
-            self._killed.add(proc.task)
-            self._failures.append((proc.task, TaskExited(f"{why}: {note}.")))
-        self._rt.end_tasks(pending)
-        for proc in pending:
-            proc.busy_with = None
+            self._notes[task] = note
+            self._killed.add(task)
+            self._failures.append((task, TaskExited(f"{why}: {note}.")))
+        self._call.end(pending)
+        for task in pending:
+            self._call.release(task)
         self._pending.clear()
 
     def _restart_hint(self, task: TaskId) -> str:
         """How to get the task back; says so when it was started again since (restart())."""
-        now = self._rt.procs.get(task)
-        if now is not None and now is not self._procs.get(task) and now.alive:
+        now = self._rt.snapshot().tasks.get(task)
+        if now is not None and now.gen != self._gens.get(task) and now.alive:
             return "it has been started again since (by cluster.restart() or cluster.ensure_running())"
         return f"cluster.restart('{task}') starts it again"
 
@@ -245,19 +240,17 @@ class RunHandle:
         return f"{self.fn_name} on {task} was interrupted ({reason})"
 
     def _time_out(self) -> None:
-        rt = self._rt
-        for proc in self._pending.values():
+        call = self._call
+        for task in self._pending:
             try:
-                proc.send(protocol.DumpStacks(self.call_id))
+                call.send(task, protocol.DumpStacks(self.call_id))
             except TaskNotRunning:
                 pass
-        frozen = {task for task, proc in self._pending.items() if proc.handle.stopped()}
+        frozen = {task for task in self._pending if call.stopped(task)}
         end = time.monotonic() + STACK_DUMP_WAIT
         # A stopped process (state T) cannot answer: do not wait for its stack.
-        while len(self._inbox.stacks) < len(self._pending) - len(frozen):
-            if rt.pump(end) is None:
-                break
-        stacks = dict(self._inbox.stacks)
+        self._rt.wait_until(lambda: len(call.answers().stacks) >= len(self._pending) - len(frozen), end)
+        stacks = dict(call.answers().stacks)
         names = ", ".join(t.name for t in self._pending)
         text = [
             f"{names} did not return from {self.fn_name} within {self._timeout:g} s. The stuck task(s) "
@@ -295,7 +288,7 @@ class RunHandle:
         self._cleanup()
 
     def _cleanup(self) -> None:
-        self._rt.close_call(self._inbox)
+        self._call.close()
         if self._on_finish is not None:
             self._on_finish()
 

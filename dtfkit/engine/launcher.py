@@ -138,7 +138,7 @@ class TaskHandle(ABC):
     #: of the owner, ``dtfkit cleanup``): at least ``{"pid": ..., "started": ...}``.
     identity: dict[str, Any]
     #: A control connection that is already up (an adopted warm process), else None:
-    #: the task connects back to ``Launcher.control_address()`` and says ``Hello``.
+    #: the task connects back to ``config.control`` and says ``Hello``.
     connection: Any = None
     #: True for a process that was started ahead of need and adopted.
     adopted: bool = False

@@ -158,10 +158,21 @@ def tf_config(cluster: dict[str, list[str]], task: TaskId) -> str:
 def tutorial_flags(cluster: dict[str, list[str]], task: TaskId) -> list[str]:
     """The command-line flags of the scripts in Ye Hu's tutorial (``--ps_hosts`` ...).
 
-    The rule lives in ``dtfkit.kube.tfjob_entry`` (standard library only), which a
-    Kubeflow TFJob runs in its containers: a script gets the same flags from
-    ``dtfkit launch`` and from a TFJob exported by ``dtfkit export tfjob``.
-    """
-    from dtfkit.kube.tfjob_entry import tutorial_flags as flags_for
+    One ``--<job>_hosts=a,b`` flag per training job (chief, ps, worker first, in that order;
+    jobs TensorFlow does not name follow in their own order), then ``--job_name`` and
+    ``--task_index``. An ``evaluator`` gets no flag: it trains with nobody. A Kubeflow TFJob
+    gets the same flags from ``dtfkit.kube.tfjob_entry.tutorial_flags``, a standalone copy of
+    this rule (the entry runs alone in a container; the engine imports nothing from ``kube``):
+    ``tests/test_layering.py`` checks that the two agree.
 
-    return flags_for(cluster, task.job, task.index)
+    Example::
+
+        >>> tutorial_flags({"worker": ["w:1"], "ps": ["p:1"]}, TaskId("worker", 0))
+        ['--ps_hosts=p:1', '--worker_hosts=w:1', '--job_name=worker', '--task_index=0']
+    """
+    training = [job for job in cluster if job != "evaluator"]
+    jobs = sorted(
+        training, key=lambda job: _ROLE_ORDER.get(job, len(_ROLE_ORDER))
+    )  # stable: unknown keep order
+    flags = [f"--{job}_hosts={','.join(cluster[job])}" for job in jobs]
+    return [*flags, f"--job_name={task.job}", f"--task_index={task.index}"]

@@ -50,13 +50,12 @@ import atexit
 import dataclasses
 import os
 import secrets
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Listener
 
-from dtfkit.engine import control, lifeline, netns, state
+from dtfkit.engine import control, first_clusters, lifeline, netns, notebook, state
 from dtfkit.engine.launcher import PoolStart
 from dtfkit.engine.local import (
     LocalLauncher,
@@ -70,7 +69,7 @@ from dtfkit.engine.protocol import CONFIG_ENV, Adopt, TaskConfig, Warm
 from dtfkit.engine.taskenv import task_environment
 from dtfkit.errors import ClusterStartError
 
-POOL_ENV = "DTFKIT_POOL"
+POOL_ENV = notebook.POOL_ENV  # read by dtfkit.engine.notebook.pool_flag(), nowhere else
 SIZE_ENV = "DTFKIT_POOL_SIZE"
 DEFAULT_SIZE = 4
 WARM_WAIT_S = 180.0  # how long a cluster waits for a process still importing TensorFlow
@@ -560,12 +559,10 @@ EMPTY = "the warm pool was empty (it fills in the background)"
 
 
 def _remember_first(tasks: int, env: dict[str, str], cwd: str, why: str) -> None:
-    """Tell ``prewarm`` what this kernel's first cluster was, so the next kernel of this
-    notebook warms that (nothing when the pool could not serve it anyway)."""
-    from dtfkit.engine import prewarm
-
+    """Remember what this kernel's first cluster was, so that ``prewarm`` in the next kernel of
+    this notebook warms that (nothing when the pool could not serve it anyway)."""
     usable = not why or why == EMPTY or why.endswith("TensorFlow reads it at import")
-    prewarm.first_cluster(tasks, import_env(env) if usable else None, cwd, "" if usable else why)
+    first_clusters.record(tasks, import_env(env) if usable else None, cwd, "" if usable else why)
 
 
 def env_changes(old: dict[str, str], new: dict[str, str], cwd: str) -> dict[str, str | None]:
@@ -606,26 +603,10 @@ def _close_all_at_exit() -> None:
         pool.close()
 
 
-def in_kernel() -> bool:
-    """True inside a Jupyter/IPython kernel (where the pool is on by default)."""
-    shell_module = sys.modules.get("IPython")
-    if shell_module is None:
-        return False
-    try:
-        shell = shell_module.get_ipython()
-    except Exception:  # noqa: BLE001
-        return False
-    return getattr(shell, "kernel", None) is not None
-
-
-def enabled_by_default() -> bool:
-    """``DTFKIT_POOL`` (``0``/``1``) if set, else whether we run in a kernel."""
-    value = os.environ.get(POOL_ENV, "").strip().lower()
-    if value in ("0", "false", "no", "off"):
-        return False
-    if value in ("1", "true", "yes", "on"):
-        return True
-    return in_kernel()
+# Whether we run in a kernel and whether the pool is on by default are notebook facts
+# (dtfkit.engine.notebook); these names stay for callers of the pool's API.
+in_kernel = notebook.in_kernel
+enabled_by_default = notebook.pool_on_by_default
 
 
 def default_pool(create: bool = True) -> TaskPool | None:

@@ -8,12 +8,13 @@ itself stays fast and never fails because of it: an error becomes ``note()``.
 
 How many processes: what this notebook's first cluster needed the last time it ran
 (tasks, and the variables TensorFlow reads at import it set with ``env=``), remembered
-per notebook in a small JSON file (``memory_path()``); ``DEFAULT_TASKS`` for a notebook
+per notebook in a small JSON file (``memory_path()``, ``dtfkit.engine.first_clusters``); ``DEFAULT_TASKS`` for a notebook
 never seen. A notebook whose first cluster the pool could not serve (``link=``,
 ``pool=False``), or that ran no cluster at all, fills nothing the next time.
 
-A notebook is named by ``JPY_SESSION_NAME`` (jupyter_server sets it to the notebook's
-path in the kernels it starts), else by the kernel's working folder.
+The memory of first clusters is ``dtfkit.engine.first_clusters`` (its names are also here);
+whether this is a kernel and the pool is on, ``dtfkit.engine.notebook``. ``prewarm`` uses the
+pool (``dtfkit.engine.pool``); the pool never imports ``prewarm``.
 
 Not in scripts, tests or task processes: only in a kernel, and only when the pool is on
 there (``DTFKIT_POOL=0`` turns both off).
@@ -31,45 +32,35 @@ Example (in a notebook)::
 from __future__ import annotations
 
 import atexit
-import json
-import os
-import sys
 import threading
 import time
 
+from dtfkit.engine import first_clusters, notebook
+from dtfkit.engine.first_clusters import MEMORY_FILE, SESSION_ENV, memory_path, notebook_id, remembered
+
+__all__ = [
+    "DEFAULT_TASKS",
+    "MEMORY_FILE",
+    "SESSION_ENV",
+    "first_cluster",
+    "memory_path",
+    "note",
+    "notebook_id",
+    "plan",
+    "pool",
+    "remembered",
+    "start_on_import",
+    "wait_decided",
+    "wait_warm",
+]
+
 DEFAULT_TASKS = 3
-SESSION_ENV = "JPY_SESSION_NAME"
-MEMORY_FILE = "first-clusters.json"
-_OFF = ("0", "false", "no", "off")
 
 _lock = threading.Lock()
 _decided = threading.Event()  # set once the import-time thread has decided (and started a fill or not)
-_state: dict = {"note": "", "pool": None, "started": False, "first_seen": False}
+_state: dict = {"note": "", "pool": None, "started": False}
 
-
-def notebook_id() -> str:
-    """The notebook this kernel runs: ``$JPY_SESSION_NAME``, else the working folder."""
-    return os.environ.get(SESSION_ENV) or os.getcwd()
-
-
-def memory_path() -> str:
-    """``$DTFKIT_HOME/first-clusters.json``, else ``~/.cache/dtfkit/first-clusters.json``
-    (``$XDG_CACHE_HOME`` when set)."""
-    home = os.environ.get("DTFKIT_HOME")
-    if home:
-        return os.path.join(os.path.abspath(home), MEMORY_FILE)
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "dtfkit", MEMORY_FILE)
-
-
-def remembered(notebook: str | None = None) -> dict | None:
-    """What was remembered of ``notebook``'s first cluster (None: never seen).
-
-    ``{"tasks": 3, "env": {...}, "cwd": "...", "why": ""}``; ``tasks`` is None when the
-    pool could not serve it or no cluster ran (``why`` says which). ``cwd`` is kept for
-    the record only: an adopted task moves into its cluster's folder itself.
-    """
-    return _read().get(notebook or notebook_id())
+first_cluster = first_clusters.record  # the pool and dtfkit.cluster tell first_clusters directly
 
 
 def plan(entry: dict | None) -> tuple[int, dict[str, str]] | str:
@@ -94,32 +85,10 @@ def plan(entry: dict | None) -> tuple[int, dict[str, str]] | str:
     return tasks, {str(k): str(v) for k, v in env.items()}
 
 
-def first_cluster(tasks: int, env: dict[str, str] | None, cwd: str, why: str = "") -> None:
-    """Remember this kernel's first cluster for its notebook (later clusters: no-op).
-
-    ``env``: the import-time variables it set (None: the pool could not serve it, ``why``).
-    Outside a kernel nothing is remembered.
-
-    Example::
-
-        >>> first_cluster(3, {}, "/home/me/notebooks")                   # doctest: +SKIP
-    """
-    with _lock:
-        if _state["first_seen"]:
-            return
-        _state["first_seen"] = True
-    if not _in_kernel():
-        return
-    if env is None:
-        entry = {"tasks": None, "why": f"its first cluster could not use the pool ({why or 'pool=False'})"}
-    else:
-        entry = {"tasks": int(tasks), "env": dict(env), "cwd": cwd, "why": ""}
-    _write(notebook_id(), entry)
-
-
 def note() -> str:
     """What the import did about the pool: filling (how many, why that many) or why not."""
-    return _state["note"]
+    problem = first_clusters.problem()
+    return f"{_state['note']}; {problem}" if problem else _state["note"]
 
 
 def pool():
@@ -160,11 +129,11 @@ def start_on_import() -> None:
             if _state["started"]:
                 return
             _state["started"] = True
-        if "ipykernel" not in sys.modules or os.environ.get("DTFKIT_TASK"):
+        if not notebook.in_kernel() or notebook.in_task():
             _state["note"] = "not in a notebook kernel: nothing warmed at import"
             _decided.set()
             return
-        if os.environ.get("DTFKIT_POOL", "").strip().lower() in _OFF:
+        if notebook.pool_flag() is False:
             _state["note"] = "the warm pool is off (DTFKIT_POOL=0)"
             _decided.set()
             return
@@ -178,10 +147,7 @@ def _fill_at_import() -> None:
     try:
         from dtfkit.engine import pool as pools
 
-        if not (pools.in_kernel() and pools.enabled_by_default()):
-            _state["note"] = "not in a notebook kernel with the pool on: nothing warmed at import"
-            return
-        atexit.register(_remember_no_cluster)
+        atexit.register(first_clusters.remember_no_cluster)
         entry = remembered()
         what = plan(entry)
         if isinstance(what, str):
@@ -198,42 +164,3 @@ def _fill_at_import() -> None:
         _state["note"] = f"no warm pool at import: {type(exc).__name__}: {exc}"
     finally:
         _decided.set()
-
-
-def _remember_no_cluster() -> None:
-    # The kernel ends without having started a cluster: the first time only (a notebook
-    # that ran a cluster before keeps it; a learner may just have been reading).
-    try:
-        if not _state["first_seen"] and remembered() is None:
-            _write(notebook_id(), {"tasks": None, "why": "it started no cluster"})
-    except Exception:  # noqa: BLE001 - at exit: nothing to tell anyone
-        pass
-
-
-def _in_kernel() -> bool:
-    from dtfkit.engine import pool as pools
-
-    return pools.in_kernel()
-
-
-def _read() -> dict:
-    try:
-        with open(memory_path(), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _write(notebook: str, entry: dict) -> None:
-    path = memory_path()
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        data = _read()
-        data[notebook] = entry
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError as exc:
-        _state["note"] = f"{_state['note']}; could not remember the first cluster in {path}: {exc}"

@@ -47,12 +47,12 @@ import io
 import linecache
 import marshal
 import os
-import sys
 import sysconfig
 import traceback
 import types
 from typing import Any, NamedTuple
 
+from dtfkit.engine import notebook
 from dtfkit.engine.protocol import Sources
 
 MAX_FILE_BYTES = 2_000_000  # a bigger file travels without its source
@@ -110,12 +110,7 @@ def collect(filenames: set[str] | list[str]) -> Sources:
 
 def display_name(filename: str) -> str:
     """How IPython names the file in a traceback (``Cell In[5]``), else the name itself."""
-    ipython = sys.modules.get("IPython")  # importing IPython only to learn it is absent costs seconds
-    shell = ipython.get_ipython() if ipython is not None else None
-    compiler = getattr(shell, "compile", None)
-    formatted = getattr(compiler, "format_code_name", None)
-    label = formatted(filename) if formatted is not None else None
-    return f"{label[0]} {label[1]}" if label else filename
+    return notebook.cell_name(filename) or filename
 
 
 def _lines(filename: str) -> list[str]:

@@ -252,7 +252,7 @@ def _start_cold(cfg: TaskConfig, conn):
 
     from dtfkit import taskapi
 
-    taskapi.STATE.send = channel.send
+    taskapi.STATE.send = lambda event: channel.send(protocol.Metric(event))
     link = cfg.launch.get("link")
     if link:
         from dtfkit.engine import netns
@@ -314,7 +314,7 @@ def _wait_for_adoption(cfg: TaskConfig):
         sys.path.insert(0, cfg.cwd)
     from dtfkit import taskapi
 
-    taskapi.STATE.send = channel.send
+    taskapi.STATE.send = lambda event: channel.send(protocol.Metric(event))
     if cfg.mode == "client":
         reserved.close()
         reserved = None

@@ -16,8 +16,8 @@ Example::
     result = simulate(text, timeout=300)
     print(result.summary())
 
-Attributes are imported on first use: ``dtfkit.engine.layout`` imports ``tfjob_entry`` from here
-without pulling in YAML or jsonschema.
+Attributes are imported on first use, so that importing ``tfjob_entry`` from here does not pull in
+YAML or jsonschema.
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ replaces itself with the script (``os.execv``), so signals, output and the exit 
 are the script's own; ``TF_CONFIG`` stays in the environment.
 
 It uses only the standard library, so a TFJob can run it from a ConfigMap in any
-image that has Python (``dtfkit export tfjob`` puts it there). It is also where
-dtfkit's own launcher gets the flags from (``dtfkit.engine.layout.tutorial_flags``),
-so a script sees the same flags under ``dtfkit launch`` and in a TFJob.
+image that has Python (``dtfkit export tfjob`` puts it there). dtfkit's own launcher
+gets the flags from ``dtfkit.engine.layout.tutorial_flags``, the same rule (the engine
+imports nothing from ``dtfkit.kube``; ``tests/test_layering.py`` checks the two agree), so a
+script sees the same flags under ``dtfkit launch`` and in a TFJob.
 
 Usage (the container command ``dtfkit export tfjob`` writes)::
 

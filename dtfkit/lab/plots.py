@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dtfkit.engine import notebook
 from dtfkit.recipes import analysis
 
 if TYPE_CHECKING:
@@ -38,11 +39,7 @@ def _figure(width: float, height: float):
 def _show_as_png_in_ipython(figure_class) -> None:
     """A Figure made without pyplot shows as text unless the inline backend is on: register
     a PNG formatter (the inline backend, when it starts, puts its own in its place)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return
-    shell = get_ipython()
+    shell = notebook.shell()  # None outside IPython (it is never imported for this)
     if shell is None:
         return
     formatter = shell.display_formatter.formatters["image/png"]

@@ -479,10 +479,8 @@ class RayLauncher(Launcher):
         to the nodes with ``py_modules`` (Ray uploads a local folder only at the job level),
         unless the user's ``runtime_env`` names ``py_modules`` itself."""
         env = dict(self.user_runtime_env or {})
-        if "py_modules" not in env:
-            import dtfkit
-
-            env["py_modules"] = [os.path.dirname(os.path.abspath(dtfkit.__file__))]
+        if "py_modules" not in env:  # the dtfkit folder (not `import dtfkit`: ray sits below the package)
+            env["py_modules"] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
         return env
 
     def _actor_runtime_env(self) -> dict | None:

@@ -1,0 +1,308 @@
+"""What the tasks of one cluster say, as events on one queue: ``Events``.
+
+The control listener accepts each task's connection (authenticated in a thread of its
+own), reader threads turn what a task sends and prints into ``Event`` s, and the one
+thread that waits on the cluster (``waiting()``) applies them with ``pump()`` or, for
+a whole wait, ``wait_until(done, deadline)``. Answers to a call are routed to that
+call's ``CallInbox`` by call id.
+
+Example::
+
+    >>> with events.waiting("my call"):                                          # doctest: +SKIP
+    ...     ok = events.wait_until(lambda: inbox.replies, time.monotonic() + 5)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Listener
+from typing import Any, Protocol
+
+from dtfkit.engine import control, protocol
+from dtfkit.engine.metrics import MetricLog
+from dtfkit.engine.output import Output
+from dtfkit.engine.process import CallInbox, TaskProcess
+from dtfkit.errors import DtfkitError
+
+# A deadline for wait_until: a time.monotonic() value, None (no bound), or a function
+# that says it anew before each wait (a deadline that moves while waiting).
+Deadline = float | None | Callable[[], float | None]
+
+
+@dataclass
+class Event:
+    """Something that happened to a task, in the order the owner learnt of it."""
+
+    kind: str  # hello (payload: its connection) | msg (a protocol message) | exit (code) | log (line)
+    task: str
+    gen: int = 0  # the task's generation (log: the line's number)
+    payload: Any = None
+
+
+class TaskLookup(Protocol):
+    """What ``Events`` needs from the owner of the processes (``tasks.Tasks``)."""
+
+    def current(self, name: str, gen: int) -> TaskProcess | None:
+        """The process of task ``name`` if ``gen`` is its current generation."""
+
+    def bind_failed(self, proc: TaskProcess) -> None:
+        """``proc`` could not bind its port (may raise to restart the whole start)."""
+
+
+class Events:
+    """The control transport, the event queue, and the one thread that waits on it."""
+
+    def __init__(self, cluster_id: str, output: Output, metrics: MetricLog, is_closed: Callable[[], bool]):
+        self.cluster_id = cluster_id
+        self.output = output
+        self.metrics = metrics
+        self.queue: queue.Queue[Event] = queue.Queue()
+        self._is_closed = is_closed
+        self._tasks: TaskLookup | None = None
+        self._calls: dict[int, CallInbox] = {}
+        self._call_ids = itertools.count(1)
+        self._threads: list[threading.Thread] = []
+        self._conns: list = []
+        self._wait_lock = threading.RLock()  # see waiting()
+        self._wait_holder: tuple[str, str] | None = None
+        self._listener: Listener | None = None
+        self._address = ""
+        self._authkey = b""
+
+    # -------------------------------------------------------------- transport
+    def listen(self, address: str, authkey: bytes, tasks: TaskLookup) -> None:
+        """Accept the tasks' connections on ``address``; route their events to ``tasks``' processes."""
+        self._address, self._authkey, self._tasks = address, authkey, tasks
+        # No authkey here: the handshake runs in each connection's own thread (see
+        # _read_messages), so one stalled task cannot hold up the others' connections.
+        self._listener = Listener(address)
+
+    def start_accepting(self) -> None:
+        self.spawn_thread(self._accept_loop, "dtfkit-accept")
+
+    def watch(self, proc: TaskProcess) -> None:
+        """Read what a newly started process prints (and sends, if it came connected)."""
+        task, gen, conn = proc.task, proc.gen, proc.handle.connection
+        if conn is not None:  # adopted: connected and greeted already
+            self._conns.append(conn)
+            self.queue.put(Event("hello", task.name, gen, conn))
+            self.spawn_thread(lambda: self._read_connection(conn, task.name, gen), f"dtfkit-conn-{task.name}")
+        self.spawn_thread(lambda: self._read_output(proc), f"dtfkit-log-{task.name}")
+
+    def spawn_thread(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+
+    def _accept_loop(self) -> None:
+        control.serve(self._listener, self._is_closed, self._read_messages, "dtfkit-conn")
+
+    def _read_messages(self, conn) -> None:
+        self._conns.append(conn)  # close() shuts it down, a stalled handshake's included
+        hello = control.first_message(conn, self._authkey, protocol.Hello)
+        if hello is None:
+            return
+        self.queue.put(Event("hello", hello.task, hello.gen, conn))
+        self._read_connection(conn, hello.task, hello.gen)
+
+    def _read_connection(self, conn, name: str, gen: int) -> None:
+        """Turn what one task sends into events (the connection is authenticated already)."""
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                return
+            if isinstance(message, protocol.Metric):
+                self.metrics.add(name, message.row)
+            else:
+                self.queue.put(Event("msg", name, gen, message))
+
+    def _read_output(self, proc: TaskProcess) -> None:
+        name = proc.task.name
+        logbook = self.output.logbook
+        while True:
+            try:
+                raw = proc.handle.read_line()
+            except (OSError, ValueError):  # the stream was closed under us
+                break
+            if not raw:
+                break
+            try:
+                self._take_line(proc, raw.decode("utf-8", errors="replace").rstrip("\n"))
+            except Exception as exc:  # noqa: BLE001 - one odd line must not end the reader
+                logbook.add(name, f"[dtfkit: could not take a line of output: {exc!r}]")
+        proc.output_closed.set()
+        proc.handle.close_output()
+        code = proc.handle.wait()
+        self.queue.put(Event("exit", name, proc.gen, code))
+
+    def _take_line(self, proc: TaskProcess, text: str) -> None:
+        name = proc.task.name
+        done = protocol.parse_done_mark(text)
+        if done is not None:
+            before, kind, number = done
+            if before:  # the call's last output had no newline
+                self.output.logbook.add(name, before)
+            self.queue.put(Event("msg", name, proc.gen, protocol.done_message(kind, number)))
+            return
+        # Progress bars redraw with carriage returns: keep the last state.
+        self.output.logbook.add(name, text.split("\r")[-1] if "\r" in text else text)
+
+    def post_line(self, seq: int, task: str, line: str) -> None:
+        """Queue a log line for the waiting thread to echo (``Output.live_output``'s ``notify``)."""
+        self.queue.put(Event("log", task, seq, line))
+
+    def close(self) -> None:
+        """Stop listening, end every reader thread (a stalled handshake's included)."""
+        if self._listener is not None:
+            control.stop_listening(self._listener, self._address)
+        for conn in self._conns:
+            try:
+                # shutdown() wakes a thread blocked reading the socket; close() would not.
+                with socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as dup:
+                    dup.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=5)
+
+    # --------------------------------------------------------------- applying
+    def pump(self, deadline: float | None) -> Event | None:
+        """Wait for the next event until ``deadline`` (``time.monotonic()``; None: no bound),
+        apply it, and return it; None once the deadline passed. Call it inside ``waiting()``."""
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            event = self.queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        self.apply_event(event)
+        return event
+
+    def drain(self) -> None:
+        """Apply every event already queued, without waiting."""
+        while True:
+            try:
+                event = self.queue.get_nowait()
+            except queue.Empty:
+                return
+            self.apply_event(event)
+
+    def wait_until(
+        self,
+        done: Callable[[], bool],
+        deadline: Deadline,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> bool:
+        """Apply events until ``done()`` (then True) or until ``deadline`` passes (then False).
+
+        ``done()`` is asked before each wait; ``on_event(event)`` is called after each event
+        is applied (it may raise to end the wait). ``deadline``: see ``Deadline``. The one
+        wait loop of the engine and its front ends; call it inside ``waiting()``.
+
+        Example::
+
+            >>> with events.waiting("the answers"):                                   # doctest: +SKIP
+            ...     if not events.wait_until(lambda: len(inbox.replies) == 2, time.monotonic() + 5):
+            ...         raise TimeoutError("no answer within 5 s")
+        """
+        while not done():
+            event = self.pump(deadline() if callable(deadline) else deadline)
+            if event is None:
+                return False
+            if on_event is not None:
+                on_event(event)
+        return True
+
+    def apply_event(self, event: Event) -> TaskProcess | None:
+        """Apply an event to the task it concerns; returns that task (current generation only)."""
+        if event.kind == "log":
+            self.output.echo_line(event.gen, event.task, event.payload)
+            return None
+        proc = self.current(event)
+        if proc is None:
+            return None
+        if event.kind == "hello":
+            proc.conn = event.payload
+        elif event.kind == "msg":
+            self.apply_message(proc, event.payload)
+        return proc
+
+    def current(self, event: Event) -> TaskProcess | None:
+        """The task an event concerns, if it is from the task's current generation."""
+        if event.kind == "log" or self._tasks is None:
+            return None
+        return self._tasks.current(event.task, event.gen)
+
+    def apply_message(self, proc: TaskProcess, message: tuple) -> None:
+        """What a protocol message from ``proc`` changes: its state, or a call's inbox."""
+        if isinstance(message, protocol.Port):
+            proc.port = message.port
+        elif isinstance(message, protocol.Ready):
+            proc.ready = True
+        elif isinstance(message, (protocol.Result, protocol.Error)):
+            inbox = self._calls.get(message.call_id)
+            if inbox is not None:  # else a call given up on: its late answer is dropped
+                inbox.replies[proc.task] = message
+        elif isinstance(message, protocol.OutputDone):
+            inbox = self._calls.get(message.call_id)
+            if inbox is not None:
+                inbox.flushed.add(proc.task)
+        elif isinstance(message, protocol.Stacks):
+            inbox = self._calls.get(message.call_id)
+            if inbox is not None:
+                inbox.stacks[proc.task] = message.text
+        elif isinstance(message, protocol.ScriptDone):
+            proc.script_code = message.code
+        elif isinstance(message, protocol.StartFailed):
+            proc.start_error = message.traceback
+            if message.stage == "bind" and self._tasks is not None:
+                self._tasks.bind_failed(proc)
+
+    # ------------------------------------------------------------------ calls
+    def open_call(self) -> CallInbox:
+        """A new call id, and the inbox its answers are routed to until ``close_call()``."""
+        inbox = CallInbox(next(self._call_ids))
+        self._calls[inbox.call_id] = inbox
+        return inbox
+
+    def close_call(self, inbox: CallInbox) -> None:
+        self._calls.pop(inbox.call_id, None)
+
+    # ---------------------------------------------------------------- waiting
+    @property
+    def waiting_for(self) -> str | None:
+        """What the thread that waits on this cluster now waits for (None: nobody waits)."""
+        holder = self._wait_holder
+        return None if holder is None else holder[1]
+
+    @contextlib.contextmanager
+    def waiting(self, what: str) -> Iterator[None]:
+        """Claim the cluster's event queue for this thread while it waits for ``what``.
+
+        One thread at a time: two threads waiting on the one queue would take each
+        other's events, and one of them would wait for ever. A second thread is refused.
+        """
+        if not self._wait_lock.acquire(blocking=False):
+            holder = self._wait_holder
+            raise DtfkitError(
+                f"cluster {self.cluster_id} is already waiting for {holder[1] if holder else 'something'} in "
+                f"thread {holder[0] if holder else '?'!r}; dtfkit waits for one thing at a time per "
+                f"cluster, so {what} cannot wait in thread {threading.current_thread().name!r} too. "
+                "Next step: wait from the thread that is already waiting (handle.result()), one call "
+                "after another, or start a separate cluster for this thread."
+            )
+        outer = self._wait_holder
+        self._wait_holder = (threading.current_thread().name, what)
+        try:
+            yield
+        finally:
+            self._wait_holder = outer
+            self._wait_lock.release()

@@ -1,0 +1,138 @@
+"""Notebook facts, decided in one place: are we in a kernel, which cell runs, is the pool on.
+
+The bottom of dtfkit: standard library only, no dtfkit import, so every layer may ask it
+(the engine's pool and sources, ``dtfkit.progress``, ``dtfkit.cluster``, ``dtfkit.lab``).
+It never imports IPython: importing it only to learn that we are not in a kernel costs
+seconds, and a kernel has imported it long before any of these questions is asked.
+
+- ``in_kernel()``: a Jupyter/IPython kernel runs this process (a terminal IPython does not);
+- ``in_task()``: this process is a dtfkit task (``DTFKIT_TASK`` is set);
+- ``cell_key()``: the id of the notebook cell running now (``"cell:<id>"``);
+- ``cell_name(filename)``: how IPython names a cell's file in a traceback (``"Cell In[5]"``);
+- ``pool_flag()`` / ``pool_on_by_default()``: ``DTFKIT_POOL`` (``0``/``1``, unset), and
+  whether ``LocalCluster(pool=None)`` uses the warm pool: the flag if set, else ``in_kernel()``.
+
+Example (in a script, with ``DTFKIT_POOL`` unset)::
+
+    >>> from dtfkit.engine import notebook
+    >>> notebook.in_kernel(), notebook.cell_key(), notebook.pool_flag()   # doctest: +SKIP
+    (False, None, None)
+    >>> notebook.pool_on_by_default()                                     # doctest: +SKIP
+    False
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+POOL_ENV = "DTFKIT_POOL"
+TASK_ENV = "DTFKIT_TASK"  # the task config a launcher gives each task (dtfkit.engine.protocol.CONFIG_ENV)
+POOL_OFF = ("0", "false", "no", "off")
+POOL_ON = ("1", "true", "yes", "on")
+
+
+def shell() -> Any | None:
+    """The running IPython shell, or None (IPython not imported, or no shell started).
+
+    Example::
+
+        >>> shell() is None                                                # doctest: +SKIP
+        True
+    """
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return None
+    try:
+        return ipython.get_ipython()
+    except Exception:  # noqa: BLE001 - a half-imported or odd IPython: no shell
+        return None
+
+
+def in_kernel() -> bool:
+    """True inside a Jupyter/IPython kernel (a shell with a kernel), False in a terminal or script.
+
+    Example::
+
+        >>> in_kernel()                                                    # doctest: +SKIP
+        False
+    """
+    return getattr(shell(), "kernel", None) is not None
+
+
+def in_task() -> bool:
+    """True in a dtfkit task process (its launcher set ``DTFKIT_TASK``).
+
+    Example::
+
+        >>> in_task()                                                      # doctest: +SKIP
+        False
+    """
+    return bool(os.environ.get(TASK_ENV))
+
+
+def cell_key() -> str | None:
+    """``"cell:<id>"`` of the notebook cell running now (JupyterLab and nbclient send the id),
+    else None (no kernel, or a front end that sends no cell id).
+
+    Example (in JupyterLab)::
+
+        >>> cell_key()                                                     # doctest: +SKIP
+        'cell:5f3c9a2e-...'
+    """
+    current = shell()
+    kernel = getattr(current, "kernel", None)
+    if kernel is None:
+        return None
+    try:
+        parent = kernel.get_parent("shell") if hasattr(kernel, "get_parent") else current.parent_header
+    except Exception:  # noqa: BLE001 - older ipykernels
+        parent = getattr(current, "parent_header", {})
+    cell = (parent or {}).get("metadata", {}).get("cellId")
+    return f"cell:{cell}" if cell else None
+
+
+def cell_name(filename: str) -> str | None:
+    """How IPython names ``filename`` in a traceback (``"Cell In[5]"``) when it is a cell's
+    file, else None.
+
+    Example (in a kernel, for the file of the fifth cell run)::
+
+        >>> cell_name("/tmp/ipykernel_1/2.py")                             # doctest: +SKIP
+        'Cell In[5]'
+    """
+    compiler = getattr(shell(), "compile", None)
+    formatted = getattr(compiler, "format_code_name", None)
+    label = formatted(filename) if formatted is not None else None
+    return f"{label[0]} {label[1]}" if label else None
+
+
+def pool_flag() -> bool | None:
+    """``DTFKIT_POOL`` read as on (``1``/``true``/``yes``/``on``) or off (``0``/``false``/``no``/``off``);
+    None when it is unset or says neither.
+
+    Example::
+
+        >>> os.environ["DTFKIT_POOL"] = "0"; pool_flag()                   # doctest: +SKIP
+        False
+    """
+    value = os.environ.get(POOL_ENV, "").strip().lower()
+    if value in POOL_OFF:
+        return False
+    if value in POOL_ON:
+        return True
+    return None
+
+
+def pool_on_by_default() -> bool:
+    """Whether ``LocalCluster(pool=None)`` uses the warm pool: ``DTFKIT_POOL`` if set, else
+    whether we run in a kernel.
+
+    Example (in a script, ``DTFKIT_POOL`` unset)::
+
+        >>> pool_on_by_default()                                           # doctest: +SKIP
+        False
+    """
+    flag = pool_flag()
+    return in_kernel() if flag is None else flag

@@ -1,0 +1,242 @@
+"""One task's process as its owner sees it (``TaskProcess``), and the frozen views of it
+that front ends read (``TaskView``, ``ClusterView``, a call's ``TaskCall``).
+
+A ``TaskProcess`` is mutable and belongs to the engine (``tasks.Tasks`` and
+``events.Events`` change it); everything else gets a ``TaskView``, taken with one look at
+the process, so its state and exit code agree.
+
+Example::
+
+    >>> view = runtime.task_view("worker:1")                     # doctest: +SKIP
+    >>> view.name, view.status, view.alive, view.gen             # doctest: +SKIP
+    ('worker:1', 'running', True, 2)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from dtfkit.engine import protocol
+from dtfkit.engine.launcher import TaskHandle
+from dtfkit.engine.layout import ClusterLayout, TaskId
+from dtfkit.errors import TaskNotRunning
+
+
+@dataclass
+class CallInbox:
+    """What the tasks answered to one call, as the runtime routes it (by call id)."""
+
+    call_id: int
+    replies: dict[TaskId, protocol.Result | protocol.Error] = field(default_factory=dict)
+    stacks: dict[TaskId, str] = field(default_factory=dict)
+    flushed: set[TaskId] = field(default_factory=set)  # tasks whose output of the call is all in
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """One task's process as it was when the view was taken (what front ends read).
+
+    Example::
+
+        >>> view = runtime.task_view("worker:1")                     # doctest: +SKIP
+        >>> view.name, view.status, view.alive                       # doctest: +SKIP
+        ('worker:1', 'running', True)
+    """
+
+    task: TaskId
+    gen: int  # which start of the task this process is (one number per start, cluster-wide)
+    pid: int
+    status: str  # starting | running | busy | killed | exited (code)
+    exit_code: int | None
+    ready: bool
+    killed: bool
+    adopted: bool  # a warm pool process
+    busy_with: int | None  # the id of the call it runs
+    calls: int  # calls sent to this process
+    script_code: int | None  # a lingering launched script's exit code
+    output_closed: bool  # every line it printed is in the log book
+
+    @property
+    def name(self) -> str:
+        return self.task.name
+
+    @property
+    def job(self) -> str:
+        return self.task.job
+
+    @property
+    def index(self) -> int:
+        return self.task.index
+
+    @property
+    def alive(self) -> bool:
+        return self.exit_code is None
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """The cluster as it was when the view was taken: its tasks, addresses and ClusterSpec."""
+
+    layout: ClusterLayout
+    addresses: Mapping[TaskId, str]
+    cluster: Mapping[str, tuple[str, ...]]
+    tasks: Mapping[TaskId, TaskView]
+
+
+class TaskProcess:
+    """One task, as its owner sees it: a launcher's handle plus what the protocol said."""
+
+    def __init__(self, task: TaskId, gen: int, handle: TaskHandle, port: int | None):
+        self.task = task
+        self.gen = gen
+        self.handle = handle
+        self.port = port
+        self.conn = handle.connection
+        self.send_lock = threading.Lock()
+        self.ready = False
+        self.busy_with: int | None = None
+        self.calls = 0  # calls sent to this process (ensure_running(fresh=) starts a used one again)
+        self.killed = False
+        self.start_error: str | None = None
+        self.output_closed = threading.Event()  # set once every line it printed is in the log book
+        self.script_code: int | None = None  # a lingering launched script's exit code
+
+    @property
+    def pid(self) -> int:
+        return self.handle.pid
+
+    @property
+    def identity(self) -> dict:
+        return self.handle.identity
+
+    @property
+    def adopted(self) -> bool:
+        return self.handle.adopted
+
+    @property
+    def alive(self) -> bool:
+        return self.handle.poll() is None
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.handle.poll()
+
+    @property
+    def status(self) -> str:
+        return self._status(self.handle.poll())
+
+    def _status(self, code: int | None) -> str:
+        if code is None:
+            if not self.ready:
+                return "starting"
+            return "busy" if self.busy_with is not None else "running"
+        if self.killed:
+            return "killed"
+        return f"exited ({code})"
+
+    def view(self) -> TaskView:
+        """What it is now, frozen (one look at the process: its state and exit code agree)."""
+        code = self.handle.poll()
+        return TaskView(
+            task=self.task,
+            gen=self.gen,
+            pid=self.pid,
+            status=self._status(code),
+            exit_code=code,
+            ready=self.ready,
+            killed=self.killed,
+            adopted=self.adopted,
+            busy_with=self.busy_with,
+            calls=self.calls,
+            script_code=self.script_code,
+            output_closed=self.output_closed.is_set(),
+        )
+
+    def send(self, message: tuple) -> None:
+        if self.conn is None:
+            raise TaskNotRunning(f"{self.task} is not connected yet")
+        with self.send_lock:
+            try:
+                self.conn.send(message)
+            except OSError as exc:
+                raise TaskNotRunning(f"{self.task} cannot be reached ({exc}); it has {self.status}") from None
+
+    def kill(self) -> None:
+        """End the task and everything it started, as a crash would."""
+        if self.handle.poll() is None:
+            self.killed = True
+            self.handle.kill()
+
+
+class TaskCall:
+    """One call in flight, on the processes it was sent to (a restarted task's successor is
+    not one of them): what ``calls.RunHandle`` reads and does, through methods only.
+
+    Example::
+
+        >>> call = runtime.begin_call([TaskId("worker", 0)], payload)    # doctest: +SKIP
+        >>> call.answers().replies                                       # doctest: +SKIP
+        {}
+    """
+
+    def __init__(
+        self,
+        inbox: CallInbox,
+        procs: dict[TaskId, TaskProcess],
+        *,
+        end_tasks: Callable[[list[TaskProcess]], None],
+        close_call: Callable[[CallInbox], None],
+    ):
+        self._end_tasks = end_tasks
+        self._close_call = close_call
+        self._inbox = inbox
+        self._procs = procs
+
+    @property
+    def call_id(self) -> int:
+        return self._inbox.call_id
+
+    def answers(self) -> CallAnswers:
+        """What the tasks answered so far (a frozen copy)."""
+        inbox = self._inbox
+        return CallAnswers(
+            MappingProxyType(dict(inbox.replies)),
+            frozenset(inbox.flushed),
+            MappingProxyType(dict(inbox.stacks)),
+        )
+
+    def view(self, task: TaskId) -> TaskView:
+        return self._procs[task].view()
+
+    def send(self, task: TaskId, message: tuple) -> None:
+        self._procs[task].send(message)
+
+    def release(self, task: TaskId) -> None:
+        """The task is done with this call (answered, died or was killed)."""
+        self._procs[task].busy_with = None
+
+    def end(self, tasks: list[TaskId]) -> None:
+        """Kill these tasks' processes, wait until they are gone (bounded), update the state file."""
+        self._end_tasks([self._procs[t] for t in tasks])
+
+    def wait_output(self, task: TaskId, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) until every line the task printed is in the log book."""
+        return self._procs[task].output_closed.wait(timeout)
+
+    def stopped(self, task: TaskId) -> bool:
+        """Whether the process is stopped (state T: SIGSTOP, Ctrl-Z, a debugger)."""
+        return self._procs[task].handle.stopped()
+
+    def close(self) -> None:
+        """Stop routing answers to this call (a late one is dropped)."""
+        self._close_call(self._inbox)
+
+
+@dataclass(frozen=True)
+class CallAnswers:
+    replies: Mapping[TaskId, protocol.Result | protocol.Error]
+    flushed: frozenset[TaskId]  # tasks whose output of the call is all in
+    stacks: Mapping[TaskId, str]

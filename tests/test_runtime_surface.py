@@ -1,0 +1,156 @@
+"""The front ends touch the runtime only through its methods and frozen views.
+
+``cluster.py``, ``launch.py``, ``engine/calls.py`` and ``ray/`` may read the runtime's
+read-only properties and call its methods (``ALLOWED``), and a call's ``TaskCall``
+methods; they never read or write a part (``tasks``, ``events``, ``output``), a
+``TaskProcess``, or a private name. The check reads the source (AST), so it cannot
+drift from the code: a new use of a runtime field fails here, naming file and line.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import pathlib
+
+import pytest
+
+from dtfkit.engine.process import TaskCall
+from dtfkit.engine.runtime import ClusterRuntime
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "dtfkit"
+FRONT_ENDS = [
+    ROOT / "cluster.py",
+    ROOT / "launch.py",
+    ROOT / "engine" / "calls.py",
+    *sorted((ROOT / "ray").glob("*.py")),
+]
+# Names that hold a runtime in the front ends (self._rt, rt = self._rt, runtime).
+RUNTIME_NAMES = {"rt", "runtime"}
+RUNTIME_ATTRS = {"_rt"}
+CALL_ATTRS = {"_call"}  # RunHandle's TaskCall
+# What the front ends may use: methods, read-only properties, and settings fixed at creation
+# (layout is a frozen ClusterLayout; metrics is the cluster's public MetricLog; launcher is the
+# object the front end passed in, for what only it knows: Ray's node_of; launcher_description is
+# its frozen facts).
+ALLOWED = {
+    "begin_call",
+    "check_open",
+    "close",
+    "closed",
+    "drain",
+    "dropped_note",
+    "echo",
+    "ensure_running",
+    "id",
+    "isolated",
+    "kill",
+    "last_lines",
+    "launcher_description",
+    "launcher",
+    "layout",
+    "live_output",
+    "log_dir",
+    "log_lines",
+    "log_seq",
+    "metrics",
+    "pids",
+    "printed_seq",
+    "remove_task",
+    "restart",
+    "set_echo",
+    "snapshot",
+    "start",
+    "start_client",
+    "task_view",
+    "wait_output",
+    "wait_until",
+    "waiting",
+    "waiting_for",
+}
+CALL_ALLOWED = {"answers", "call_id", "close", "end", "release", "send", "stopped", "view"}
+FORBIDDEN_IMPORTS = {"TaskProcess", "Tasks", "Events", "Output", "CallInbox"}
+
+
+def _holder(node: ast.expr) -> str | None:
+    """'runtime' if ``node`` is an expression that holds the runtime, 'call' for the TaskCall."""
+    if isinstance(node, ast.Name) and node.id in RUNTIME_NAMES:
+        return "runtime"
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        if node.attr in RUNTIME_ATTRS:
+            return "runtime"
+        if node.attr in CALL_ATTRS:
+            return "call"
+    return None
+
+
+def _violations(path: pathlib.Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dtfkit.engine"):
+            for alias in node.names:
+                if alias.name in FORBIDDEN_IMPORTS:
+                    found.append(f"{path.name}:{node.lineno}: imports {alias.name}")
+        if not isinstance(node, ast.Attribute):
+            continue
+        holder = _holder(node.value)
+        if holder is None:
+            continue
+        allowed = ALLOWED if holder == "runtime" else CALL_ALLOWED
+        where = f"{path.name}:{node.lineno}: {holder}.{node.attr}"
+        if not isinstance(node.ctx, ast.Load):
+            found.append(f"{where} is assigned or deleted")
+        elif node.attr.startswith("_") or node.attr not in allowed:
+            found.append(f"{where} is not in the runtime's public surface")
+    return found
+
+
+@pytest.mark.parametrize("path", FRONT_ENDS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_front_ends_use_only_the_public_runtime_surface(path):
+    assert _violations(path) == []
+
+
+def test_the_allowed_names_are_methods_or_read_only_properties():
+    """What ALLOWED names exists on ClusterRuntime and cannot be assigned through."""
+    settings_fixed_at_creation = {"id", "launcher", "layout", "metrics"}
+    for name in sorted(ALLOWED - settings_fixed_at_creation):
+        member = inspect.getattr_static(ClusterRuntime, name)
+        if isinstance(member, property):
+            assert member.fset is None, f"ClusterRuntime.{name} can be assigned"
+        else:
+            assert callable(member), f"ClusterRuntime.{name} is neither a method nor a property"
+    for name in sorted(CALL_ALLOWED):
+        member = inspect.getattr_static(TaskCall, name)
+        assert callable(member) or (isinstance(member, property) and member.fset is None), name
+
+
+def test_the_check_catches_a_field_read_and_a_write(tmp_path):
+    """The scan would fail on what the front ends did before the split."""
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "class C:\n"
+        "    def f(self, runtime):\n"
+        "        self._rt.procs[t].busy_with = None\n"
+        "        runtime.printed_seq = 3\n"
+        "        self._rt._wait_lock\n"
+        "        self._call._inbox\n"
+    )
+    found = _violations(bad)
+    assert any("runtime.procs" in v for v in found)
+    assert any("runtime.printed_seq is assigned" in v for v in found)
+    assert any("runtime._wait_lock" in v for v in found)
+    assert any("call._inbox" in v for v in found)
+
+
+def test_the_engine_imports_no_ui():
+    """The progress display is passed in (``progress=``); the engine never imports it."""
+    for path in sorted((ROOT / "engine").glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            assert not any(n == "dtfkit.progress" for n in names), f"{path.name}:{node.lineno}"
