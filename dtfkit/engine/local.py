@@ -197,9 +197,24 @@ def spawn_task(
     config: TaskConfig, env: dict[str, str], cwd: str | None, pass_fds: tuple[int, ...] = ()
 ) -> subprocess.Popen:
     """Start ``python -m dtfkit.engine.task_main`` for ``config``, leader of its own process group."""
-    env = {**env, CONFIG_ENV: config.to_json()}
+    command = [sys.executable, "-m", "dtfkit.engine.task_main"]
+    return spawn_group(command, {**env, CONFIG_ENV: config.to_json()}, cwd, pass_fds)
+
+
+def spawn_group(
+    command: list[str], env: dict[str, str], cwd: str | None, pass_fds: tuple[int, ...] = ()
+) -> subprocess.Popen:
+    """Start ``command`` as the leader of a new session and process group (so that
+    ``kill_group`` ends all it starts), stdin closed, stdout and stderr on one pipe.
+
+    Example::
+
+        >>> p = spawn_group(["true"], dict(os.environ), None)
+        >>> kill_group(p); p.returncode
+        0
+    """
     return subprocess.Popen(
-        [sys.executable, "-m", "dtfkit.engine.task_main"],
+        command,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -210,16 +225,35 @@ def spawn_task(
     )
 
 
-def kill_group(popen: subprocess.Popen, wait: float = 10.0) -> None:
-    """SIGKILL a process and its process group, then reap it (bounded)."""
+def kill_group(
+    popen: subprocess.Popen, wait: float = 10.0, *, grace: float = 0.0, leftovers: bool = False
+) -> None:
+    """SIGKILL a process and its process group, then reap it (bounded by ``wait`` s).
+
+    ``grace`` > 0: SIGTERM the group first and give it that long (a pod's deletion).
+    ``leftovers``: SIGKILL the group even when its leader has exited already (what it
+    started may live on); off by default, since an exited leader's pid may be reused.
+    """
     if popen.poll() is None:
-        try:
-            os.killpg(popen.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if grace > 0:
+            _signal_group(popen.pid, signal.SIGTERM)
+            try:
+                popen.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        _signal_group(popen.pid, signal.SIGKILL)  # the leader's group, even if SIGTERM ended it
+    elif leftovers:
+        _signal_group(popen.pid, signal.SIGKILL)
     try:
         popen.wait(timeout=wait)
     except subprocess.TimeoutExpired:
+        pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
         pass
 
 
