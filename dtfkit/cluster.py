@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Iterable
+from types import MappingProxyType
 from typing import Any
 
 from dtfkit.engine.calls import ERROR_POLICIES, RunHandle
-from dtfkit.engine.launcher import Launcher
+from dtfkit.engine.launcher import Launcher, LauncherDescription, LauncherSpec, PoolStart
 from dtfkit.engine.layout import ClusterLayout, TaskId
 from dtfkit.engine.metrics import MetricLog
 from dtfkit.engine.notebook import cell_key as _cell_key
@@ -139,16 +140,18 @@ class LocalCluster:
             previous.close()
             print(f"dtfkit: closed the cluster this cell started before ({previous.id})")
         # What ensure_running() needs to start a closed cluster again (None: a launcher of yours).
-        self._local_options: tuple | None = None
-        if launcher is None:
-            self._local_options = (network, pool, link)
-            launcher = _local_launcher(network, pool, link)
-        elif not isinstance(launcher, Launcher):
-            raise DtfkitError(f"launcher must be a dtfkit.engine.launcher.Launcher, not {launcher!r}")
-        elif link is not None:
+        self._launcher_spec: LauncherSpec | None = None
+        if launcher is not None and link is not None:
             raise DtfkitError(
                 "link= is an option of the local launcher: pass LocalLauncher(link=...) instead"
             )
+        if launcher is None:
+            launcher = _local_spec(network, pool, link, len(layout.tasks))
+        if isinstance(launcher, LauncherSpec):
+            self._launcher_spec = launcher
+            launcher = launcher.build()
+        elif not isinstance(launcher, Launcher):
+            raise DtfkitError(f"launcher must be a dtfkit.engine.launcher.Launcher, not {launcher!r}")
         self._runtime_options = dict(
             mode="serve" if start_servers else "noserve",
             gpus=gpus,
@@ -215,7 +218,7 @@ class LocalCluster:
     @property
     def pool_note(self) -> str:
         """Whether the tasks came warm from a pool, or why they started cold."""
-        return self._rt.start_note or "no warm pool"
+        return self._start_note_of(self._rt.launcher_description) or "no warm pool"
 
     @property
     def adopted(self) -> dict[str, bool]:
@@ -379,14 +382,14 @@ class LocalCluster:
 
     def _start_again(self) -> None:
         """Start a closed cluster anew: a new runtime with the settings it was made with."""
-        if self._local_options is None:
+        if self._launcher_spec is None:
             raise DtfkitError(
                 "this cluster is closed and ran on a launcher you passed (launcher=), which "
                 "dtfkit cannot start again: start a new LocalCluster"
             )
         runtime = ClusterRuntime(
             self._rt.layout,
-            launcher=_local_launcher(*self._local_options),
+            launcher=self._launcher_spec.build(),
             echo=self._rt.echo,
             **self._runtime_options,
         )
@@ -429,12 +432,18 @@ class LocalCluster:
         return LogText("\n".join(out))
 
     # ------------------------------------------------------------------ repr
+    def _described(self) -> LauncherDescription:
+        return self._rt.launcher_description
+
     def _links(self) -> bool:
-        return getattr(self._rt.launcher, "links", None) is not None
+        return self._described().links is not None
 
     def _node_of(self) -> Callable[[str], str] | None:
-        """The launcher's ``node_of(task)`` when its tasks run on several machines (Ray), else None."""
-        return getattr(self._rt.launcher, "node_of", None)
+        """The node of a task (first 8 hex digits) when the tasks run on several machines (Ray), else None."""
+        nodes = self._described().nodes
+        if nodes is None:
+            return None
+        return lambda task: nodes[task][:8] if nodes.get(task) else "-"
 
     def _columns(self) -> tuple[str, ...]:
         node = ("node",) if self._node_of() else ()
@@ -443,7 +452,8 @@ class LocalCluster:
     def _rows(self) -> list[tuple[str, ...]]:
         """One row per task: name, role, address, (node,) pid, state (and link, with ``link=``)."""
         rows = []
-        link_of = getattr(self._rt.launcher, "link_of", None) if self._links() else None
+        links = self._described().links
+        link_of = None if links is None else (lambda task: _link_words(links, task))
         node_of = self._node_of()
         now = self._rt.snapshot()
         for task in now.layout.tasks:
@@ -462,7 +472,7 @@ class LocalCluster:
         return rows
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else self._rt.isolation_note
+        state = "closed" if self.closed else self._network_note(self._described())
         lines = [f"{type(self).__name__} {self.id}: {_counts(self._rt.layout)}; {state}"]
         start = self._start_note()
         if start:
@@ -482,13 +492,23 @@ class LocalCluster:
 
     def _start_note(self) -> str:
         """How the tasks started (warm from the pool, or cold and why); empty without a pool."""
-        note = self._rt.start_note
-        return "" if self.closed else note
+        return "" if self.closed else self._start_note_of(self._described())
+
+    @staticmethod
+    def _network_note(described: LauncherDescription) -> str:
+        """The cluster's network, in words (the first line of its repr)."""
+        return _network_words(described)
+
+    @staticmethod
+    def _start_note_of(described: LauncherDescription) -> str:
+        """How the tasks started (warm from the pool, or cold and why); empty without a pool."""
+        return _pool_words(described.start) if isinstance(described.start, PoolStart) else ""
 
     def _repr_html_(self) -> str:
         rt = self._rt
-        warn = not rt.isolated and not self.closed
-        note = html.escape("closed" if self.closed else rt.isolation_note)
+        described = self._described()
+        warn = not described.isolated and not self.closed
+        note = html.escape("closed" if self.closed else self._network_note(described))
         style = "color:#b00;font-weight:bold" if warn else "color:#060"
         table = html_table(self._columns(), self._rows())
         start = self._start_note()
@@ -504,10 +524,57 @@ class LocalCluster:
         )
 
 
-def _local_launcher(network: str, pool, link=None) -> Launcher:
+def _network_words(described: LauncherDescription) -> str:
+    """``LauncherDescription``'s network as the cluster's repr says it."""
+    network = described.network
+    if network == "namespace":
+        return f"isolated network namespace {described.namespace}"
+    if network == "links":
+        return (
+            f"isolated, emulated links: each task its own network namespace, bridged in {described.namespace}"
+        )
+    if network == "host":
+        return "host network (opted out): servers reachable from other machines"
+    if network == "fallback":
+        return f"NOT isolated: {described.why}; servers reachable from other machines"
+    if network == "fake":
+        return "fake tasks (no TensorFlow): host network, no servers"
+    return ""
+
+
+def _pool_words(start: PoolStart) -> str:
+    """How a local cluster's tasks started, with a pool to choose from."""
+    if start.cold:
+        return f"started cold: {start.cold}"
+    words = f"adopted {start.adopted} warm process(es) from pool {start.pool}"
+    if start.waited:
+        words += f" ({start.waited} finished importing TensorFlow while the cluster started)"
+    if start.lost:
+        words += f"; {start.lost} did not get warm and started cold"
+    return words
+
+
+def _link_words(links, task: str) -> str:
+    """``"100mbit"`` or ``"no limit"``: ``task``'s link, as the cluster table shows it."""
+    from dtfkit.engine import netns
+    from dtfkit.engine.local import link_rate
+
+    rate = link_rate(links, task)
+    return netns.format_rate(rate) if rate else "no limit"
+
+
+def _local_spec(network: str, pool, link, tasks: int) -> LauncherSpec:
+    """How to build this cluster's local launcher, ``link=`` checked once (see ``_local_launcher``)."""
+    from dtfkit.engine.local import plan_links
+
+    options = {"network": network, "pool": pool, "link": plan_links(link), "tasks": tasks}
+    return LauncherSpec(_local_launcher, MappingProxyType(options))
+
+
+def _local_launcher(network: str, pool, link=None, tasks: int = 0) -> Launcher:
     """Local processes, adopted from a warm pool when one is used (see ``LocalCluster(pool=)``).
 
-    With ``link=`` the tasks start cold (``PoolLauncher`` says why in ``pool_note``)."""
+    With ``link=`` the tasks start cold (the launcher says why in ``describe().start``)."""
     from dtfkit.engine import pool as pools
     from dtfkit.engine import prewarm
     from dtfkit.engine.local import LocalLauncher
@@ -516,8 +583,7 @@ def _local_launcher(network: str, pool, link=None) -> Launcher:
     if pool is None:
         pool = pools.enabled_by_default()
     if link is not None and (pool is True or isinstance(pool, pools.TaskPool)):
-        launcher = LocalLauncher(network, link)  # a bad link= fails here, before any pool starts
-        launcher.note = f"started cold: {pools.LINKS_COLD}"
+        launcher = LocalLauncher(network, link, cold=pools.LINKS_COLD)  # fails here, before any pool starts
         prewarm.first_cluster(0, None, "", "link=")  # the next kernel of this notebook warms nothing
         return launcher
     if pool is True:
@@ -527,7 +593,7 @@ def _local_launcher(network: str, pool, link=None) -> Launcher:
             prewarm.first_cluster(0, None, "", "pool=False")
         return LocalLauncher(network, link)
     if isinstance(pool, pools.TaskPool):
-        return pools.PoolLauncher(pool, network, link)
+        return pools.PoolLauncher(pool, network, link, tasks=tasks)
     raise DtfkitError(f"pool must be True, False, None or a dtfkit.engine.pool.TaskPool, not {pool!r}")
 
 

@@ -28,6 +28,7 @@ from dtfkit.engine import logs, protocol, runtime, state, tasks
 from dtfkit.engine.fake import FakeLauncher
 from dtfkit.engine.layout import ClusterLayout
 from dtfkit.engine.local import LocalLauncher
+from dtfkit.engine.protocol import TaskConfig
 from dtfkit.errors import ClusterStartError, DtfkitError, TaskExited, TaskTimeout
 
 pytestmark = pytest.mark.timeout(240)
@@ -71,10 +72,10 @@ def test_the_start_timeout_covers_spawning(monkeypatch):
     spawned = []
 
     class SlowLauncher(FakeLauncher):
-        def start(self, config, env, cwd):
+        def start(self, config):
             spawned.append(config.task)
             clock[0] += 10.0
-            return super().start(config, env, cwd)
+            return super().start(config)
 
     rt = runtime.ClusterRuntime(layout, launcher=SlowLauncher(), start_timeout=15)
     try:
@@ -344,11 +345,12 @@ def test_bad_selectors_are_clear_errors():
 
 def test_host_network_warns_about_what_it_exposes(no_spawn):
     launcher = LocalLauncher(network="host")
-    with pytest.warns(UserWarning, match="every network interface") as record:
-        launcher.prepare(1, {}, ".")
+    config = TaskConfig(task="worker:0", gen=1, mode="serve")
+    with pytest.warns(UserWarning, match="every network interface") as record, pytest.raises(AssertionError):
+        launcher.start(config)  # warns before it spawns (which no_spawn forbids)
     text = str(record[0].message)
     assert "without authentication" in text and "Unix socket" in text
-    assert not launcher.isolated and no_spawn == []
+    assert not launcher.describe().isolated and len(no_spawn) == 1
 
 
 def _notebook(cells) -> str:

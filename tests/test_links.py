@@ -17,7 +17,7 @@ import pytest
 from conftest import share_cluster, wait_gone
 
 import dtfkit
-from dtfkit.cluster import _local_launcher
+from dtfkit.cluster import _local_launcher, _pool_words
 from dtfkit.engine import netns
 from dtfkit.engine.local import LocalLauncher, link_rate, plan_links
 from dtfkit.errors import DtfkitError
@@ -142,8 +142,9 @@ def test_a_cluster_with_links_does_not_take_from_the_pool():
     needs_namespaces()
     launcher = _local_launcher("auto", True, "100mbit")  # True: the default pool, not started here
     assert type(launcher) is LocalLauncher
-    assert "link=" in launcher.note and "started cold" in launcher.note
-    assert _local_launcher("auto", False, "100mbit").note == ""
+    note = _pool_words(launcher.describe().start)
+    assert "link=" in note and "started cold" in note
+    assert _local_launcher("auto", False, "100mbit").describe().start is None
 
 
 def test_addresses_are_distinct_and_kept_per_task():
@@ -152,8 +153,8 @@ def test_addresses_are_distinct_and_kept_per_task():
     assert all(not a.endswith((".0", ".255")) and a.startswith("10.77.") for a in addresses)
     launcher = LocalLauncher.__new__(LocalLauncher)  # no namespace probe needed for host()
     launcher.links, launcher._addresses = {"default": 10**8}, {}
-    first = launcher.host("worker:0")
-    assert launcher.host("ps:0") != first and launcher.host("worker:0") == first
+    first = launcher.host_of("worker:0")
+    assert launcher.host_of("ps:0") != first and launcher.host_of("worker:0") == first
 
 
 # ------------------------------------------------------------------ slow tests

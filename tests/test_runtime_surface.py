@@ -31,7 +31,8 @@ RUNTIME_ATTRS = {"_rt"}
 CALL_ATTRS = {"_call"}  # RunHandle's TaskCall
 # What the front ends may use: methods, read-only properties, and settings fixed at creation
 # (layout is a frozen ClusterLayout; metrics is the cluster's public MetricLog; launcher is the
-# object the front end passed in, for what only it knows: Ray's node_of, links).
+# object the front end passed in, for what only it knows: Ray's node_of; launcher_description is
+# its frozen facts).
 ALLOWED = {
     "begin_call",
     "check_open",
@@ -43,9 +44,9 @@ ALLOWED = {
     "ensure_running",
     "id",
     "isolated",
-    "isolation_note",
     "kill",
     "last_lines",
+    "launcher_description",
     "launcher",
     "layout",
     "live_output",
@@ -61,7 +62,6 @@ ALLOWED = {
     "snapshot",
     "start",
     "start_client",
-    "start_note",
     "task_view",
     "wait_output",
     "wait_until",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 
-from dtfkit.engine.launcher import Launcher, TaskHandle
+from dtfkit.engine.launcher import Launcher, LauncherDescription, TaskHandle
 from dtfkit.engine.local import LocalProcess, spawn_task, with_lifeline
 from dtfkit.engine.protocol import TaskConfig
 
@@ -28,9 +28,11 @@ from dtfkit.engine.protocol import TaskConfig
 class FakeLauncher(Launcher):
     """Local processes on the host network, no TensorFlow imported, no servers started."""
 
-    isolation_note = "fake tasks (no TensorFlow): host network, no servers"
-
-    def start(self, config: TaskConfig, env: dict[str, str], cwd: str) -> TaskHandle:
+    def start(self, config: TaskConfig) -> TaskHandle:
         config = dataclasses.replace(config, tensorflow=False)
         main_thread = threading.current_thread() is threading.main_thread()
-        return LocalProcess(spawn_task(config, with_lifeline(env, from_long_lived_thread=main_thread), cwd))
+        env = with_lifeline(config.env, from_long_lived_thread=main_thread)
+        return LocalProcess(spawn_task(config, env, config.cwd))
+
+    def describe(self) -> LauncherDescription:
+        return LauncherDescription(network="fake")

@@ -3,43 +3,132 @@
 The runtime (``dtfkit.engine.runtime``) decides *what* runs: which tasks, with which
 config, and it speaks the protocol (``dtfkit.engine.protocol``) with them. A launcher
 decides *where and how* a task process runs, in the spirit of dask's
-``ProcessInterface`` and ipyparallel's ``BaseLauncher``:
+``ProcessInterface`` and ipyparallel's ``BaseLauncher``. Its whole contract:
 
-- ``prepare()`` sets up what the tasks share (a private network namespace, say) once;
-- ``start(config, env, cwd)`` starts one task and returns a ``TaskHandle``: is it
-  alive, its exit code, kill it, an identity for the state file, its output lines;
-- ``control_address()`` says where the owner listens for its tasks to connect back;
-- ``close()`` ends what ``prepare()`` made.
+- ``start(config)`` starts one task and returns a ``TaskHandle``: is it alive, its exit
+  code, kill it, an identity for the state file, its output lines, the host of its
+  address. Everything a task needs travels in ``config`` (``TaskConfig``: environment,
+  working directory, control address, GPU settings in ``env``); what the launcher adds
+  for its task goes in ``config.launch``. What the tasks share (a private network
+  namespace, say) is set up by the first ``start()``, retried or replaced there too;
+- ``describe()`` says what it did, as facts (``LauncherDescription``): the network,
+  how the tasks started, its own processes; the front ends turn them into words;
+- ``close()`` ends what it made. ``started()`` (optional) hears that the cluster's
+  start is over, for a launcher that holds something back meanwhile (the warm pool).
 
 Launchers: ``dtfkit.engine.local.LocalLauncher`` (a fresh interpreter per task, its own
 process group, a private namespace or the host network), ``dtfkit.engine.pool.PoolLauncher``
 (adopts warm processes from a ``TaskPool``, else starts cold like the local one), and
 ``dtfkit.engine.fake.FakeLauncher`` (plain Python tasks without TensorFlow, for tests).
+A front end keeps a ``LauncherSpec`` (class and options) to build the same launcher again
+when a closed cluster starts anew.
 
-Example, a launcher of one's own (what the runtime calls, in order)::
+Example, a launcher of one's own::
 
     class MyLauncher(Launcher):
-        def start(self, config, env, cwd):
+        def start(self, config):
             ...                                  # start `python -m dtfkit.engine.task_main`
-            return MyHandle(...)                 # with env[CONFIG_ENV] = config.to_json()
+            return MyHandle(...)                 # with config.env + {CONFIG_ENV: config.to_json()}
 
     runtime = ClusterRuntime(layout, launcher=MyLauncher())
 """
 
 from __future__ import annotations
 
-import os
+import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from dtfkit.engine.protocol import TaskConfig
 
+#: ``LauncherDescription.network``: where the tasks' servers listen.
+NETWORKS = (
+    "pending",  # nothing started yet
+    "namespace",  # one private network namespace for every task
+    "links",  # each task its own namespace, joined by emulated links
+    "host",  # the host network, asked for (network="host")
+    "fallback",  # the host network, because no namespace could be made (``why``)
+    "fake",  # FakeLauncher: no TensorFlow, no servers
+    "ray",  # the network of a Ray cluster
+)
 
-class StartAgain(Exception):
-    """Raised by ``Launcher.spawned()`` when what the tasks share failed after they were
-    spawned (an anchor started alongside them, say). The runtime ends those tasks, calls
-    ``Launcher.recover(failure)`` (which raises, or prepares something else), and spawns
-    them again."""
+_EMPTY: Mapping = MappingProxyType({})
+
+
+@dataclasses.dataclass(frozen=True)
+class LauncherDescription:
+    """What a launcher did, as facts (``Launcher.describe()``); the front end words them.
+
+    Example::
+
+        >>> d = LauncherDescription(network="namespace", namespace="net:[4026532598]")
+        >>> d.isolated, d.network
+        (True, 'namespace')
+    """
+
+    network: str = "pending"  # one of NETWORKS
+    namespace: str = ""  # "namespace"/"links": the namespace's name ("net:[4026532598]")
+    why: str = ""  # "fallback": why no namespace could be made
+    #: How the tasks started, for the launcher's front end to word: ``PoolStart`` for
+    #: local launchers that had a pool to choose from, ``RayStart`` for Ray, else None.
+    start: Any = None
+    #: With emulated links: the plan ``{"default"|job|task: bits per second}`` (see
+    #: ``dtfkit.engine.local.link_rate``); None without links.
+    links: Mapping[str, int] | None = None
+    #: Tasks spread over several machines: ``{task: node id}``; None on one machine.
+    nodes: Mapping[str, str] | None = None
+    #: Identities of the launcher's own processes (for the state file).
+    processes: tuple[Mapping[str, Any], ...] = ()
+    #: Pids of the launcher's own processes, by role (``{"netns": 1234}``).
+    pids: Mapping[str, int] = dataclasses.field(default_factory=lambda: _EMPTY)
+
+    def __post_init__(self) -> None:
+        if self.network not in NETWORKS:
+            raise ValueError(f"unknown network {self.network!r}")
+
+    @property
+    def isolated(self) -> bool:
+        """True when the tasks' servers are in a private network namespace."""
+        return self.network in ("namespace", "links")
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolStart:
+    """How a local cluster's tasks started when a warm pool could serve them.
+
+    ``cold``: why they all started cold (``""``: some were adopted); ``adopted``
+    warm processes came from pool ``pool``, ``waited`` of them finished importing
+    TensorFlow while the cluster started, ``lost`` never got warm and started cold.
+    """
+
+    cold: str = ""
+    pool: str = ""
+    adopted: int = 0
+    waited: int = 0
+    lost: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class LauncherSpec:
+    """How to build a launcher: ``build`` (a class or factory) and its keyword options.
+
+    A front end keeps one so that a closed cluster starts again on the same kind of
+    launcher, with options checked once.
+
+    Example::
+
+        >>> from dtfkit.engine.fake import FakeLauncher
+        >>> type(LauncherSpec(FakeLauncher).build()).__name__
+        'FakeLauncher'
+    """
+
+    build_with: Callable[..., Launcher]
+    options: Mapping[str, Any] = dataclasses.field(default_factory=lambda: _EMPTY)
+
+    def build(self) -> Launcher:
+        return self.build_with(**self.options)
 
 
 class TaskHandle(ABC):
@@ -49,10 +138,13 @@ class TaskHandle(ABC):
     #: of the owner, ``dtfkit cleanup``): at least ``{"pid": ..., "started": ...}``.
     identity: dict[str, Any]
     #: A control connection that is already up (an adopted warm process), else None:
-    #: the task connects back to ``Launcher.control_address()`` and says ``Hello``.
+    #: the task connects back to ``config.control`` and says ``Hello``.
     connection: Any = None
     #: True for a process that was started ahead of need and adopted.
     adopted: bool = False
+    #: The host of the task's address (``host:port``) in the ClusterSpec; a restarted
+    #: task gets the same host again.
+    host: str = "localhost"
 
     @property
     @abstractmethod
@@ -86,58 +178,20 @@ class TaskHandle(ABC):
 class Launcher(ABC):
     """Starts the task processes of one cluster. One launcher per cluster."""
 
-    #: True once ``prepare()`` gave the tasks a private network.
-    isolated: bool = False
-    #: What ``prepare()`` did about the network, for the cluster's repr.
-    isolation_note: str = ""
-    #: How the tasks started (warm or cold, and why), for the cluster's repr.
-    note: str = ""
-
-    def prepare(self, tasks: int, env: dict[str, str], cwd: str, *, gpus: int = 0) -> None:  # noqa: B027
-        """Set up what the ``tasks`` tasks share, before the first ``start()``.
-
-        ``env`` is the environment every task gets; ``gpus`` how many GPUs are visible
-        (each task then needs its own ``CUDA_VISIBLE_DEVICES``).
-        """
-
-    def control_address(self, folder: str) -> str:
-        """Where the owner listens for its tasks to connect back (a Unix socket in ``folder``)."""
-        return os.path.join(folder, "control.sock")
-
-    def host(self, task: str) -> str:
-        """The host of ``task`` ("worker:1") in the ClusterSpec addresses (``host:port``).
-
-        The same task gets the same host again when it restarts.
-        """
-        return "localhost"
-
     @abstractmethod
-    def start(self, config: TaskConfig, env: dict[str, str], cwd: str) -> TaskHandle:
-        """Start one task process running ``python -m dtfkit.engine.task_main`` with
-        ``env`` plus ``CONFIG_ENV`` set to ``config.to_json()``, in ``cwd``."""
+    def start(self, config: TaskConfig) -> TaskHandle:
+        """Start one task process running ``python -m dtfkit.engine.task_main`` in
+        ``config.cwd`` with ``config.env`` plus ``CONFIG_ENV`` set to the config's JSON.
 
-    def spawned(self) -> None:  # noqa: B027
-        """Every task of a batch is spawned: wait for what they share to be ready (bounded).
+        The first call sets up what the tasks share; raises ``ClusterStartError`` if
+        that cannot be done (after any fallback the launcher has)."""
 
-        Raises ``StartAgain`` if it failed. Spawning before this lets the tasks' own
-        start-up overlap whatever ``prepare()`` started.
-        """
-
-    def recover(self, failure: StartAgain) -> None:
-        """After ``spawned()`` raised ``failure`` and the tasks were ended: raise a clear
-        error, or prepare again so the tasks can be spawned once more."""
-        raise failure
+    def describe(self) -> LauncherDescription:
+        """What this launcher did so far, as facts (see ``LauncherDescription``)."""
+        return LauncherDescription(network="host")
 
     def started(self) -> None:  # noqa: B027
-        """Every task of the cluster's start is up (or the start failed): free what is left over."""
-
-    def processes(self) -> list[dict[str, Any]]:
-        """Identities of the launcher's own processes (for the state file)."""
-        return []
-
-    def pids(self) -> dict[str, int]:
-        """Pids of the launcher's own processes, by role (e.g. ``{"netns": 1234}``)."""
-        return {}
+        """The cluster's start is over (every task serves, or the start failed)."""
 
     def close(self) -> None:  # noqa: B027
-        """End what ``prepare()`` made. The runtime has ended every task by then."""
+        """End what the launcher made. The runtime has ended every task by then."""

@@ -15,6 +15,8 @@ Example::
     >>> launcher = LocalLauncher(network="auto")                       # doctest: +SKIP
     >>> launcher = LocalLauncher(link={"ps": "50mbit", "worker": "200mbit"})  # doctest: +SKIP
     >>> runtime = ClusterRuntime(layout, launcher=launcher)             # doctest: +SKIP
+    >>> launcher.describe().network                                     # doctest: +SKIP
+    'namespace'
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ import signal
 import subprocess
 import sys
 import threading
+import types
 import warnings
 
 from dtfkit.engine import lifeline, netns, state
-from dtfkit.engine.launcher import Launcher, StartAgain, TaskHandle
+from dtfkit.engine.launcher import Launcher, LauncherDescription, PoolStart, TaskHandle
 from dtfkit.engine.logs import read_line
 from dtfkit.engine.protocol import CONFIG_ENV, TaskConfig
 from dtfkit.errors import ClusterStartError, DtfkitError
@@ -51,8 +54,9 @@ HOST_NETWORK_WARNING = (
 class LocalProcess(TaskHandle):
     """A task running as a child process of this one (the leader of its own process group)."""
 
-    def __init__(self, popen: subprocess.Popen, *, mark: str = "", connection=None):
+    def __init__(self, popen: subprocess.Popen, *, mark: str = "", connection=None, host: str = "localhost"):
         self.popen = popen
+        self.host = host
         self.identity = state.process_identity(popen.pid)
         if mark:  # its environment names the pool that started it, not the cluster
             self.identity["mark"] = mark
@@ -189,21 +193,28 @@ class NamespaceAnchor:
         self.popen.stdout.close()
 
 
-class _NoNamespace(StartAgain):
-    """The anchor launched alongside the tasks made no namespace; ``why`` is its answer."""
-
-    def __init__(self, why: str):
-        super().__init__(why)
-        self.why = why
-
-
 def spawn_task(
     config: TaskConfig, env: dict[str, str], cwd: str | None, pass_fds: tuple[int, ...] = ()
 ) -> subprocess.Popen:
     """Start ``python -m dtfkit.engine.task_main`` for ``config``, leader of its own process group."""
-    env = {**env, CONFIG_ENV: config.to_json()}
+    command = [sys.executable, "-m", "dtfkit.engine.task_main"]
+    return spawn_group(command, {**env, CONFIG_ENV: config.to_json()}, cwd, pass_fds)
+
+
+def spawn_group(
+    command: list[str], env: dict[str, str], cwd: str | None, pass_fds: tuple[int, ...] = ()
+) -> subprocess.Popen:
+    """Start ``command`` as the leader of a new session and process group (so that
+    ``kill_group`` ends all it starts), stdin closed, stdout and stderr on one pipe.
+
+    Example::
+
+        >>> p = spawn_group(["true"], dict(os.environ), None)
+        >>> kill_group(p); p.returncode
+        0
+    """
     return subprocess.Popen(
-        [sys.executable, "-m", "dtfkit.engine.task_main"],
+        command,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -214,16 +225,35 @@ def spawn_task(
     )
 
 
-def kill_group(popen: subprocess.Popen, wait: float = 10.0) -> None:
-    """SIGKILL a process and its process group, then reap it (bounded)."""
+def kill_group(
+    popen: subprocess.Popen, wait: float = 10.0, *, grace: float = 0.0, leftovers: bool = False
+) -> None:
+    """SIGKILL a process and its process group, then reap it (bounded by ``wait`` s).
+
+    ``grace`` > 0: SIGTERM the group first and give it that long (a pod's deletion).
+    ``leftovers``: SIGKILL the group even when its leader has exited already (what it
+    started may live on); off by default, since an exited leader's pid may be reused.
+    """
     if popen.poll() is None:
-        try:
-            os.killpg(popen.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if grace > 0:
+            _signal_group(popen.pid, signal.SIGTERM)
+            try:
+                popen.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        _signal_group(popen.pid, signal.SIGKILL)  # the leader's group, even if SIGTERM ended it
+    elif leftovers:
+        _signal_group(popen.pid, signal.SIGKILL)
     try:
         popen.wait(timeout=wait)
     except subprocess.TimeoutExpired:
+        pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
         pass
 
 
@@ -251,8 +281,8 @@ def plan_links(link) -> dict[str, int] | None:
     ``"100mbit"`` is ``{"default": 100000000}``; a dict maps ``"default"``, a job or a
     task (``"worker:1"``) to a rate. ``DtfkitError`` naming the bad key or value.
     """
-    if link is None:
-        return None
+    if link is None or isinstance(link, LinkPlan):
+        return link
     if isinstance(link, str):
         link = {"default": link}
     if not isinstance(link, dict) or not link:
@@ -269,7 +299,11 @@ def plan_links(link) -> dict[str, int] | None:
             plan[key] = netns.parse_rate(rate)
         except ValueError as exc:
             raise DtfkitError(f"link[{key!r}]: {exc}") from None
-    return plan
+    return LinkPlan(plan)
+
+
+class LinkPlan(dict):
+    """A checked ``link=`` (``plan_links``): ``{key: bits per second}``; checking it again returns it."""
 
 
 def link_rate(plan: dict[str, int], task: str) -> int | None:
@@ -283,6 +317,13 @@ def link_rate(plan: dict[str, int], task: str) -> int | None:
 class LocalLauncher(Launcher):
     """Every task a fresh local interpreter; a private network namespace unless ``network="host"``.
 
+    The first ``start()`` sets up the network: it launches the namespace anchor and
+    spawns that first task alongside it (the task waits for the anchor itself, so the
+    two start-ups overlap), then reads the anchor's answer. If the anchor made no
+    namespace, the task leaves unseen and starts again on the host network, with a
+    warning (or ``network="isolated"`` refuses, or an anchor failing where namespaces
+    work is an error).
+
     Args:
         network: ``"auto"`` (a private namespace when the OS allows, else the host
             network with a warning), ``"isolated"`` (required), ``"host"``.
@@ -290,14 +331,18 @@ class LocalLauncher(Launcher):
             and address, limited to the rate ``plan_links(link)`` gives it (see
             ``LocalCluster``). Refused on the host network, or where namespaces are
             unavailable. None (default): all tasks share one namespace over loopback.
+        cold: why the tasks start cold although a warm pool was asked for (said in
+            ``describe().start``); ``""``: no pool was asked for.
     """
 
-    def __init__(self, network: str = "auto", link=None):
+    def __init__(self, network: str = "auto", link=None, *, cold: str = ""):
         if network not in NETWORK_MODES:
             raise DtfkitError(f"network must be one of {', '.join(NETWORK_MODES)}, not {network!r}")
         self.network = network
         self.anchor: NamespaceAnchor | None = None
         self.links = plan_links(link)
+        self.cold = cold
+        self._net = LauncherDescription(network="pending")  # network, namespace, why
         self._addresses: dict[str, str] = {}  # task name -> its link address (kept on restart)
         self._links_socket: str | None = None
         if self.links is not None:
@@ -311,115 +356,135 @@ class LocalLauncher(Launcher):
             if not ok:
                 raise DtfkitError(f"link= needs network namespaces, and {why}; leave link out")
 
-    def link_of(self, task: str) -> str:
-        """``"100mbit"``, ``"no limit"``, or ``""`` without links: what the cluster table shows."""
-        if self.links is None:
-            return ""
-        rate = link_rate(self.links, task)
-        return netns.format_rate(rate) if rate else "no limit"
+    # ------------------------------------------------------------- describe
+    def describe(self) -> LauncherDescription:
+        anchor = self.anchor
+        alive = anchor is not None and anchor.alive
+        return dataclasses.replace(
+            self._net,
+            start=self._start_facts(),
+            links=None if self.links is None else types.MappingProxyType(dict(self.links)),
+            processes=(anchor.identity(),) if alive else (),
+            pids=types.MappingProxyType({"netns": anchor.pid} if anchor is not None else {}),
+        )
 
-    def host(self, task: str) -> str:
+    def _start_facts(self) -> PoolStart | None:
+        return PoolStart(cold=self.cold) if self.cold else None
+
+    def host_of(self, task: str) -> str:
+        """The host of ``task``'s address: its own link address with ``link=``, else localhost."""
         if self.links is None:
             return "localhost"
         if task not in self._addresses:
             self._addresses[task] = netns.link_address(len(self._addresses))
         return self._addresses[task]
 
-    def prepare(self, tasks: int, env: dict[str, str], cwd: str, *, gpus: int = 0) -> None:
+    # ---------------------------------------------------------------- start
+    def start(self, config: TaskConfig) -> TaskHandle:
+        if self._net.network != "pending":
+            return self._spawn(config)
+        env = _with_lifeline(config.env)
         if self.links is not None:
-            main_thread = threading.current_thread() is threading.main_thread()
-            # The cluster's private folder (0700): only its owner can ask for links.
-            folder = os.path.join(env[state.BASE_ENV], env[state.CLUSTER_ENV])
-            self._links_socket = os.path.join(folder, "links.sock")
-            anchor = NamespaceAnchor.start(
-                with_lifeline(env, from_long_lived_thread=main_thread), links=self._links_socket
-            )
-            self.use_anchor(anchor)
-            self.isolation_note = f"isolated, emulated links: each task its own network namespace, bridged in {anchor.namespace}"
-            return
+            self._start_hub(env)
+            return self._spawn(config)
         if self.network == "host":
-            self.isolation_note = "host network (opted out): servers reachable from other machines"
-            warnings.warn(HOST_NETWORK_WARNING, stacklevel=5)
-            return
+            self._net = LauncherDescription(network="host")
+            _warn(HOST_NETWORK_WARNING)
+            return self._spawn(config)
         known = netns.known_isolation()
         if known is not None and not known[0]:
             self._without_namespace(known[1])
-            return
-        # Launched, not awaited: the tasks are spawned at once and wait for the anchor
-        # themselves (netns.wait_ready), so its start-up (a Python interpreter, ~0.1 s)
-        # overlaps theirs; spawned() reads its answer. If this process has not probed
-        # isolation yet, the anchor is the probe.
-        main_thread = threading.current_thread() is threading.main_thread()
-        self.anchor = NamespaceAnchor.launch(with_lifeline(env, from_long_lived_thread=main_thread))
+            return self._spawn(config)
+        return self._start_with_anchor(config, env)
 
-    def use_anchor(self, anchor: NamespaceAnchor) -> None:
-        """Run the tasks in ``anchor``'s namespace (this launcher ends it at ``close()``)."""
-        self.anchor = anchor
-        self._confirmed()
+    def _start_hub(self, env: dict[str, str]) -> None:
+        # The cluster's private folder (0700): only its owner can ask for links.
+        folder = os.path.join(env[state.BASE_ENV], env[state.CLUSTER_ENV])
+        self._links_socket = os.path.join(folder, "links.sock")
+        anchor = NamespaceAnchor.start(env, links=self._links_socket)
+        self.use_anchor(anchor, network="links")
 
-    def _confirmed(self) -> None:
-        self.isolated = True
-        self.isolation_note = f"isolated network namespace {self.anchor.namespace}"
+    def _start_with_anchor(self, config: TaskConfig, env: dict[str, str]) -> TaskHandle:
+        """Launch the anchor, spawn the first task alongside it, then read its answer.
 
-    def start(self, config: TaskConfig, env: dict[str, str], cwd: str) -> TaskHandle:
-        pass_fds: tuple[int, ...] = ()
-        if self.anchor is not None:
-            gate = self.anchor.gate  # set while the anchor may still be starting
-            config = dataclasses.replace(config, netns_pid=self.anchor.pid, netns_ready_fd=gate)
-            pass_fds = () if gate is None else (gate,)
-        if self.links is not None:
-            link = {
-                "socket": self._links_socket,
-                "address": self.host(config.task),
-                "rate": link_rate(self.links, config.task),
-            }
-            config = dataclasses.replace(config, link=link)
-        main_thread = threading.current_thread() is threading.main_thread()
-        env = with_lifeline(env, from_long_lived_thread=main_thread)
-        return LocalProcess(spawn_task(config, env, cwd, pass_fds=pass_fds))
-
-    def spawned(self) -> None:
-        if self.anchor is None or self.isolated:
-            return
+        If this process has not probed isolation yet, the anchor is the probe."""
+        self.anchor = NamespaceAnchor.launch(env)
+        try:
+            handle = self._spawn(config)
+        except BaseException:
+            self.anchor.close()
+            self.anchor = None
+            raise
         why = self.anchor.confirm()
-        if why:
-            raise _NoNamespace(why)
-        self._confirmed()
-
-    def recover(self, failure: StartAgain) -> None:
-        if not isinstance(failure, _NoNamespace):
-            raise failure
+        if not why:
+            self._net = LauncherDescription(network="namespace", namespace=self.anchor.namespace)
+            return handle
+        # No namespace: the task saw the anchor fail and leaves without a word.
+        handle.kill()
+        handle.close_output()
         self.anchor = None  # confirm() ended it
-        # The anchor doubled as the probe: ask the probe whether namespaces are
-        # unavailable here, or only this anchor failed.
-        ok, why = netns.isolation_available()
+        # Ask the probe whether namespaces are unavailable here, or only this anchor failed.
+        ok, probe_why = netns.isolation_available()
         if ok:
             raise ClusterStartError(
-                f"the network namespace could not be created: {failure.why}; "
-                "pass network='host' to run without isolation"
+                f"the network namespace could not be created: {why}; pass network='host' to run without isolation"
             )
-        self._without_namespace(why)
+        self._without_namespace(probe_why)
+        return self._spawn(config)
+
+    def use_anchor(self, anchor: NamespaceAnchor, network: str = "namespace") -> None:
+        """Run the tasks in ``anchor``'s namespace (this launcher ends it at ``close()``)."""
+        self.anchor = anchor
+        self._net = LauncherDescription(network=network, namespace=anchor.namespace)
 
     def _without_namespace(self, why: str) -> None:
         """No namespace: refuse (``network="isolated"``) or use the host network, with a warning."""
         if self.network == "isolated":
             raise ClusterStartError(f"network='isolated' was asked for, but {why}")
-        self.isolation_note = f"NOT isolated: {why}; servers reachable from other machines"
-        warnings.warn(
+        self._net = LauncherDescription(network="fallback", why=why)
+        _warn(
             f"dtfkit: {why}. The cluster uses the host network: its TensorFlow servers "
-            "listen on every interface without authentication. Use it only on a trusted network.",
-            stacklevel=6,
+            "listen on every interface without authentication. Use it only on a trusted network."
         )
 
-    def processes(self) -> list[dict]:
-        return [self.anchor.identity()] if self.anchor is not None and self.anchor.alive else []
-
-    def pids(self) -> dict[str, int]:
-        return {"netns": self.anchor.pid} if self.anchor is not None else {}
+    def _spawn(self, config: TaskConfig) -> LocalProcess:
+        """Start ``config``'s task in the network set up by the first start."""
+        launch: dict = {}
+        pass_fds: tuple[int, ...] = ()
+        if self.anchor is not None:
+            launch["netns_pid"] = self.anchor.pid
+            gate = self.anchor.gate  # set while the anchor may still be starting
+            if gate is not None:
+                launch["netns_ready_fd"] = gate
+                pass_fds = (gate,)
+        host = self.host_of(config.task)
+        if self.links is not None:
+            launch["link"] = {
+                "socket": self._links_socket,
+                "address": host,
+                "rate": link_rate(self.links, config.task),
+            }
+        config = dataclasses.replace(config, launch={**config.launch, **launch})
+        popen = spawn_task(config, _with_lifeline(config.env), config.cwd, pass_fds=pass_fds)
+        return LocalProcess(popen, host=host)
 
     def close(self) -> None:
         if self.anchor is not None:
             self.anchor.close()
+
+
+def _with_lifeline(env) -> dict[str, str]:
+    main_thread = threading.current_thread() is threading.main_thread()
+    return with_lifeline(env, from_long_lived_thread=main_thread)
+
+
+def _warn(message: str) -> None:
+    """Warn, naming the first caller outside dtfkit (the learner's cell, a test)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, stacklevel=level)
 
 
 def _read_line_within(stream, timeout: float) -> str:

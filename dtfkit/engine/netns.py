@@ -46,9 +46,14 @@ _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
 _IFREQ = "16sh14x"
-# The write end of a pipe the owner gives the anchor: the anchor closes it once the
-# namespace is ready (or dies), so tasks spawned alongside it see EOF then (wait_ready).
+# The write end of a pipe the owner gives the anchor: the anchor writes READY_BYTE and
+# closes it once the namespace is ready (or dies without writing), so tasks spawned
+# alongside it see EOF then, and know which (wait_ready).
 READY_FD_ENV = "DTFKIT_NETNS_READY_FD"
+READY_BYTE = b"1"
+# A task spawned alongside an anchor that made no namespace leaves with this code,
+# before connecting to its owner; its launcher starts it again (``LocalLauncher``).
+NO_NAMESPACE_EXIT = 75
 
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
@@ -101,18 +106,21 @@ def enter(anchor_pid: int) -> None:
             os.close(fd)
 
 
-def wait_ready(fd: int) -> None:
-    """Block until the anchor closed its end of the readiness pipe ``fd`` (ready or dead).
+def wait_ready(fd: int) -> bool:
+    """Block until the anchor closed its end of the readiness pipe ``fd``; True if it
+    made its namespace, False if it died first.
 
-    Lets the owner spawn a cluster's tasks while its anchor still starts: Python's
-    start-up in both overlaps. If the anchor died instead, ``enter`` then fails and
-    the owner, which reads the anchor's answer, reports why.
+    Lets the owner spawn a task while its anchor still starts: Python's start-up in
+    both overlaps. The owner reads the anchor's answer too, and starts the task again
+    when there was no namespace.
     """
+    ready = False
     try:
-        while os.read(fd, 4096):
-            pass
+        while chunk := os.read(fd, 4096):
+            ready = ready or READY_BYTE in chunk
     finally:
         os.close(fd)
+    return ready
 
 
 def enter_own(anchor_pid: int) -> None:
@@ -383,6 +391,12 @@ def _anchor_main(argv: list[str]) -> None:
     sys.stdout.flush()
     ready_fd = os.environ.get(READY_FD_ENV)
     if ready_fd:
+        try:
+            os.write(int(ready_fd), READY_BYTE)
+        except BrokenPipeError:
+            # No task waits on the pipe (a pool's anchor, or every task spawned with it
+            # ended): the owner closed its read end, and nobody needs the byte.
+            pass
         os.close(int(ready_fd))  # tasks waiting in wait_ready() may join now
     # The owner keeps our stdin open; EOF means it closed the cluster or died.
     watched = [0] + ([listener] if listener is not None else [])

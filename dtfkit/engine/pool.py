@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Listener
 
 from dtfkit.engine import control, first_clusters, lifeline, netns, notebook, state
+from dtfkit.engine.launcher import PoolStart
 from dtfkit.engine.local import (
     LocalLauncher,
     LocalProcess,
@@ -245,7 +246,7 @@ class TaskPool:
             mode="warm",
             control=self._socket_path,
             authkey=self._authkey.hex(),
-            netns_pid=space.anchor.pid,
+            launch={"netns_pid": space.anchor.pid},
         )
         return WarmProcess(spawn_task(config, space.env, None))
 
@@ -441,50 +442,86 @@ LINKS_COLD = "link= gives every task a network namespace of its own; warm proces
 class PoolLauncher(LocalLauncher):
     """A ``LocalLauncher`` that first adopts the warm namespace of a ``TaskPool``.
 
-    ``prepare()`` pauses the pool's fill until the cluster serves, then takes the pool's
-    whole namespace (anchor and processes) when this cluster can use it, else starts
-    cold as ``LocalLauncher`` does and says why in ``note``. ``start()`` hands
-    out the warm processes first; the tasks the pool cannot cover start cold next,
-    and then the tasks wait for the processes still importing TensorFlow (each
-    learns its task in an ``Adopt`` message and then reports its port as a cold task
-    would). ``started()`` ends the processes left over and lets the pool fill a
-    fresh namespace.
+    The first ``start()`` pauses the pool's fill until the cluster serves, then takes
+    the pool's whole namespace (anchor and processes) when this cluster of ``tasks``
+    tasks can use it, else starts cold as ``LocalLauncher`` does and says why in
+    ``describe().start``. Then it hands out the warm processes first; the tasks the
+    pool cannot cover start cold next, and then the tasks wait for the processes still
+    importing TensorFlow (each learns its task in an ``Adopt`` message and then reports
+    its port as a cold task would). ``started()`` ends the processes left over and lets
+    the pool fill a fresh namespace.
 
     Example::
 
-        >>> launcher = PoolLauncher(TaskPool(size=3))                        # doctest: +SKIP
+        >>> launcher = PoolLauncher(TaskPool(size=3), tasks=3)              # doctest: +SKIP
         >>> ClusterRuntime(layout, launcher=launcher).start()                # doctest: +SKIP
-        >>> launcher.note                                                    # doctest: +SKIP
-        'adopted 3 warm process(es) from pool 1234-abcd'
+        >>> launcher.describe().start                                        # doctest: +SKIP
+        PoolStart(cold='', pool='1234-abcd', adopted=3, waited=0, lost=0)
     """
 
-    def __init__(self, pool: TaskPool, network: str = "auto", link=None):
+    def __init__(self, pool: TaskPool, network: str = "auto", link=None, *, tasks: int):
         super().__init__(network, link)
         self.pool = pool
+        self.tasks = tasks  # how many tasks the cluster's start starts
         self._warm: list[WarmProcess] = []
         self._changes: dict[str, str | None] = {}  # what adopted tasks must set (None: unset)
         self._to_start = 0  # tasks of the first start not started yet
         self._adopted = self._waited = self._lost = 0
         self._paused = False
+        self._chosen = False  # the first start decided between warm and cold
+        self._facts = PoolStart(pool=pool.id)
 
-    def prepare(self, tasks: int, env: dict[str, str], cwd: str, *, gpus: int = 0) -> None:
+    def _start_facts(self) -> PoolStart:
+        return self._facts
+
+    def start(self, config: TaskConfig) -> LocalProcess:
+        if not self._chosen:
+            self._chosen = True
+            self._take_or_start_cold(config)
+        if not self._warm or config.port is not None or config.mode == "client":
+            return super().start(config)
+        left, self._to_start = self._to_start, self._to_start - 1
+        warm = self._warm[0]
+        if warm.conn is None and left > len(self._warm):
+            return super().start(config)  # a task no pool process covers: start it now
+        self._warm.pop(0)
+        if warm.conn is None:
+            if not self.pool.wait_connected(warm):
+                self._lost += 1
+                end_warm(warm)
+                return super().start(config)
+            self._waited += 1
+        self._adopted += 1
+        adopt = dataclasses.replace(
+            config,
+            env={},
+            launch={
+                **config.launch,
+                "env": {**self._changes, state.CLUSTER_ENV: config.env[state.CLUSTER_ENV]},
+            },
+        )
+        handle = LocalProcess(warm.popen, mark=self.pool.id, connection=warm.conn)
+        handle.connection.send(Adopt(adopt))
+        return handle
+
+    def _take_or_start_cold(self, config: TaskConfig) -> None:
         # No spawn from here until started(): what the pool has now is all it will have,
         # and tasks this cluster starts cold get the cores to themselves.
         self.pool.pause()
         self._paused = True
-        why = self._why_cold(tasks, env, cwd, gpus)
-        _remember_first(tasks, env, cwd, why)
-        space = None if why else self.pool.take(tasks)
+        env, cwd = config.env, config.cwd or os.getcwd()
+        why = self._why_cold(self.tasks, env, cwd, gpus="CUDA_VISIBLE_DEVICES" in env)
+        _remember_first(self.tasks, env, cwd, why)
+        space = None if why else self.pool.take(self.tasks)
         if space is None:
-            self.note = f"started cold: {why or EMPTY}"
-            super().prepare(tasks, env, cwd, gpus=gpus)
+            self._facts = PoolStart(cold=why or EMPTY)
             return
         self.use_anchor(space.anchor)
         self._warm = sorted(space.procs, key=lambda p: p.conn is None)  # warm ones first
-        self._to_start = tasks
-        self.note = f"adopted {min(len(self._warm), tasks)} warm process(es) from pool {self.pool.id}"
+        self._to_start = self.tasks
+        self._facts = PoolStart(pool=self.pool.id, adopted=min(len(self._warm), self.tasks))
 
-    def _why_cold(self, tasks: int, env: dict[str, str], cwd: str, gpus: int) -> str:
+    def _why_cold(self, tasks: int, env: dict[str, str], cwd: str, gpus: bool) -> str:
         self.pool.expect(tasks, import_env(env))
         warm_env = self.pool.current_env()
         if self.network == "host":
@@ -501,39 +538,15 @@ class PoolLauncher(LocalLauncher):
             return "GPUs are visible (each task needs its own CUDA_VISIBLE_DEVICES before import)"
         return ""
 
-    def start(self, config: TaskConfig, env: dict[str, str], cwd: str) -> LocalProcess:
-        if not self._warm or config.port is not None or config.mode == "client":
-            return super().start(config, env, cwd)
-        left, self._to_start = self._to_start, self._to_start - 1
-        warm = self._warm[0]
-        if warm.conn is None and left > len(self._warm):
-            return super().start(config, env, cwd)  # a task no pool process covers: start it now
-        self._warm.pop(0)
-        if warm.conn is None:
-            if not self.pool.wait_connected(warm):
-                self._lost += 1
-                end_warm(warm)
-                return super().start(config, env, cwd)
-            self._waited += 1
-        self._adopted += 1
-        config = dataclasses.replace(
-            config, cwd=cwd, env={**self._changes, state.CLUSTER_ENV: env[state.CLUSTER_ENV]}
-        )
-        handle = LocalProcess(warm.popen, mark=self.pool.id, connection=warm.conn)
-        handle.connection.send(Adopt(config))
-        return handle
-
     def started(self) -> None:
         for warm in self._warm:  # more warm processes than tasks: they cannot serve elsewhere
             self.pool.forget(warm)
             end_warm(warm)
         self._warm = []
         if self._adopted or self._lost:
-            self.note = f"adopted {self._adopted} warm process(es) from pool {self.pool.id}"
-            if self._waited:
-                self.note += f" ({self._waited} finished importing TensorFlow while the cluster started)"
-            if self._lost:
-                self.note += f"; {self._lost} did not get warm and started cold"
+            self._facts = PoolStart(
+                pool=self.pool.id, adopted=self._adopted, waited=self._waited, lost=self._lost
+            )
         self._adopted = self._waited = self._lost = 0
         if self._paused:
             self._paused = False

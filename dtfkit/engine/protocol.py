@@ -45,30 +45,37 @@ class TaskConfig:
     mode: str  # one of TASK_MODES
     control: str = ""  # the owner's control address (a Unix socket path)
     authkey: str = ""  # hex
-    netns_pid: int | None = None  # join this process's network namespace first
-    netns_ready_fd: int | None = None  # an inherited pipe: EOF once that namespace exists (netns.wait_ready)
-    # Emulated links: {"socket": the anchor's, "address": "10.77.0.2", "rate": bits/s or None}.
-    # The task then makes a network namespace of its own instead of joining netns_pid's.
-    link: dict[str, Any] | None = None
     port: int | None = None  # the port to bind (a restart keeps its address); None: any
     tensorflow: bool = True  # False: a plain Python task (FakeLauncher), no TensorFlow, no server
     script: str | None = None
     script_args: tuple[str, ...] = ()
     linger: bool = False  # a finished script stays (serving) until the launcher ends it
-    cwd: str | None = None  # adoption only: the cluster's working directory
-    env: dict[str, str | None] = field(default_factory=dict)  # adoption only: what to set (None: unset)
+    cwd: str | None = None  # the cluster's working directory
+    # The task's whole environment, GPU settings included. The owner's side only: the
+    # process gets it as its environment, so to_json() leaves it out.
+    env: dict[str, str] = field(default_factory=dict, compare=False)
+    # What the launcher adds for its task (the launcher's alone, JSON-able). The local
+    # launchers use "netns_pid" (join this process's network namespace first),
+    # "netns_ready_fd" (an inherited pipe: EOF once that namespace exists, see
+    # netns.wait_ready), "link" ({"socket", "address", "rate"}: a namespace of the task's
+    # own, linked to the anchor's hub) and "env" (adoption: what to set, None: unset).
+    launch: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.mode not in TASK_MODES:
             raise ValueError(f"unknown task mode {self.mode!r}")
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
+        """The config as the task process reads it (``env`` left out: it is the process's own)."""
+        data = dataclasses.asdict(self)
+        del data["env"]
+        return json.dumps(data)
 
     @classmethod
     def from_json(cls, text: str) -> TaskConfig:
         data = json.loads(text)
         data["script_args"] = tuple(data.get("script_args") or ())
+        data.pop("env", None)
         return cls(**data)
 
     @property

@@ -33,7 +33,7 @@ from dtfkit.engine.admission import (  # noqa: F401 - part of this module's inte
     task_limit,
 )
 from dtfkit.engine.events import Deadline, Event, Events
-from dtfkit.engine.launcher import Launcher
+from dtfkit.engine.launcher import Launcher, LauncherDescription
 from dtfkit.engine.layout import ClusterLayout, TaskId
 from dtfkit.engine.metrics import MetricLog
 from dtfkit.engine.output import NO_PROGRESS, Echo, Output, ProgressFactory, StartProgress, print_line
@@ -172,16 +172,14 @@ class ClusterRuntime:
 
     @property
     def isolated(self) -> bool:
-        return self.launcher.isolated
+        """True when the tasks' servers are in a private network namespace."""
+        return self.launcher_description.isolated
 
     @property
-    def isolation_note(self) -> str:
-        return self.launcher.isolation_note
-
-    @property
-    def start_note(self) -> str:
-        """How the tasks started (warm from a pool, or cold and why); empty when nothing to say."""
-        return self.launcher.note
+    def launcher_description(self) -> LauncherDescription:
+        """What the launcher did so far, as frozen facts (network, how the tasks started,
+        links, nodes); the front ends word them."""
+        return self.tasks.describe_launcher()
 
     @property
     def control_address(self) -> str:

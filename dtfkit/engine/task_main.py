@@ -253,11 +253,12 @@ def _start_cold(cfg: TaskConfig, conn):
     from dtfkit import taskapi
 
     taskapi.STATE.send = lambda event: channel.send(protocol.Metric(event))
-    if cfg.link:
+    link = cfg.launch.get("link")
+    if link:
         from dtfkit.engine import netns
 
         try:
-            netns.request_link(cfg.link["socket"], cfg.link["address"], cfg.link["rate"])
+            netns.request_link(link["socket"], link["address"], link["rate"])
         except BaseException:  # noqa: BLE001
             channel.send(protocol.StartFailed("link", traceback.format_exc()))
             os._exit(3)
@@ -302,7 +303,7 @@ def _wait_for_adoption(cfg: TaskConfig):
     channel = Channel(conn)
     signal.signal(signal.SIGINT, channel.on_sigint)
     cfg = channel.wait_for(protocol.Adopt).config
-    for key, value in cfg.env.items():
+    for key, value in cfg.launch.get("env", {}).items():
         # os.environ also calls putenv: TensorFlow's C++ side reads these.
         if value is None:
             os.environ.pop(key, None)
@@ -339,17 +340,25 @@ def main() -> None:
     cfg = TaskConfig.from_json(os.environ[protocol.CONFIG_ENV])
     lifeline.die_with_parent()
     signal.signal(signal.SIGINT, signal.default_int_handler)  # until the channel is up
-    conn = connect(cfg) if cfg.mode != "warm" else None
-    if cfg.netns_pid:
+    netns_pid, ready_fd = cfg.launch.get("netns_pid"), cfg.launch.get("netns_ready_fd")
+    if ready_fd is not None:
         from dtfkit.engine import netns
 
-        if cfg.netns_ready_fd is not None:
-            # Spawned while the anchor still starts: wait until it made the namespace.
-            netns.wait_ready(cfg.netns_ready_fd)
-        if cfg.link:  # a namespace of its own, linked to the anchor's hub once the channel is up
-            netns.enter_own(cfg.netns_pid)
+        # Spawned while the anchor still starts: wait until it made the namespace, and
+        # leave without a word (not even a Hello) if it failed: the launcher starts
+        # this task again elsewhere.
+        if not netns.wait_ready(ready_fd):
+            os._exit(netns.NO_NAMESPACE_EXIT)
+    conn = connect(cfg) if cfg.mode != "warm" else None
+    if netns_pid:
+        from dtfkit.engine import netns
+
+        if cfg.launch.get(
+            "link"
+        ):  # a namespace of its own, linked to the anchor's hub once the channel is up
+            netns.enter_own(netns_pid)
         else:
-            netns.enter(cfg.netns_pid)
+            netns.enter(netns_pid)
     if cfg.mode == "warm":
         cfg, channel, reserved, tf = _wait_for_adoption(cfg)  # now the task it was adopted as
     else:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import secrets
 import time
 from collections.abc import Callable, Collection, Iterable
@@ -25,7 +26,7 @@ from types import MappingProxyType
 
 from dtfkit.engine import protocol, state
 from dtfkit.engine.events import Events
-from dtfkit.engine.launcher import Launcher, StartAgain
+from dtfkit.engine.launcher import Launcher, LauncherDescription
 from dtfkit.engine.layout import ClusterLayout, TaskId, cluster_dict, tf_config
 from dtfkit.engine.output import Output, ProgressFactory
 from dtfkit.engine.process import ClusterView, TaskCall, TaskProcess
@@ -95,10 +96,14 @@ class Tasks:
         self._gens = itertools.count(1)
         self._client_ids = itertools.count(0)
         self.authkey = secrets.token_bytes(16)
-        self.control_address = launcher.control_address(directory)
+        self.control_address = os.path.join(directory, "control.sock")
         events.listen(self.control_address, self.authkey, self)
 
     # ------------------------------------------------------------------ views
+    def describe_launcher(self) -> LauncherDescription:
+        """What the launcher did so far, as facts (its only read: ``Launcher.describe()``)."""
+        return self.launcher.describe()
+
     def snapshot(self) -> ClusterView:
         return ClusterView(
             self.layout,
@@ -121,21 +126,13 @@ class Tasks:
 
     def bind_failed(self, proc: TaskProcess) -> None:
         """On a shared network another program may have taken the port: start everything again."""
-        if not self.launcher.isolated:
+        if not self.describe_launcher().isolated:
             raise PortTaken(proc.task.name)
 
     # ------------------------------------------------------------------ start
     def start(self) -> None:
         """Start every task of the layout and return once each one is serving (or raise)."""
-        self.launcher.prepare(len(self.layout.tasks), self.task_env(), self.cwd, gpus=self.n_gpus)
-        try:
-            self._start_all_tasks()
-        except StartAgain as failure:
-            # What the tasks share failed after they were spawned (an anchor started
-            # alongside them): end them; the launcher raises or prepares anew.
-            self._end_all_tasks()
-            self.launcher.recover(failure)
-            self._start_all_tasks()
+        self._start_all_tasks()
 
     def started(self) -> None:
         """Tell the launcher the start is over (succeeded or not)."""
@@ -192,7 +189,7 @@ class Tasks:
             self.write_state()
         return targets
 
-    def _config(self, task: TaskId, gen: int, port: int | None) -> TaskConfig:
+    def _config(self, task: TaskId, gen: int, port: int | None, env: dict[str, str]) -> TaskConfig:
         if task.job == "client":
             mode = "client"
         elif not task.serves:
@@ -206,6 +203,8 @@ class Tasks:
             control=self.control_address,
             authkey=self.authkey.hex(),
             port=port,
+            cwd=self.cwd,
+            env=env,
         )
         if mode == "script":
             script = self.script
@@ -222,7 +221,7 @@ class Tasks:
             env["CUDA_VISIBLE_DEVICES"] = visible
             if growth:
                 env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
-        handle = self.launcher.start(self._config(task, gen, port), env, self.cwd)
+        handle = self.launcher.start(self._config(task, gen, port, env))
         proc = TaskProcess(task, gen, handle, port)
         self.procs[task] = proc
         self.events.watch(proc)
@@ -251,7 +250,6 @@ class Tasks:
             pending[t] = self._spawn(t, port=self.addresses.get(t) and _port_of(self.addresses[t]))
         bar = self.progress([t.name for t in pending], f"starting {describe(list(pending))}")
         try:
-            self.launcher.spawned()  # after the spawns, so that they overlapped what it waits for
             with self.output.folding_repeats(), self.output.live_output(self.events.post_line):
                 if not restart:
                     self._wait(
@@ -261,9 +259,7 @@ class Tasks:
                         "report its port",
                     )
                     self.addresses = {
-                        t: f"{self.launcher.host(t.name)}:{p.port}"
-                        for t, p in pending.items()
-                        if p.port is not None
+                        t: f"{p.handle.host}:{p.port}" for t, p in pending.items() if p.port is not None
                     }
                     self.cluster = cluster_dict(self.addresses)
                 else:
@@ -288,9 +284,6 @@ class Tasks:
             bar.done("restarted" if restart and any(t.job != "client" for t in pending) else "started")
         except PortTaken as exc:
             bar.failed(f"{exc.task} could not bind its port")
-            raise
-        except StartAgain:
-            bar.failed("what the tasks share failed to start")
             raise
         except KeyboardInterrupt:
             bar.failed("interrupted")
@@ -395,7 +388,7 @@ class Tasks:
         if self.closed:
             return
         processes = [p.identity for p in self.procs.values() if p.alive]
-        processes += self.launcher.processes()
+        processes += [dict(p) for p in self.describe_launcher().processes]
         state.write_state(self.directory, self.cluster_id, processes, describe(list(self.layout.tasks)))
 
     def close(self) -> None:
@@ -410,7 +403,7 @@ class Tasks:
     def pids(self) -> dict[str, int]:
         """Pid of every task process, and of the launcher's own (e.g. the namespace anchor, ``"netns"``)."""
         out = {p.task.name: p.pid for p in self.procs.values()}
-        out.update(self.launcher.pids())
+        out.update(self.describe_launcher().pids)
         return out
 
 

@@ -32,7 +32,6 @@ import json
 import os
 import queue
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dtfkit.engine.local import kill_group, spawn_group
 from dtfkit.errors import DtfkitError
 from dtfkit.kube import controller
 from dtfkit.kube.validate import check_manifest
@@ -160,24 +160,6 @@ def _rewrite(text: str, mounts: dict[str, str]) -> str:
     return text
 
 
-def _kill_group(proc: subprocess.Popen, grace: float) -> None:
-    """End a replica's whole process group: SIGTERM, up to ``grace`` s, then SIGKILL (like pod deletion)."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            proc.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    try:  # anything the replica started in its group, even after the replica itself exited
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 class _Simulation:
     def __init__(self, docs: list[dict], env: dict[str, str] | None, echo: Callable[[str], None] | None):
         jobs = [d for d in docs if d.get("kind") == "TFJob"]
@@ -254,15 +236,8 @@ class _Simulation:
         for run, env, workdir in plans:
             self.runs[run.name] = run
             try:
-                proc = subprocess.Popen(
-                    run.command,
-                    env=env,
-                    cwd=workdir,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # its own process group: deleting the "pod" ends all of it
-                )
+                # Its own process group: deleting the "pod" ends all of it.
+                proc = spawn_group(run.command, env, workdir)
             except OSError as exc:
                 raise DtfkitError(
                     f"replica {run.name}: cannot start {run.command[0]!r} ({exc}); the simulator runs the "
@@ -314,18 +289,13 @@ class _Simulation:
             else:
                 run.outcome = f"left running by cleanPodPolicy {policy} (ended by the simulator)"
             self.say(f"[simulator] {name}: {run.outcome}")
-            _kill_group(proc, grace)
+            kill_group(proc, grace=grace)
         return policy
 
     def end_all(self) -> None:
         for proc in self.procs.values():
-            if proc.poll() is None:
-                _kill_group(proc, 0.0)
-            else:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            # The replica, or what it started in its group after it exited.
+            kill_group(proc, leftovers=True)
         for thread in self.readers:
             thread.join(timeout=10)
 

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
 from dtfkit.cluster import LocalCluster
+from dtfkit.engine.launcher import LauncherDescription, LauncherSpec
 from dtfkit.engine.layout import ClusterLayout
-from dtfkit.engine.runtime import ClusterRuntime
-from dtfkit.ray.launcher import RayLauncher
+from dtfkit.ray.launcher import RayLauncher, RayStart, check_resources
 
 RAY_NETWORK_WARNING = (
     "dtfkit: RayCluster: every TensorFlow server of this cluster listens on every network "
@@ -97,12 +98,13 @@ class RayCluster(LocalCluster):
         self._ray_options = dict(
             address=address,
             placement=placement,
-            resources=resources,
+            resources=check_resources(resources),  # checked once: every build takes it as it is
             runtime_env=runtime_env,
             nodes=nodes,
             tasks=[t.name for t in layout.tasks],
         )
-        launcher = RayLauncher(**self._ray_options)  # checks its arguments; connects in start
+        spec = LauncherSpec(RayLauncher, MappingProxyType(self._ray_options))
+        launcher = spec.build()  # checks its arguments; connects in its first start
         if address is None and not _connected():
             print(SIMULATED_NOTE.format(nodes=nodes), flush=True)
         warnings.warn(RAY_NETWORK_WARNING, stacklevel=2)
@@ -124,6 +126,7 @@ class RayCluster(LocalCluster):
             echo=echo,
             launcher=launcher,
         )
+        self._launcher_spec = spec  # a closed cluster starts again as LocalCluster's do
 
     @property
     def launcher(self) -> RayLauncher:
@@ -139,15 +142,16 @@ class RayCluster(LocalCluster):
         of its Ray node id, as ``dtfkit.this_task().node`` says inside the task)."""
         return {task: self.launcher.node_of(task) for task in self.tasks}
 
-    def _start_again(self) -> None:
-        runtime = ClusterRuntime(
-            self._rt.layout,
-            launcher=RayLauncher(**self._ray_options),
-            echo=self._rt.echo,
-            **self._runtime_options,
-        )
-        runtime.start()
-        self._rt = runtime
+    @staticmethod
+    def _network_note(described: LauncherDescription) -> str:
+        return "Ray cluster network: TF servers reachable by anything on it"
+
+    @staticmethod
+    def _start_note_of(described: LauncherDescription) -> str:
+        start = described.start
+        if not isinstance(start, RayStart):
+            return ""
+        return f"Ray cluster {start.address}, {start.nodes} node(s), placement {start.placement}"
 
 
 def _connected() -> bool:

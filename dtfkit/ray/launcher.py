@@ -18,16 +18,18 @@ Example::
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import os
 import pickle
 import threading
 import time
+import types
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from dtfkit.engine import state
-from dtfkit.engine.launcher import Launcher, TaskHandle
+from dtfkit.engine.launcher import Launcher, LauncherDescription, TaskHandle
 from dtfkit.engine.protocol import TaskConfig
 from dtfkit.errors import ClusterStartError, DtfkitError
 from dtfkit.ray.simulated import SimulatedRayCluster, connect, is_loopback, require_ray
@@ -46,10 +48,22 @@ RESOURCE_KEYS_FORM = "a job ('ps', 'worker', 'chief', 'evaluator') or a task ('w
 log = logging.getLogger(__name__)
 
 
+@dataclasses.dataclass(frozen=True)
+class RayStart:
+    """How a Ray cluster's tasks started (``RayLauncher.describe().start``): on the
+    Ray cluster at ``address`` of ``nodes`` alive nodes, placed by ``placement``."""
+
+    address: str
+    nodes: int
+    placement: str
+
+
 def check_resources(resources: dict | None) -> dict[str, dict[str, float]]:
     """Check ``resources=`` (``{"worker": {"GPU": 1}, "ps:0": {"CPU": 2}}``); a clear error if malformed."""
     if resources is None:
-        return {}
+        return ResourcePlan()
+    if isinstance(resources, ResourcePlan):
+        return resources
     if not isinstance(resources, dict):
         raise DtfkitError(f"resources must be a dict such as {{'worker': {{'GPU': 1}}}}, not {resources!r}")
     out = {}
@@ -65,7 +79,11 @@ def check_resources(resources: dict | None) -> dict[str, dict[str, float]]:
                 f"resources[{key!r}] must map Ray resource names to amounts, such as {{'GPU': 1}}, not {wanted!r}"
             )
         out[key] = {k: float(v) for k, v in wanted.items()}
-    return out
+    return ResourcePlan(out)
+
+
+class ResourcePlan(dict):
+    """A checked ``resources=`` (``check_resources``); checking it again returns it."""
 
 
 def resources_of(resources: dict[str, dict[str, float]], task: str) -> dict[str, float]:
@@ -220,8 +238,9 @@ class RayTaskHandle(TaskHandle):
     """One task started by a ``TaskActor``. ``poll()`` makes no remote call: the exit code
     comes with the end of the output stream (or the actor's death: -9)."""
 
-    def __init__(self, launcher: RayLauncher, actor, start_ref, task: str, node_id: str):
+    def __init__(self, launcher: RayLauncher, actor, start_ref, task: str, node_id: str, host: str):
         self.launcher = launcher
+        self.host = host
         self.actor = actor
         self.start_ref = start_ref
         self.task = task
@@ -360,7 +379,7 @@ class RayLauncher(Launcher):
         self.resources = check_resources(resources)
         self.user_runtime_env = runtime_env
         self.nodes = nodes
-        self.tasks = list(tasks or [])  # the layout's tasks, planned all at once in prepare()
+        self.tasks = list(tasks or [])  # the layout's tasks, planned all at once by the first start
         self.simulated: SimulatedRayCluster | None = None
         self.connected_here = False  # this launcher called ray.init (and so ray.shutdown at close)
         self.namespace = ""
@@ -373,10 +392,15 @@ class RayLauncher(Launcher):
         self._script: tuple[str, bytes] | None = None
         self._starts = 0
         self._runtime_env: dict | None = None
-        self.isolation_note = "Ray cluster network: TF servers reachable by anything on it"
+        self._start: RayStart | None = None
+
+    def describe(self) -> LauncherDescription:
+        nodes = dict(self.plan)
+        return LauncherDescription(network="ray", start=self._start, nodes=types.MappingProxyType(nodes))
 
     # ------------------------------------------------------------- connect
-    def prepare(self, tasks: int, env: dict[str, str], cwd: str, *, gpus: int = 0) -> None:
+    def _connect(self, env: dict[str, str]) -> None:
+        """The first start: connect (or start a simulated cluster) and plan every task's node."""
         ray = require_ray()
         self.namespace = f"dtfkit-{env[state.CLUSTER_ENV]}"
         if ray.is_initialized():
@@ -401,12 +425,9 @@ class RayLauncher(Launcher):
             self.connected_here = True
         self.node_info = self._alive_nodes(ray)
         self.node_ips = {n["id"]: n["ip"] for n in self.node_info}
-        names = self.tasks or [f"task:{i}" for i in range(tasks)]
-        self.plan = plan_placement(names, self.node_info, self.placement, self.resources)
+        self.plan = plan_placement(self.tasks, self.node_info, self.placement, self.resources)
         self._runtime_env = self._actor_runtime_env()
-        self.note = (
-            f"Ray cluster {self.cluster_address()}, {len(self.node_info)} node(s), placement {self.placement}"
-        )
+        self._start = RayStart(self.cluster_address(), len(self.node_info), self.placement)
 
     def _check_same_cluster(self, ray) -> None:
         current = self.cluster_address()
@@ -476,7 +497,8 @@ class RayLauncher(Launcher):
         return env
 
     # --------------------------------------------------------------- tasks
-    def host(self, task: str) -> str:
+    def host_of(self, task: str) -> str:
+        """The address of the node ``task`` runs on (its host in the ClusterSpec)."""
         return self.node_ips.get(self.plan.get(task, ""), "127.0.0.1")
 
     def node_of(self, task: str) -> str:
@@ -484,7 +506,9 @@ class RayLauncher(Launcher):
         node_id = self.plan.get(task)
         return node_id[:8] if node_id else "-"
 
-    def start(self, config: TaskConfig, env: dict[str, str], cwd: str) -> TaskHandle:
+    def start(self, config: TaskConfig) -> TaskHandle:
+        if self._start is None:
+            self._connect(config.env)
         ray = require_ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -517,8 +541,8 @@ class RayLauncher(Launcher):
             max_restarts=0,
             **options,
         ).remote()
-        start_ref = actor.start.remote(config.to_json(), _shipped_env(env), cwd, script)
-        handle = RayTaskHandle(self, actor, start_ref, task, node_id)
+        start_ref = actor.start.remote(config.to_json(), _shipped_env(config.env), config.cwd, script)
+        handle = RayTaskHandle(self, actor, start_ref, task, node_id, self.host_of(task))
         with self._lock:
             self.handles.append(handle)
             self._alive[id(actor)] = handle
