@@ -1,28 +1,22 @@
 """Sections of the chapters that kill, restart or close tasks can be run again.
 
 ``cluster.ensure_running()`` brings a cluster back to the state such a section starts from
-(every task running and idle; a closed cluster started again); the notebook tests run each
-of those sections twice in a row in one kernel, as a learner would, and require the second
-run to raise nothing and to print the same checked sentences.
+(every task running and idle; a closed cluster started again). nbval runs each of those
+sections twice in a row in the chapter's kernel, as a learner would, and requires both runs
+to raise nothing and to print the committed checked sentences (tests/section_reruns.py).
 """
 
 from __future__ import annotations
 
-import json
+import subprocess
+import sys
 import threading
 
 import psutil
 import pytest
-from conftest import share_cluster, subprocess_env, wait_gone
-from notebook_sections import (
-    CHECK_MARK,
-    exercises_start,
-    load,
-    output_text,
-    sanitize,
-    sanitizer,
-    section_span,
-)
+from conftest import REPO, share_cluster, subprocess_env, wait_gone
+from notebook_sections import load
+from section_reruns import AGAIN, RERUNS, rerun_spans
 
 import dtfkit
 from dtfkit.engine.fake import FakeLauncher
@@ -128,83 +122,61 @@ def test_ensure_running_starts_a_closed_cluster_again_with_its_settings(capsys):
 
 
 # ------------------------------------------------- the chapters' sections, twice
-# Every lesson section that kills, restarts or closes tasks (or whose cluster an earlier
-# section closed), as (first heading, last heading): the cells from the first heading to
-# the end of the last one's section are run once in order, then once more, in one kernel.
-RERUNS: dict[str, list[tuple[str, str | None]]] = {
-    "01_": [("## 5.", None)],  # kills worker:1, restarts it
-    "02_": [("## 4.", None)],  # kills the chief; a timeout kills worker:1; restarts worker:1
-    "03_": [("## 6.", None)],  # a timeout kills the chief
-    # 1 and 2 fill the ps and the metric log, 2 trains on from checkpoint_dir, 3 kills and restarts every task
-    "04_": [("## 1.", None), ("## 2.", None), ("## 3.", None)],
-    # Part 1 closes its cluster (and begins by starting one); Part 2's section kills and restarts worker:1
-    "07_": [("## Part 1", None), ("### Kill a worker", None)],
-    "09_": [("## Part 2", "## Part 3")],  # Part 3 closes the cluster Part 2 needs
-    "10_": [("## 3.", None)],  # kills worker:1 on its Ray node and restarts it there
-}
-
-
-def _run_cells(client, cells, indices) -> None:
-    for index in indices:
-        if cells[index].cell_type == "code":
-            client.execute_cell(cells[index], index)
-
-
-def _checked(cells, indices, rules) -> dict[int, str]:
-    return {
-        i: sanitize(output_text(cells[i]), rules)
-        for i in indices
-        if cells[i].cell_type == "code" and cells[i].source.startswith(CHECK_MARK)
-    }
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(2400)
-@pytest.mark.parametrize("prefix", sorted(RERUNS))
-def test_each_stateful_section_runs_twice_in_a_row(prefix):
-    """No cell raises the second time, and the checked cells print the same sentences."""
-    import nbformat
-    from nbclient import NotebookClient
-
-    path, raw = load(prefix)
-    nb = nbformat.reads(json.dumps(raw), as_version=4)
-    cells = nb.cells
-    spans = sorted((section_span(cells, first, last) for first, last in RERUNS[prefix]), key=lambda s: s[1])
-    assert spans[-1][1] <= exercises_start(cells)
-    rules = sanitizer()
-    client = NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+# nbval runs each stateful section twice in a row in the chapter's kernel (tests/section_reruns.py,
+# wired in by notebooks/conftest.py) and compares both passes' checked cells with the committed
+# outputs. These tests check that wiring: which cells run again, and where.
+def _collected(*paths: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *paths],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    done, passed = 0, False
-    with client.setup_kernel(env=subprocess_env()):
-        try:
-            for start, end in spans:
-                _run_cells(client, cells, range(done, end))
-                first = _checked(cells, range(start, end), rules)
-                assert first, f"{path.name}: cells {start}-{end} have no {CHECK_MARK} cell to compare"
-                # The same cell objects run again (nbclient applies display updates to its own
-                # notebook's cells by index, so copies would receive outputs it cannot find).
-                _run_cells(client, cells, range(start, end))
-                second = _checked(cells, range(start, end), rules)
-                for index, text in first.items():
-                    assert second[index] == text, (
-                        f"{path.name}: the checked cell {cells[index].id} printed other sentences when "
-                        f"its section ran again:\n--- first\n{text}\n--- second\n{second[index]}"
-                    )
-                done = end
-            passed = True
-        finally:
-            # Every cluster and warm pool of the kernel ends before the kernel does.
-            cells.append(nbformat.v4.new_code_cell(_CLOSE_ALL))
-            try:
-                client.execute_cell(cells[-1], len(cells) - 1)
-            except Exception:
-                if passed:  # else the failure above is the one to see
-                    raise
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [line for line in done.stdout.splitlines() if "::Cell " in line]
 
 
-_CLOSE_ALL = """
-from dtfkit.engine import pool as _pool, runtime as _runtime
-_runtime._close_all_at_exit()
-_pool._close_all_at_exit()
-"""
+def _expected_order(name: str, cells) -> list[str]:
+    """Code cell numbers as nbval counts them, each stateful section's repeated after it."""
+    numbers, number = {}, 0
+    for index, cell in enumerate(cells):
+        if cell["cell_type"] == "code":
+            numbers[index] = number
+            number += 1
+    ends = {end: start for start, end in rerun_spans(name, cells)}
+    order = []
+    for index in range(len(cells) + 1):
+        if index in ends:
+            order += [f"Cell {numbers[i]}{AGAIN}" for i in range(ends[index], index) if i in numbers]
+        if index in numbers:
+            order.append(f"Cell {numbers[index]}")
+    return order
+
+
+@pytest.mark.timeout(180)
+def test_nbval_runs_each_stateful_section_twice_right_after_it():
+    paths = {prefix: load(prefix) for prefix in sorted(RERUNS)}
+    collected = _collected(*(str(path.relative_to(REPO)) for path, _ in paths.values()))
+    for path, raw in paths.values():
+        got = [line.split("::", 1)[1] for line in collected if line.startswith(f"notebooks/{path.name}::")]
+        expected = _expected_order(path.name, raw["cells"])
+        assert any(name.endswith(AGAIN) for name in expected), f"{path.name}: nothing runs twice"
+        assert got == expected, f"{path.name}: nbval's order differs from the sections' spans"
+
+
+@pytest.mark.timeout(180)
+def test_chapters_without_stateful_sections_run_once():
+    collected = _collected("notebooks/05_keras_mirrored_strategy.ipynb")
+    assert collected and not [line for line in collected if line.endswith(AGAIN)]
+
+
+def test_a_rerun_span_may_not_reach_into_the_exercises(monkeypatch):
+    path, raw = load("01_")
+    monkeypatch.setitem(RERUNS, "01_", [("## 5.", "## Exercises")])
+    with pytest.raises(ValueError, match="reaches into the exercises"):
+        rerun_spans(path.name, raw["cells"])
+    monkeypatch.setitem(RERUNS, "01_", [("## 4.", "## 5."), ("## 5.", None)])
+    with pytest.raises(ValueError, match="overlap"):
+        rerun_spans(path.name, raw["cells"])
