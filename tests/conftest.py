@@ -39,6 +39,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from section_reruns import insert_reruns
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -383,6 +384,11 @@ def pytest_collection_modifyitems(session, config, items):
     for module in {getattr(item, "module", None) for item in items}:
         if module is not None and module.__name__ in sys.modules:
             cloudpickle.register_pickle_by_value(module)
+
+    # nbval runs each chapter's stateful sections twice (section_reruns.py). The hook lives here,
+    # not in a notebooks/conftest.py: both would be imported as the module "conftest", and the
+    # test modules' ``from conftest import ...`` would get whichever pytest loaded last.
+    insert_reruns(items)
 
     errors = tier_marker_errors(items)
     if errors:

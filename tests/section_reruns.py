@@ -8,11 +8,13 @@ the kernel that runs the whole chapter, and compares the checked cells (``# NBVA
 of both passes with the committed outputs. Then the chapter goes on, from the state a learner who
 ran the section twice is in. No chapter is executed an extra time for this.
 
-``notebooks/conftest.py`` calls it from ``pytest_collection_modifyitems``.
+``tests/conftest.py`` calls it from ``pytest_collection_modifyitems``, so it applies whenever that
+conftest is loaded: with ``tests`` among the paths (``.ci/run`` gives ``tests notebooks``), or with
+``tests/conftest.py`` named before one chapter.
 
 Example::
 
-    $ python -m pytest --collect-only -q notebooks/01_clusterspec_basics.ipynb | grep again
+    $ python -m pytest --collect-only -q tests/conftest.py notebooks/01_clusterspec_basics.ipynb | grep again
     notebooks/01_clusterspec_basics.ipynb::Cell 27 (again)
 """
 

@@ -123,11 +123,21 @@ def test_ensure_running_starts_a_closed_cluster_again_with_its_settings(capsys):
 
 # ------------------------------------------------- the chapters' sections, twice
 # nbval runs each stateful section twice in a row in the chapter's kernel (tests/section_reruns.py,
-# wired in by notebooks/conftest.py) and compares both passes' checked cells with the committed
+# wired in by tests/conftest.py) and compares both passes' checked cells with the committed
 # outputs. These tests check that wiring: which cells run again, and where.
 def _collected(*paths: str) -> list[str]:
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *paths],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/conftest.py",
+            *paths,
+        ],
         cwd=REPO,
         env=subprocess_env(),
         capture_output=True,
