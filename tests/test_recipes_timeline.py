@@ -309,7 +309,7 @@ def test_plot_shows_compute_and_transfers_per_task_and_the_links():
             "transfer (received)",
         ]
         notes = [t.get_text() for t in bottom.texts]
-        assert notes[0].startswith(f"{SIZE / 1024:.1f} KiB a step")
+        assert notes[0].startswith("4.7 KiB a step, busy ")
     finally:
         plt.close("all")
     top, _ = timeline.plot_timeline(RECORDS, step=1)

@@ -65,7 +65,9 @@ _JOB = re.compile(r"/job:([^/]+)")
 _TASK = re.compile(r"/task:(\d+)")
 _REPLICA = re.compile(r"/replica:(\d+)")
 # "[16B] [0.41Mb/s] edge_11_add/ReadVariableOp from /job:ps/... to /job:worker/..."
-_RECV_LABEL = re.compile(r"\[(\d+)B\].*?\b(edge_\d+_\S+) from (\S+) to (\S+)")
+# The size is "[4800B]", or "[1.5MB]" from 0.1 MiB on (worker_cache_logger.cc).
+_RECV_LABEL = re.compile(r"^\[([^\]]+)\].*?\b(edge_\d+_\S+) from (\S+) to (\S+)")
+_EXACT_SIZE = re.compile(r"^(\d+)B$")
 
 
 # --------------------------------------------------------------------- device names
@@ -305,8 +307,8 @@ def recv_tensor_log(run_metadata: Any) -> dict[tuple[str, str, str], dict[str, A
     """The ``RecvTensor`` records of a trace, by (tensor, from task, to task).
 
     Each is one gRPC ``RecvTensor`` call as the receiving task logged it: ``tensor``,
-    ``edge`` (the rendezvous key's tensor name, ``edge_<id>_<tensor>``), ``bytes``,
-    ``from_device``, ``to_device``, and ``start_micros``/``end_micros`` (when the call
+    ``edge`` (the rendezvous key's tensor name, ``edge_<id>_<tensor>``), ``bytes`` (``None``
+    from 0.1 MiB on, which the log rounds to "[1.5MB]"), ``from_device``, ``to_device``, and ``start_micros``/``end_micros`` (when the call
     went out and when its answer arrived, on the receiver's clock). Best effort: the
     master switches RPC logging on in the remote tasks with a call it does not wait for
     (``MasterSession``'s ``SetRPCLogging``), so a remote task's first transfers of a step
@@ -324,13 +326,14 @@ def recv_tensor_log(run_metadata: Any) -> dict[tuple[str, str, str], dict[str, A
             match = _RECV_LABEL.search(node.timeline_label)
             if match is None:
                 continue
-            size, edge, src, dst = match.groups()
+            size_label, edge, src, dst = match.groups()
+            exact = _EXACT_SIZE.match(size_label)
             edge = edge.split(";")[0]
             tensor = _EDGE_PREFIX.sub("", edge)
             out[(tensor, short_task(src), short_task(dst))] = {
                 "tensor": tensor,
                 "edge": edge,
-                "bytes": int(size),
+                "bytes": int(exact.group(1)) if exact else None,
                 "from_device": src,
                 "to_device": dst,
                 "start_micros": node.all_start_micros,

@@ -256,6 +256,14 @@ def link_usage(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 _COMPUTE, _TRANSFER = "tab:blue", "tab:orange"
 
 
+def _size(n: float) -> str:
+    """Bytes for a label: ``_size(4800)`` is '4.7 KiB'."""
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
 def plot_timeline(records: Sequence[dict[str, Any]], *, step: int | None = None, title: str | None = None):
     """Gantt chart of traced steps: above, one row per task with its ops (blue, upper half) and the
     transfers it received (orange, lower half); below, one row per link with the transfers on
@@ -313,9 +321,9 @@ def plot_timeline(records: Sequence[dict[str, Any]], *, step: int | None = None,
         on_link = [ms(r) for r in records if r["kind"] == "transfer" and (r["from"], r["to"]) == link]
         bottom.broken_barh(on_link, (lane - 0.35, 0.7), facecolors=_TRANSFER, gid="transfer", alpha=0.6)
         mine = [u for u in usage if (u["from"], u["to"]) == link]
-        per_step = sum(u["bytes"] for u in mine) / len(mine) / 1024
+        per_step = sum(u["bytes"] for u in mine) / len(mine)
         bottom.annotate(
-            f"{per_step:.1f} KiB a step, busy {max(u['busy'] for u in mine):.0%}",
+            f"{_size(per_step)} a step, busy {max(u['busy'] for u in mine):.0%}",
             (1.0, lane),
             xycoords=("axes fraction", "data"),
             xytext=(4, 0),
