@@ -12,7 +12,7 @@ import matplotlib
 import pytest
 from test_recipes_placement import _node, _recv, _send
 
-from dtfkit.recipes import allreduce, chrome_trace, timeline
+from dtfkit.recipes import allreduce, chrome_trace, placement, timeline
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -66,10 +66,10 @@ def _transfer(step, src, dst, tensor, size, ready, start, end):
 PS, W0 = "/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0"
 
 
-def _traced_ps_step(rpc_log_on_worker=True):
+def _traced_ps_step(rpc_log_on_worker=True, size_label="4800B"):
     """A ps synchronisation of one worker as TF 2.21 traces it: no step stats for _Send/_Recv,
     a RecvTensor record per transfer where RPC logging was on."""
-    rpc = "[4800B] [63.5Mb/s] edge_{}_{} from {} to {}"
+    rpc = f"[{size_label}] [63.5Mb/s] edge_{{}}_{{}} from {{}} to {{}}"
     stats = {
         W0: [
             _node("Read/ReadVariableOp", "Read/ReadVariableOp = ReadVariableOp(grad_0)", 1000, 5),
@@ -151,6 +151,20 @@ def test_step_records_time_transfers_by_the_rpc_log_or_else_by_the_ops():
         ("ps_sum", 60, 300, "ops"),
     ]
     assert timeline.step_records(NS(step_stats=NS(dev_stats=[]), partition_graphs=[])) == []
+
+
+def test_big_tensors_are_timed_by_the_rpc_log_too():
+    """From 0.1 MiB on the RecvTensor label gives the size rounded ("[1.5MB]"): still the call's
+    record, with the exact size from the partition graphs."""
+    metadata = _traced_ps_step(size_label="1.5MB")
+    logged = placement.recv_tensor_log(metadata)
+    assert logged["ps_sum", "ps:0", "worker:0"]["bytes"] is None
+    assert logged["ps_sum", "ps:0", "worker:0"]["edge"] == "edge_9_ps_sum"
+    transfers = [r for r in timeline.step_records(metadata) if r["kind"] == "transfer"]
+    assert [(r["tensor"], r["bytes"], r["timed_by"]) for r in transfers] == [
+        ("Identity", 4800, "rpc"),
+        ("ps_sum", 4800, "rpc"),
+    ]
 
 
 @pytest.mark.parametrize("module", [timeline, chrome_trace])
