@@ -52,6 +52,7 @@ def _node(name, label, start, duration=2, out_bytes=None):
         node_name=name,
         timeline_label=label,
         all_start_micros=start,
+        op_end_rel_micros=duration,
         all_end_rel_micros=duration,
         output=outputs,
     )

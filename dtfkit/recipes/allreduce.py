@@ -18,8 +18,11 @@ a client task) builds either graph in one client graph, runs it through one sess
 worker:0's master with a full trace, and returns the bytes every task sent and received
 (from the ``_Send``/``_Recv`` pairs of the partition graphs, ``placement.transfer_table``),
 whether every worker got the right sum, and optionally the time per synchronisation.
-``expected_bytes`` gives the same table from the formulas. ``mwms_allreduce`` all-reduces
-the same vectors with ``MultiWorkerMirroredStrategy`` (RING) for comparison.
+``expected_bytes`` gives the same table from the formulas, ``expected_link_bytes`` the bytes
+on each link. ``trace_steps`` (in the notebook) traces a few synchronisations up close:
+every op and every transfer with its bytes, start and end (``timeline``, ``chrome_trace``).
+``mwms_allreduce`` all-reduces the same vectors with ``MultiWorkerMirroredStrategy`` (RING)
+for comparison.
 
 Example (in a notebook; TensorFlow runs only in the tasks)::
 
@@ -38,12 +41,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 import dtfkit
-from dtfkit.recipes import placement
+from dtfkit.recipes import placement, timeline
 
 __all__ = [
     "METHODS",
@@ -51,13 +55,17 @@ __all__ = [
     "build_ring",
     "busiest_link",
     "bytes_by_task",
+    "check_sync_args",
     "expected_bytes",
+    "expected_link_bytes",
     "mwms_allreduce",
     "ring_schedule",
     "run_schedule_check",
     "simulate",
     "sync_run",
     "sync_sweep",
+    "trace_steps",
+    "trace_sync",
     "worker_gradient",
 ]
 
@@ -177,6 +185,53 @@ def _graph_config(tf: Any, grappler: bool = False) -> Any:
     return config
 
 
+def check_sync_args(method: str, n: int, floats: int) -> None:
+    """Refuse what ``sync_run`` and ``trace_steps`` cannot run, naming the bad value.
+
+    >>> check_sync_args("ring", 3, 1000)
+    Traceback (most recent call last):
+    ...
+    ValueError: 1000 floats do not split into 3 equal chunks: pick floats divisible by n (e.g. 999 or 1002)
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n (how many workers synchronise) must be an integer >= 1, not {n!r}")
+    if not isinstance(floats, int) or isinstance(floats, bool) or floats < 1:
+        raise ValueError(f"floats (the gradient's length) must be an integer >= 1, not {floats!r}")
+    if floats % n:
+        near = [m for m in (floats - floats % n, floats - floats % n + n) if m]
+        raise ValueError(
+            f"{floats} floats do not split into {n} equal chunks: pick floats divisible by n "
+            f"(e.g. {' or '.join(map(str, near))})"
+        )
+
+
+def _sync_graph(tf: Any, method: str, n: int, floats: int, seed: int, schedule: dict | None) -> tuple:
+    """The graph ``sync_run`` and ``trace_sync`` run: a gradient variable on each of the first
+    ``n`` workers, read, and the method's sums. Returns ``(graph, reads, sums)``."""
+    devices = [f"/job:worker/task:{i}" for i in range(n)]
+    with tf.Graph().as_default() as graph:
+        grads = []
+        for i, device in enumerate(devices):
+            with tf.compat.v1.device(device):
+                var = tf.compat.v1.get_variable(
+                    f"grad_{i}", initializer=worker_gradient(tf, i, floats, seed), use_resource=True
+                )
+                grads.append(var.read_value())
+        outs = build_ring(tf, grads, devices, schedule) if method == "ring" else build_ps(tf, grads, devices)
+    return graph, grads, outs
+
+
+@contextmanager
+def _session(tf: Any, graph: Any, grappler: bool):
+    """A session on worker:0's master with the variables initialised (Grappler off unless asked)."""
+    target = "grpc://" + dtfkit.this_task().cluster["worker"][0]
+    with graph.as_default(), tf.compat.v1.Session(target, config=_graph_config(tf, grappler)) as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        yield sess
+
+
 def sync_run(
     method: str,
     n: int,
@@ -210,35 +265,17 @@ def sync_run(
     """
     import tensorflow as tf
 
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, not {method!r}")
-    if floats % n:
-        raise ValueError(f"{floats} floats do not split into {n} equal chunks")
-    ctx = dtfkit.this_task()
-    devices = [f"/job:worker/task:{i}" for i in range(n)]
-    with tf.Graph().as_default() as graph:
-        grads = []
-        for i, device in enumerate(devices):
-            with tf.compat.v1.device(device):
-                var = tf.compat.v1.get_variable(
-                    f"grad_{i}", initializer=worker_gradient(tf, i, floats, seed), use_resource=True
-                )
-                grads.append(var.read_value())
-        if method == "ring":
-            outs = build_ring(tf, grads, devices, schedule)
-        else:
-            outs = build_ps(tf, grads, devices)
-        targets = [out.op for out in outs]  # run, fetch nothing: no transfer to the client
-        target = "grpc://" + ctx.cluster["worker"][0]
-        with tf.compat.v1.Session(target, config=_graph_config(tf, grappler)) as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            traced = placement.trace_run(sess, targets, graph=graph, timeout_ms=timeout_ms)
-            seconds = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                sess.run(targets)
-                seconds.append(time.perf_counter() - start)
-            values = sess.run(outs + grads)
+    check_sync_args(method, n, floats)
+    graph, grads, outs = _sync_graph(tf, method, n, floats, seed, schedule)
+    targets = [out.op for out in outs]  # run, fetch nothing: no transfer to the client
+    with _session(tf, graph, grappler) as sess:
+        traced = placement.trace_run(sess, targets, graph=graph, timeout_ms=timeout_ms)
+        seconds = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            sess.run(targets)
+            seconds.append(time.perf_counter() - start)
+        values = sess.run(outs + grads)
     results, inputs = values[:n], values[n:]
     want = np.sum(np.stack(inputs), axis=0)
     errors = [float(np.max(np.abs(r - want))) for r in results]
@@ -288,6 +325,64 @@ def sync_sweep(
         for n in ns
         for method in methods
     ]
+
+
+def trace_sync(
+    method: str, n: int, floats: int, *, steps: int = 1, seed: int = 0, timeout_ms: int = 120_000
+) -> list[dict[str, Any]]:
+    """In a client task: run ``steps`` synchronisations (``sync_run``'s graph), each traced; return
+    their ``timeline.step_records``: what every task computed and sent, and when.
+
+    Example::
+
+        (records,) = cluster.run(trace_sync, args=("ring", 3, 1200), kwargs={"steps": 2}, on="client").values()
+    """
+    import tensorflow as tf
+
+    check_sync_args(method, n, floats)
+    graph, _, outs = _sync_graph(tf, method, n, floats, seed, None)
+    targets = [out.op for out in outs]
+    records: list[dict[str, Any]] = []
+    with _session(tf, graph, grappler=False) as sess:
+        for step in range(steps):
+            metadata = tf.compat.v1.RunMetadata()
+            sess.run(targets, options=placement.trace_options(timeout_ms=timeout_ms), run_metadata=metadata)
+            records += timeline.step_records(metadata, step)
+    return records
+
+
+def trace_steps(
+    cluster: Any, method: str, n: int, floats: int, *, steps: int = 1, seed: int = 0, timeout: float = 300.0
+) -> list[dict[str, Any]]:
+    """In the notebook: trace ``steps`` synchronisations of ``floats`` float32 numbers over the first
+    ``n`` workers of ``cluster`` (``"ps"`` through ``ps:0``, or ``"ring"``), in a client task.
+
+    Returns plain records (``timeline.step_records``), for ``timeline.link_bytes``,
+    ``timeline.plot_timeline`` and ``chrome_trace.write_chrome_trace``. Bad arguments, or a
+    cluster without the tasks the method needs, raise ``ValueError`` before anything starts.
+
+    Example::
+
+        records = trace_steps(cluster, "ring", 3, 1200, steps=2)
+        timeline.link_bytes(records)[0] == expected_link_bytes("ring", 3, 1200)    # True
+    """
+    check_sync_args(method, n, floats)
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f"steps must be an integer >= 1, not {steps!r}")
+    spec = cluster.cluster_spec
+    have = len(spec.get("worker", []))
+    if have < n:
+        raise ValueError(
+            f"n={n} synchronises {n} workers but the cluster has {have}: "
+            f"start one with dtfkit.LocalCluster(ps=1, workers={n}), or pick n <= {have}"
+        )
+    if method == "ps" and not spec.get("ps"):
+        raise ValueError('method "ps" needs a ps task: start the cluster with dtfkit.LocalCluster(ps=1, ...)')
+    kwargs = {"steps": steps, "seed": seed, "timeout_ms": int(1000 * timeout)}
+    (records,) = cluster.run(
+        trace_sync, args=(method, n, floats), kwargs=kwargs, on="client", timeout=timeout
+    ).values()
+    return records
 
 
 def mwms_allreduce(floats: int, *, seed: int = 0, repeats: int = 0) -> dict[str, Any]:
@@ -367,6 +462,28 @@ def expected_bytes(method: str, n: int, floats: int, itemsize: int = 4) -> dict[
     if method == "ring":
         per_worker = 2 * (n - 1) * (size // n)
         return {f"worker:{i}": {"sent": per_worker, "received": per_worker} for i in range(n)}
+    raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+
+
+def expected_link_bytes(method: str, n: int, floats: int, itemsize: int = 4) -> dict[tuple[str, str], int]:
+    """Bytes on each link (sender, receiver) in one synchronisation, from the formulas.
+
+    ps: each worker sends ``size`` to ``ps:0`` and gets ``size`` back. ring: each worker
+    sends its right neighbour ``2 (n - 1)`` chunks of ``size / n``.
+
+    >>> expected_link_bytes("ring", 3, 12)
+    {('worker:0', 'worker:1'): 64, ('worker:1', 'worker:2'): 64, ('worker:2', 'worker:0'): 64}
+    >>> expected_link_bytes("ps", 2, 12)[("ps:0", "worker:1")]
+    48
+    """
+    size = floats * itemsize
+    if method == "ps":
+        links = {(f"worker:{i}", "ps:0"): size for i in range(n)}
+        links.update({("ps:0", f"worker:{i}"): size for i in range(n)})
+        return dict(sorted(links.items()))
+    if method == "ring":
+        per_link = 2 * (n - 1) * (size // n)
+        return {(f"worker:{i}", f"worker:{(i + 1) % n}"): per_link for i in range(n) if per_link}
     raise ValueError(f"method must be one of {METHODS}, not {method!r}")
 
 

@@ -45,9 +45,11 @@ __all__ = [
     "Table",
     "by_task",
     "format_table",
+    "kernel_of",
     "op_table",
     "partition_table",
     "plot_timeline",
+    "recv_tensor_log",
     "short_task",
     "task_of",
     "trace_options",
@@ -63,7 +65,9 @@ _JOB = re.compile(r"/job:([^/]+)")
 _TASK = re.compile(r"/task:(\d+)")
 _REPLICA = re.compile(r"/replica:(\d+)")
 # "[16B] [0.41Mb/s] edge_11_add/ReadVariableOp from /job:ps/... to /job:worker/..."
-_RECV_LABEL = re.compile(r"\[(\d+)B\].*?\bedge_\d+_(\S+) from (\S+) to (\S+)")
+# The size is "[4800B]", or "[1.5MB]" from 0.1 MiB on (worker_cache_logger.cc).
+_RECV_LABEL = re.compile(r"^\[([^\]]+)\].*?\b(edge_\d+_\S+) from (\S+) to (\S+)")
+_EXACT_SIZE = re.compile(r"^(\d+)B$")
 
 
 # --------------------------------------------------------------------- device names
@@ -185,7 +189,7 @@ def op_table(run_metadata: Any, graph: Any = None, *, include_internal: bool = F
     t0 = min(node.all_start_micros for _, node in nodes)
     rows = []
     for device, node in sorted(nodes, key=lambda item: (item[1].all_start_micros, item[0])):
-        kernel = _kernel_of(node.timeline_label) or node.node_name
+        kernel = kernel_of(node.timeline_label) or node.node_name
         rows.append(
             {
                 "op": node.node_name,
@@ -200,14 +204,18 @@ def op_table(run_metadata: Any, graph: Any = None, *, include_internal: bool = F
     return rows
 
 
-def transfer_table(run_metadata: Any) -> list[dict[str, Any]]:
+def transfer_table(run_metadata: Any, *, nodes: bool = False) -> list[dict[str, Any]]:
     """One row per tensor that crossed from one task to another during the traced step.
 
     Each row: ``tensor`` (the op whose output travelled, or the fed/fetched tensor),
     ``kind`` (``"edge"`` between two pieces of the graph, ``"feed"`` from the
     client's side, ``"fetch"`` back to it), ``bytes`` (``None`` when the trace does
     not say), ``from`` and ``to`` (task names), ``from_device`` and ``to_device``.
-    Moves between devices of one task are not listed.
+    Moves between devices of one task are not listed. With ``nodes`` (and partition
+    graphs), also ``edge`` (the rendezvous key's tensor name, as in ``recv_tensor_log``),
+    ``send_node`` and ``recv_node``: the names of the ``_Send`` and ``_Recv`` ops the
+    master added for it (``""`` where a partition has none); the receiver's ops name
+    ``recv_node`` as their input (``timeline.step_records`` times transfers with them).
 
     The rows come from the ``_Send``/``_Recv`` pairs in the partition graphs (a run
     with ``output_partition_graphs``, as ``trace_options()`` asks): they are complete
@@ -221,9 +229,9 @@ def transfer_table(run_metadata: Any) -> list[dict[str, Any]]:
         [(r["tensor"], r["from"], r["to"]) for r in transfer_table(metadata)]
         # [('MatMul/ReadVariableOp', 'ps:0', 'worker:0'), ('add', 'worker:0', 'worker:1'), ...]
     """
-    logged = _recv_tensor_log(run_metadata)
+    logged = recv_tensor_log(run_metadata)
     if not run_metadata.partition_graphs:
-        rows = sorted(logged.values(), key=lambda row: (row["_start"], row["tensor"]))
+        rows = sorted(logged.values(), key=lambda row: (row["start_micros"], row["tensor"]))
         return [
             _transfer_row(r["tensor"], "edge", r["bytes"], r["from_device"], r["to_device"]) for r in rows
         ]
@@ -231,6 +239,7 @@ def transfer_table(run_metadata: Any) -> list[dict[str, Any]]:
     starts = [node.all_start_micros for node in stats.values()]
     t0 = min(starts) if starts else 0
     found: dict[tuple[str, str, str], dict[str, Any]] = {}
+    pairs: dict[tuple[str, str, str], dict[str, str]] = {}  # the _Send and _Recv op of each edge
     for graph_def in run_metadata.partition_graphs:
         for node in graph_def.node:
             if node.op not in _SEND_OPS + _RECV_OPS:
@@ -238,10 +247,14 @@ def transfer_table(run_metadata: Any) -> list[dict[str, Any]]:
             src, dst = _attr(node, "send_device"), _attr(node, "recv_device")
             if not src or not dst or task_of(src) == task_of(dst):
                 continue
+            name = _attr(node, "tensor_name")
+            side = "send_node" if node.op in _SEND_OPS else "recv_node"
+            pairs.setdefault((name, src, dst), {"edge": name, "send_node": "", "recv_node": ""})[side] = (
+                node.name
+            )
             client = bool(node.attr["client_terminated"].b) if "client_terminated" in node.attr else False
             if node.op in _RECV_OPS and not client:
                 continue  # the matching _Send describes this edge
-            name = _attr(node, "tensor_name")
             tensor = _EDGE_PREFIX.sub("", name)
             kind = "edge" if not client else ("feed" if node.op in _RECV_OPS else "fetch")
             source = node.input[0].split(":")[0] if node.input else ""
@@ -257,6 +270,9 @@ def transfer_table(run_metadata: Any) -> list[dict[str, Any]]:
                 size = logged.get((tensor, short_task(src), short_task(dst)), {}).get("bytes")
             start = stats[source].all_start_micros - t0 if source in stats else -1
             found[(name, src, dst)] = dict(_transfer_row(tensor, kind, size, src, dst), _start=start)
+    if nodes:
+        for key, row in found.items():
+            row.update(pairs[key])
     rows = sorted(found.values(), key=lambda row: (row.pop("_start"), row["tensor"]))
     return rows
 
@@ -287,8 +303,21 @@ def _attr(node: Any, key: str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _recv_tensor_log(run_metadata: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """The ``RecvTensor`` records of a trace (best effort), by (tensor, from task, to task)."""
+def recv_tensor_log(run_metadata: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The ``RecvTensor`` records of a trace, by (tensor, from task, to task).
+
+    Each is one gRPC ``RecvTensor`` call as the receiving task logged it: ``tensor``,
+    ``edge`` (the rendezvous key's tensor name, ``edge_<id>_<tensor>``), ``bytes`` (``None``
+    from 0.1 MiB on, which the log rounds to "[1.5MB]"), ``from_device``, ``to_device``, and ``start_micros``/``end_micros`` (when the call
+    went out and when its answer arrived, on the receiver's clock). Best effort: the
+    master switches RPC logging on in the remote tasks with a call it does not wait for
+    (``MasterSession``'s ``SetRPCLogging``), so a remote task's first transfers of a step
+    may be missing. The executor records no step stats for ``_Send``/``_Recv`` themselves.
+
+    Example::
+
+        {key: row["bytes"] for key, row in recv_tensor_log(metadata).items()}
+    """
     out = {}
     for dev in run_metadata.step_stats.dev_stats:
         for node in dev.node_stats:
@@ -297,14 +326,18 @@ def _recv_tensor_log(run_metadata: Any) -> dict[tuple[str, str, str], dict[str, 
             match = _RECV_LABEL.search(node.timeline_label)
             if match is None:
                 continue
-            size, tensor, src, dst = match.groups()
-            tensor = tensor.split(";")[0]
+            size_label, edge, src, dst = match.groups()
+            exact = _EXACT_SIZE.match(size_label)
+            edge = edge.split(";")[0]
+            tensor = _EDGE_PREFIX.sub("", edge)
             out[(tensor, short_task(src), short_task(dst))] = {
                 "tensor": tensor,
-                "bytes": int(size),
+                "edge": edge,
+                "bytes": int(exact.group(1)) if exact else None,
                 "from_device": src,
                 "to_device": dst,
-                "_start": node.all_start_micros,
+                "start_micros": node.all_start_micros,
+                "end_micros": node.all_start_micros + node.all_end_rel_micros,
             }
     return out
 
@@ -339,8 +372,14 @@ def partition_table(run_metadata: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _kernel_of(label: str) -> str:
-    # timeline labels look like "MatMul_1 = _MklMatMul(add, MatMul_1/ReadVariableOp)"
+def kernel_of(label: str) -> str:
+    """The kernel a step-stats timeline label names (``""`` when the label names none).
+
+    >>> kernel_of("MatMul_1 = _MklMatMul(add, MatMul_1/ReadVariableOp)")
+    '_MklMatMul'
+    >>> kernel_of("[16B] [0.41Mb/s] edge_11_add from /job:ps/task:0 to /job:worker/task:0")
+    ''
+    """
     _, sep, rest = label.partition(" = ")
     return rest.split("(", 1)[0].strip() if sep else ""
 

@@ -1,0 +1,253 @@
+"""Traced steps as a Chrome trace file: open it in Perfetto (https://ui.perfetto.dev) or
+``chrome://tracing`` and zoom into every op and transfer.
+
+The file follows the Trace Event Format (the catapult project's "Trace Event Format"
+document): a JSON object whose ``traceEvents`` list holds complete events
+(``"ph": "X"``, with ``ts`` and ``dur`` in microseconds) and metadata events
+(``"ph": "M"``) that name the processes and threads. Here every task is a process; its
+threads are its ops (``compute``) and the transfers it received and sent (``receive``,
+``send``), each split into as many lanes as it needs so that no two events of a thread
+overlap. Every transfer is drawn twice, on the sender's ``send`` and the receiver's
+``receive`` thread; its ``args`` name ``sender``, ``receiver``, ``tensor`` and ``bytes``.
+A ``steps`` process on top marks each step; steps follow one another on the time axis
+(``timeline.step_layout``).
+
+Example::
+
+    from dtfkit.recipes import allreduce, chrome_trace
+
+    records = allreduce.trace_steps(cluster, "ps", 2, 1200, steps=3)
+    chrome_trace.write_chrome_trace(records, "ps_steps.json")   # then open it in ui.perfetto.dev
+    chrome_trace.check_chrome_trace("ps_steps.json")["events"]
+
+Plain Python: no TensorFlow, no matplotlib.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from dtfkit.recipes.timeline import step_layout, tasks_of
+
+__all__ = ["check_chrome_trace", "to_chrome_trace", "write_chrome_trace"]
+
+# The phases the Trace Event Format defines.
+PHASES = frozenset("BEXiICbnesStTpfPNODMVvRc()") | {"F"}
+_METADATA = {
+    "process_name": "name",
+    "process_labels": "labels",
+    "process_sort_index": "sort_index",
+    "thread_name": "name",
+    "thread_sort_index": "sort_index",
+}
+_THREADS = ("compute", "receive", "send")
+
+
+def _lanes(spans: list[tuple[float, float, Any]]) -> list[list[Any]]:
+    """Put spans into as few lanes as possible, none overlapping another in its lane."""
+    lanes: list[list[Any]] = []
+    ends: list[float] = []
+    for start, end, item in sorted(spans, key=lambda s: (s[0], s[1])):
+        free = next((i for i, e in enumerate(ends) if e <= start), None)
+        if free is None:
+            lanes.append([])
+            ends.append(end)
+            free = len(lanes) - 1
+        lanes[free].append(item)
+        ends[free] = end
+    return lanes
+
+
+def _event(record: dict[str, Any], offset: float, pid: int, tid: int, cat: str) -> dict[str, Any]:
+    ts = offset + record["start_us"]
+    event = {"name": "", "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": ts}
+    event["dur"] = record["end_us"] - record["start_us"]
+    if cat == "compute":
+        event["name"] = record["name"]
+        event["args"] = {"step": record["step"], "op": record["op"], "task": record["task"]}
+    else:
+        event["name"] = f"{record['tensor']} ({record['bytes']} B)"
+        event["args"] = {
+            "step": record["step"],
+            "sender": record["from"],
+            "receiver": record["to"],
+            "tensor": record["tensor"],
+            "bytes": record["bytes"],
+            "ready_ts": offset + record["ready_us"],
+            "timed_by": record.get("timed_by", ""),
+        }
+    return event
+
+
+def to_chrome_trace(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Records of ``timeline.step_records`` (``allreduce.trace_steps``) as a Chrome trace (a dict).
+
+    >>> trace = to_chrome_trace([
+    ...     {"step": 0, "kind": "compute", "task": "ps:0", "name": "ps_sum", "op": "AddN", "start_us": 5, "end_us": 9},
+    ...     {"step": 0, "kind": "transfer", "from": "worker:0", "to": "ps:0", "tensor": "Identity",
+    ...      "bytes": 4800, "ready_us": 0, "start_us": 1, "end_us": 4},
+    ... ])
+    >>> check_chrome_trace(trace)["processes"]
+    {0: 'steps', 1: 'ps:0', 2: 'worker:0'}
+    >>> [(e["pid"], e["tid"], e["name"]) for e in trace["traceEvents"] if e["ph"] == "X"]
+    [(0, 0, 'step 0'), (1, 1, 'ps_sum'), (1, 2, 'Identity (4800 B)'), (2, 1, 'Identity (4800 B)')]
+    """
+    records = list(records)
+    layout = step_layout(records)
+    events: list[dict[str, Any]] = []
+
+    def name(kind: str, pid: int, tid: int, value: Any) -> None:
+        key = _METADATA[kind]
+        events.append({"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": {key: value}})
+
+    name("process_name", 0, 0, "steps")
+    name("process_sort_index", 0, 0, 0)
+    name("thread_name", 0, 0, "steps")
+    for step, (offset, span) in layout.items():
+        events.append(
+            {"name": f"step {step}", "cat": "step", "ph": "X", "pid": 0, "tid": 0, "ts": offset, "dur": span}
+        )
+    for pid, task in enumerate(tasks_of(records), start=1):
+        name("process_name", pid, 0, task)
+        name("process_sort_index", pid, 0, pid)
+        mine = {
+            "compute": [r for r in records if r["kind"] == "compute" and r["task"] == task],
+            "receive": [r for r in records if r["kind"] == "transfer" and r["to"] == task],
+            "send": [r for r in records if r["kind"] == "transfer" and r["from"] == task],
+        }
+        tid = 0
+        for thread in _THREADS:
+            spans = []
+            for r in mine[thread]:
+                offset = layout[r["step"]][0]
+                spans.append((offset + r["start_us"], offset + r["end_us"], r))
+            for lane, lane_records in enumerate(_lanes(spans)):
+                tid += 1
+                name("thread_name", pid, tid, thread if lane == 0 else f"{thread} {lane + 1}")
+                name("thread_sort_index", pid, tid, tid)
+                for r in lane_records:
+                    events.append(_event(r, layout[r["step"]][0], pid, tid, thread))
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"source": "dtfkit step_records"}}
+
+
+def write_chrome_trace(records: Iterable[dict[str, Any]], path: str | os.PathLike) -> Path:
+    """Write ``to_chrome_trace(records)`` as JSON to ``path``, checked first; returns the path.
+
+    Example::
+
+        write_chrome_trace(records, "ring_steps.json")    # open in https://ui.perfetto.dev
+    """
+    trace = to_chrome_trace(records)
+    check_chrome_trace(trace)
+    path = Path(path)
+    path.write_text(json.dumps(trace, allow_nan=False))
+    return path
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _problem(event: dict[str, Any]) -> str | None:
+    """What makes one event invalid, or None."""
+    ph = event.get("ph")
+    if not isinstance(ph, str) or ph not in PHASES:
+        return f"'ph' must be one of the Trace Event Format's phases ({''.join(sorted(PHASES))}), not {ph!r}"
+    if not isinstance(event.get("name"), str) and ph != "E":
+        return f"'name' must be a string, not {event.get('name')!r}"
+    for key in ("pid", "tid"):
+        if key in event and not (isinstance(event[key], int) and not isinstance(event[key], bool)):
+            return f"{key!r} must be an integer, not {event[key]!r}"
+    if "pid" not in event:
+        return "'pid' is missing"
+    if "args" in event and not isinstance(event["args"], dict):
+        return f"'args' must be an object, not {event['args']!r}"
+    if ph == "M":
+        key = _METADATA.get(event["name"])
+        if key is None:
+            return f"metadata event name must be one of {sorted(_METADATA)}, not {event['name']!r}"
+        if key not in event.get("args", {}):
+            return f"a {event['name']} event needs args.{key}"
+        return None
+    if not _is_number(event.get("ts")):
+        return f"'ts' must be a finite number (microseconds), not {event.get('ts')!r}"
+    if ph == "X":
+        if "tid" not in event:
+            return "'tid' is missing"
+        if not _is_number(event.get("dur")) or event["dur"] < 0:
+            return f"'dur' must be a finite number >= 0, not {event.get('dur')!r}"
+    return None
+
+
+def _overlap(events: list[tuple[int, dict[str, Any]]]) -> tuple[int, int] | None:
+    """Complete events of one thread must nest or follow one another: the first pair that overlaps."""
+    stack: list[tuple[int, float]] = []
+    for i, event in sorted(events, key=lambda e: (e[1]["ts"], -e[1]["dur"])):
+        end = event["ts"] + event["dur"]
+        while stack and stack[-1][1] <= event["ts"] + 1e-6:
+            stack.pop()
+        if stack and end > stack[-1][1] + 1e-6:
+            return stack[-1][0], i
+        stack.append((i, end))
+    return None
+
+
+def check_chrome_trace(trace: dict | list | str | os.PathLike) -> dict[str, Any]:
+    """Check a Chrome trace (a dict, a list of events, or a JSON file's path) against the
+    Trace Event Format; raise ``ValueError`` naming the first bad event and why.
+
+    Checks: the JSON shape (an object with a ``traceEvents`` list, or a list), each event's
+    ``ph`` (a known phase), ``name``, integer ``pid``/``tid``, a finite ``ts``, for ``"X"``
+    a ``tid`` and a finite ``dur >= 0``, metadata events' names and args, that it is plain
+    JSON (no NaN), and that the complete events of one thread nest (a viewer draws an
+    overlapping one wrongly). Returns ``events`` (how many), ``phases`` (how many of each)
+    and ``processes`` (pid → name).
+
+    >>> check_chrome_trace({"traceEvents": [{"name": "op", "ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": -1}]})
+    Traceback (most recent call last):
+    ...
+    ValueError: Chrome trace event 0 ({'name': 'op', 'ph': 'X', 'pid': 1, 'tid': 1, 'ts': 0, 'dur': -1}): 'dur' must be a finite number >= 0, not -1
+    """
+    if isinstance(trace, (str, os.PathLike)):
+        try:
+            trace = json.loads(Path(trace).read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(
+                f"{os.fspath(trace)} is not JSON ({err}); write it with write_chrome_trace"
+            ) from None
+    events = trace.get("traceEvents") if isinstance(trace, dict) else trace
+    if not isinstance(events, list):
+        raise ValueError(
+            "a Chrome trace is an object with a 'traceEvents' list, or a list of events; "
+            f"got {type(trace).__name__} with traceEvents={events!r:.80}"
+        )
+    try:
+        json.dumps(trace, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"a Chrome trace must be plain JSON: {err}") from None
+    phases: dict[str, int] = {}
+    processes: dict[int, str] = {}
+    threads: dict[tuple[int, int], list[tuple[int, dict[str, Any]]]] = {}
+    for i, event in enumerate(events):
+        problem = "it is not an object" if not isinstance(event, dict) else _problem(event)
+        if problem:
+            raise ValueError(f"Chrome trace event {i} ({event!r:.200}): {problem}")
+        phases[event["ph"]] = phases.get(event["ph"], 0) + 1
+        if event["ph"] == "M" and event["name"] == "process_name":
+            processes[event["pid"]] = event["args"]["name"]
+        if event["ph"] == "X":
+            threads.setdefault((event["pid"], event["tid"]), []).append((i, event))
+    for (pid, tid), mine in threads.items():
+        pair = _overlap(mine)
+        if pair:
+            a, b = pair
+            raise ValueError(
+                f"Chrome trace event {b} ({events[b]!r:.200}) overlaps event {a} ({events[a]!r:.200}) "
+                f"on pid {pid}, tid {tid} without nesting in it: give one of them another tid"
+            )
+    return {"events": len(events), "phases": dict(sorted(phases.items())), "processes": processes}

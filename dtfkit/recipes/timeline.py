@@ -1,0 +1,348 @@
+"""A step up close: what every task computed, and what crossed every link, and when.
+
+``step_records`` (in a task) turns one traced ``Session.run`` (``RunOptions(FULL_TRACE)``
+with partition graphs, ``placement.trace_options()``) into plain records, one per op
+and one per tensor that went from one task to another:
+
+- compute: ``{"step", "kind": "compute", "task", "name", "op", "start_us", "end_us"}``
+  (``op`` is the kernel the executor ran),
+- transfer: ``{"step", "kind": "transfer", "from", "to", "tensor", "bytes", "ready_us",
+  "start_us", "end_us", "used_us", "timed_by"}``.
+
+Times are microseconds from the first thing any task did in that step (all tasks of a
+``LocalCluster`` share one clock). A transfer's ``ready_us`` is when the op that made
+the tensor ended on the sender, ``start_us`` to ``end_us`` the gRPC ``RecvTensor`` call
+that carried it (from ``ready_us`` on: the receiver asks at the step's start, the
+sender answers once the tensor exists), and ``used_us`` when the receiver's first op
+that used it started. ``bytes`` is the tensor's size (``placement.transfer_table``):
+the payload, not gRPC's framing around it.
+
+The rest is plain Python for the notebook (no TensorFlow): ``link_bytes`` and
+``link_usage`` add up each link, ``plot_timeline`` draws the steps, and
+``dtfkit.recipes.chrome_trace`` writes them for a trace viewer.
+
+Example (``allreduce.trace_steps`` runs the steps in a client task)::
+
+    records = allreduce.trace_steps(cluster, "ring", 3, 1200, steps=2)
+    timeline.link_bytes(records)[0]     # {('worker:0', 'worker:1'): 3200, ...}
+    timeline.plot_timeline(records)
+
+Importing this module does not import TensorFlow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from dtfkit.recipes import placement
+
+__all__ = [
+    "link_bytes",
+    "link_usage",
+    "plot_timeline",
+    "step_layout",
+    "step_records",
+    "tasks_of",
+]
+
+# What the executor adds to every partition, and the RPC pseudo-op of a transfer: not compute.
+_NOT_COMPUTE = ("_SOURCE", "_SINK", "RecvTensor", "_Send", "_Recv", "_HostSend", "_HostRecv")
+
+
+# ------------------------------------------------------------------------ in a task
+def step_records(run_metadata: Any, step: int = 0) -> list[dict[str, Any]]:
+    """Compute and transfer records of one traced run (see the module docstring).
+
+    ``run_metadata`` must come from a run with partition graphs (``placement.trace_options()``):
+    they list every tensor that crossed tasks, with its size. The executor keeps no step
+    stats for ``_Send``/``_Recv``, so a transfer is timed by the ``RecvTensor`` call the
+    receiver logged (``placement.recv_tensor_log``), from when the tensor was ready, and
+    else (the log is best effort) from its sender's producing op to the first op that used
+    it: ``"timed_by"`` says which (``"rpc"`` or ``"ops"``). ``used_us`` is when the first
+    op that used it started (``None`` if none did).
+
+    Example (in a task)::
+
+        metadata = tf.compat.v1.RunMetadata()
+        sess.run(train_op, options=placement.trace_options(), run_metadata=metadata)
+        records = step_records(metadata, step=0)
+    """
+    stats = {
+        (dev.device, node.node_name): node
+        for dev in run_metadata.step_stats.dev_stats
+        for node in dev.node_stats
+    }
+    if not stats:
+        return []
+    t0 = min(node.all_start_micros for node in stats.values())
+    out: list[dict[str, Any]] = []
+    first_use: dict[tuple[str, str], int] = {}  # (device, input op) -> when its first consumer started
+    for (device, name), node in stats.items():
+        kernel = placement.kernel_of(node.timeline_label)
+        if name in _NOT_COMPUTE or kernel in _NOT_COMPUTE:
+            continue
+        start = node.all_start_micros - t0
+        for source in _inputs(node.timeline_label):
+            first_use[(device, source)] = min(start, first_use.get((device, source), start))
+        out.append(
+            {
+                "step": step,
+                "kind": "compute",
+                "task": placement.short_task(device),
+                "name": name,
+                "op": kernel or name,
+                "start_us": start,
+                "end_us": start + node.all_end_rel_micros,
+            }
+        )
+    rpcs = placement.recv_tensor_log(run_metadata)
+    for row in placement.transfer_table(run_metadata, nodes=True):
+        if row["kind"] != "edge":
+            continue  # a feed or fetch: the client's side, not a task
+        timing = _transfer_timing(
+            stats.get((row["from_device"], row["tensor"])),
+            rpcs.get((row["tensor"], row["from"], row["to"])),
+            first_use.get((row["to_device"], row["recv_node"])),
+            t0,
+        )
+        out.append(
+            {
+                "step": step,
+                "kind": "transfer",
+                "from": row["from"],
+                "to": row["to"],
+                "tensor": row["tensor"],
+                "bytes": int(row["bytes"] or 0),
+                **timing,
+            }
+        )
+    out.sort(key=lambda r: (r["start_us"], r["kind"], r.get("task", r.get("to", ""))))
+    return out
+
+
+def _inputs(label: str) -> list[str]:
+    """The ops a timeline label ("name = Op(a, b:1, ^c)") names as data inputs."""
+    _, sep, rest = label.partition(" = ")
+    args = rest.partition("(")[2].rpartition(")")[0] if sep else ""
+    return [a.strip().split(":")[0] for a in args.split(",") if a.strip() and not a.strip().startswith("^")]
+
+
+def _transfer_timing(producer: Any, rpc: dict | None, used: int | None, t0: int) -> dict[str, Any]:
+    """When a tensor was ready, went and arrived, from what the trace has."""
+    ready = None
+    if producer is not None:
+        ready = producer.all_start_micros - t0 + (producer.op_end_rel_micros or producer.all_end_rel_micros)
+    if rpc is not None:
+        asked, end = rpc["start_micros"] - t0, rpc["end_micros"] - t0
+        # the receiver asks at once; the sender answers when the tensor is ready
+        start, timed_by = (asked if ready is None else max(asked, ready)), "rpc"
+    else:
+        start, end, timed_by = ready, used, "ops"
+    start = end if start is None else start
+    end = start if end is None else end
+    # tasks on other machines have other clocks: never start a transfer after it ended
+    start = min(start, end) if start is not None else None
+    ready = start if ready is None else ready
+    return {"ready_us": ready, "start_us": start, "end_us": end, "used_us": used, "timed_by": timed_by}
+
+
+# ------------------------------------------------------- plain Python (no TensorFlow)
+def tasks_of(records: Iterable[dict[str, Any]]) -> list[str]:
+    """Every task the records name (computing, sending or receiving), ps first.
+
+    >>> tasks_of([{"kind": "transfer", "from": "worker:1", "to": "ps:0"}, {"kind": "compute", "task": "worker:0"}])
+    ['ps:0', 'worker:0', 'worker:1']
+    """
+    names = set()
+    for r in records:
+        names.update([r["task"]] if r["kind"] == "compute" else [r["from"], r["to"]])
+
+    def order(task: str) -> tuple:
+        job, _, index = task.partition(":")
+        return job != "ps", job, int(index) if index.isdigit() else -1
+
+    return sorted(names, key=order)
+
+
+def link_bytes(records: Iterable[dict[str, Any]]) -> dict[int, dict[tuple[str, str], int]]:
+    """Bytes on each link (sender, receiver), per step: compare with ``allreduce.expected_link_bytes``.
+
+    >>> link_bytes([
+    ...     {"step": 0, "kind": "transfer", "from": "worker:0", "to": "ps:0", "bytes": 8},
+    ...     {"step": 0, "kind": "transfer", "from": "worker:0", "to": "ps:0", "bytes": 4},
+    ...     {"step": 1, "kind": "compute", "task": "ps:0"},
+    ... ])
+    {0: {('worker:0', 'ps:0'): 12}, 1: {}}
+    """
+    out: dict[int, dict[tuple[str, str], int]] = {}
+    for r in records:
+        per_link = out.setdefault(r["step"], {})
+        if r["kind"] == "transfer":
+            link = (r["from"], r["to"])
+            per_link[link] = per_link.get(link, 0) + int(r["bytes"])
+    return {step: dict(sorted(links.items())) for step, links in sorted(out.items())}
+
+
+def _busy(spans: Iterable[tuple[float, float]]) -> float:
+    """How long at least one of the spans was under way (their union's length)."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def step_layout(records: Iterable[dict[str, Any]], gap: float = 0.1) -> dict[int, tuple[float, float]]:
+    """Where each step goes on one time axis: ``{step: (offset_us, span_us)}``.
+
+    Each step's times start at its own origin; laid out one after another with a gap
+    of ``gap`` times the longest step between them.
+
+    >>> step_layout([{"step": 0, "start_us": 0, "end_us": 50}, {"step": 1, "start_us": 0, "end_us": 100}])
+    {0: (0.0, 50.0), 1: (60.0, 100.0)}
+    """
+    spans: dict[int, float] = {}
+    for r in records:
+        spans[r["step"]] = max(spans.get(r["step"], 0.0), float(r["end_us"]))
+    pause = gap * max(spans.values(), default=0.0)
+    layout, offset = {}, 0.0
+    for step in sorted(spans):
+        layout[step] = (offset, spans[step])
+        offset += spans[step] + pause
+    return layout
+
+
+def link_usage(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per step and link: ``transfers``, ``bytes``, ``busy_us`` (time with at least one
+    transfer under way), ``span_us`` (the step's length) and ``busy`` (their ratio).
+
+    >>> rows = link_usage([
+    ...     {"step": 0, "kind": "compute", "task": "ps:0", "start_us": 0, "end_us": 100},
+    ...     {"step": 0, "kind": "transfer", "from": "w", "to": "ps:0", "bytes": 8, "start_us": 10, "end_us": 30},
+    ...     {"step": 0, "kind": "transfer", "from": "w", "to": "ps:0", "bytes": 8, "start_us": 20, "end_us": 40},
+    ... ])
+    >>> [(r["from"], r["to"], r["transfers"], r["bytes"], r["busy_us"], r["busy"]) for r in rows]
+    [('w', 'ps:0', 2, 16, 30.0, 0.3)]
+    """
+    records = list(records)
+    layout = step_layout(records)
+    spans: dict[tuple[int, str, str], list[tuple[float, float]]] = {}
+    sizes: dict[tuple[int, str, str], int] = {}
+    for r in records:
+        if r["kind"] == "transfer":
+            key = (r["step"], r["from"], r["to"])
+            spans.setdefault(key, []).append((float(r["start_us"]), float(r["end_us"])))
+            sizes[key] = sizes.get(key, 0) + int(r["bytes"])
+    rows = []
+    for (step, src, dst), intervals in sorted(spans.items()):
+        busy, span = _busy(intervals), layout[step][1]
+        rows.append(
+            {
+                "step": step,
+                "from": src,
+                "to": dst,
+                "transfers": len(intervals),
+                "bytes": sizes[(step, src, dst)],
+                "busy_us": busy,
+                "span_us": span,
+                "busy": busy / span if span else 0.0,
+            }
+        )
+    return rows
+
+
+_COMPUTE, _TRANSFER = "tab:blue", "tab:orange"
+
+
+def _size(n: float) -> str:
+    """Bytes for a label: ``_size(4800)`` is '4.7 KiB'."""
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def plot_timeline(records: Sequence[dict[str, Any]], *, step: int | None = None, title: str | None = None):
+    """Gantt chart of traced steps: above, one row per task with its ops (blue, upper half) and the
+    transfers it received (orange, lower half); below, one row per link with the transfers on
+    it and how busy it was. Steps follow one another (``step_layout``); ``step`` draws one.
+
+    Uses matplotlib (imported here). Returns ``(tasks_axes, links_axes)``; each bar's ``gid``
+    is ``"compute"`` or ``"transfer"``.
+
+    Example::
+
+        tasks_ax, links_ax = plot_timeline(records, step=0, title="ring, N = 3")
+    """
+    import matplotlib.pyplot as plt
+
+    records = [r for r in records if step is None or r["step"] == step]
+    if not records:
+        raise ValueError(
+            f"no records to draw (step={step!r}); trace a step first: allreduce.trace_steps(...)"
+        )
+    layout = step_layout(records)
+    tasks = tasks_of(records)
+    usage = link_usage(records)
+    links = list(dict.fromkeys((u["from"], u["to"]) for u in usage))
+    fig, (top, bottom) = plt.subplots(
+        2,
+        1,
+        sharex=True,
+        figsize=(10, 1.2 + 0.5 * (len(tasks) + len(links))),
+        gridspec_kw={"height_ratios": [max(1, len(tasks)), max(1, len(links))]},
+    )
+
+    def ms(r: dict[str, Any]) -> tuple[float, float]:
+        offset = layout[r["step"]][0]
+        return (offset + r["start_us"]) / 1000.0, max(r["end_us"] - r["start_us"], 1.0) / 1000.0
+
+    for lane, task in enumerate(tasks):
+        ops = [ms(r) for r in records if r["kind"] == "compute" and r["task"] == task]
+        received = [ms(r) for r in records if r["kind"] == "transfer" and r["to"] == task]
+        top.broken_barh(ops, (lane - 0.4, 0.38), facecolors=_COMPUTE, gid="compute", alpha=0.8)
+        top.broken_barh(received, (lane + 0.02, 0.38), facecolors=_TRANSFER, gid="transfer", alpha=0.8)
+    top.set_yticks(range(len(tasks)), tasks)
+    top.set_ylim(len(tasks) - 0.5, -0.5)
+    from matplotlib.patches import Patch
+
+    top.legend(
+        handles=[
+            Patch(color=_COMPUTE, label="compute (ops)"),
+            Patch(color=_TRANSFER, label="transfer (received)"),
+        ],
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=8,
+    )
+    for lane, link in enumerate(links):
+        on_link = [ms(r) for r in records if r["kind"] == "transfer" and (r["from"], r["to"]) == link]
+        bottom.broken_barh(on_link, (lane - 0.35, 0.7), facecolors=_TRANSFER, gid="transfer", alpha=0.6)
+        mine = [u for u in usage if (u["from"], u["to"]) == link]
+        per_step = sum(u["bytes"] for u in mine) / len(mine)
+        bottom.annotate(
+            f"{_size(per_step)} a step, busy {max(u['busy'] for u in mine):.0%}",
+            (1.0, lane),
+            xycoords=("axes fraction", "data"),
+            xytext=(4, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=8,
+        )
+    bottom.set_yticks(range(len(links)), [f"{a} → {b}" for a, b in links])
+    bottom.set_ylim(len(links) - 0.5, -0.5)
+    for s, (offset, span) in layout.items():
+        for ax in (top, bottom):
+            ax.axvspan(offset / 1000.0, (offset + span) / 1000.0, color="0.5", alpha=0.06, lw=0)
+        top.annotate(f"step {s}", (offset / 1000.0, -0.5), va="bottom", fontsize=8)
+    bottom.set_xlabel(
+        "time (ms); each step from its first op" + ("" if step is not None else ", steps in order")
+    )
+    top.set_title(title or "compute and transfers per task", pad=14)
+    bottom.set_title(
+        "links: transfers under way; bytes a step, the largest share of a step with one under way", fontsize=9
+    )
+    fig.tight_layout()
+    return top, bottom
