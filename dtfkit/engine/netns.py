@@ -167,6 +167,47 @@ def format_rate(bits: int) -> str:
     return f"{bits}bit"
 
 
+_DELAY = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)$")
+_DELAY_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+DELAY_FORM = "a number and us, ms or s, with no space, as tc writes times: '0ms', '500us', '20ms', '1.5s'"
+MAX_DELAY_SECONDS = 10.0
+
+
+def parse_delay(value) -> float:
+    """A tc-style one-way delay (``"20ms"``) in seconds; ``ValueError`` naming the bad value.
+
+    Example::
+
+        >>> parse_delay("20ms"), parse_delay("1.5s"), parse_delay("0ms")
+        (0.02, 1.5, 0.0)
+    """
+    match = _DELAY.match(value) if isinstance(value, str) else None
+    if match is None:
+        raise ValueError(f"delay {value!r} is not a time: expected {DELAY_FORM}")
+    seconds = float(match.group(1)) * _DELAY_UNITS[match.group(2)]
+    # Beyond seconds, gRPC's and the learner's own timeouts fire first: no lesson needs it.
+    if seconds > MAX_DELAY_SECONDS:
+        raise ValueError(f"delay {value!r} is more than {MAX_DELAY_SECONDS:g} s: use 0ms to 10s")
+    return round(seconds, 9)
+
+
+def format_delay(seconds: float) -> str:
+    """``0.02`` -> ``'20ms'``, ``1.5`` -> ``'1.5s'``, ``0.0005`` -> ``'500us'``."""
+    if seconds >= 1:
+        return f"{seconds:g}s"
+    if seconds == 0 or seconds * 1000 >= 1:
+        return f"{seconds * 1000:g}ms"
+    return f"{seconds * 1e6:g}us"
+
+
+def task_value(plan, task: str):
+    """``task``'s value ("worker:1") in a link plan: its own, its job's, the default, or None."""
+    for key in (task, task.partition(":")[0], "default"):
+        if key in plan:
+            return plan[key]
+    return None
+
+
 def link_address(n: int) -> str:
     """The ``n``-th task address of a hub (``n`` from 0): ``10.77.0.2``, ``10.77.0.3``, ..."""
     third, fourth = divmod(n + 1, 254)  # the last byte runs 1..254: never .0 or .255
