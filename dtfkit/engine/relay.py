@@ -34,6 +34,7 @@ import asyncio
 import ctypes
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -45,6 +46,7 @@ CHUNK = 1 << 16
 # than its delay drains is slowed by TCP's own flow control beyond it.
 MAX_CHUNKS = 1024
 CONNECT_SECONDS = 30.0  # a peer may connect while the server behind the relay still starts
+READY_SECONDS = 30.0  # the relay process's start-up (an interpreter and asyncio)
 
 
 def peer_delays(cluster: dict, task: str, plan) -> tuple[float, dict[str, float]]:
@@ -69,15 +71,20 @@ def start(listener: socket.socket, own: float, peers: dict[str, float]) -> tuple
     """Start the relay on ``listener`` (bound to the task's public port) as a child of this
     process; returns the port the server should bind instead, and the relay's process.
 
+    Returns once the relay accepts connections; it listens only then, so that no peer's
+    bytes wait in a backlog, unseen, before the relay holds them (they would arrive late
+    by that wait, not by the delay alone). ``OSError``
+    if it did not start within ``READY_SECONDS`` (its reason is in this process's output).
     Must be called from the thread that lives as long as the process (the main thread):
     ``PR_SET_PDEATHSIG`` fires when the thread that started the child ends.
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))  # the namespace is the task's own: nobody takes it meanwhile
         server_port = probe.getsockname()[1]
-    listener.listen(128)  # peers that connect before the relay runs wait in the backlog
+    ready_read, ready_write = os.pipe()
     config = {
         "fd": listener.fileno(),
+        "ready_fd": ready_write,
         "server_port": server_port,
         "own": own,
         "peers": peers,
@@ -88,12 +95,26 @@ def start(listener: socket.socket, own: float, peers: dict[str, float]) -> tuple
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     # -S: only the standard library is needed (and dtfkit, on PYTHONPATH); its output goes
     # to the task's, so a failure shows in the task's log.
-    process = subprocess.Popen(
-        [sys.executable, "-S", "-m", "dtfkit.engine.relay"],
-        stdin=subprocess.DEVNULL,
-        env=env,
-        pass_fds=(listener.fileno(),),
-    )
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-S", "-m", "dtfkit.engine.relay"],
+            stdin=subprocess.DEVNULL,
+            env=env,
+            pass_fds=(listener.fileno(), ready_write),
+        )
+    finally:
+        os.close(ready_write)
+    try:
+        ready, _, _ = select.select([ready_read], [], [], READY_SECONDS)
+        started = bool(ready) and os.read(ready_read, 1) == b"1"
+    finally:
+        os.close(ready_read)
+    if not started:
+        process.kill()
+        process.wait()
+        raise OSError(
+            f"the delay relay did not start within {READY_SECONDS:g} s (exit code {process.returncode})"
+        )
     return server_port, process
 
 
@@ -186,8 +207,11 @@ def _handler(config: dict):
 
 async def _serve(config: dict) -> None:
     listener = socket.socket(fileno=config["fd"])
+    listener.listen(128)
     listener.setblocking(False)
     server = await asyncio.start_server(_handler(config), sock=listener, limit=CHUNK)
+    os.write(config["ready_fd"], b"1")
+    os.close(config["ready_fd"])
     async with server:
         await server.serve_forever()
 
