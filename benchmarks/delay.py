@@ -157,7 +157,8 @@ def measure(repeat: int, log) -> list[dict]:
                         seconds.append(got.result()["ps:0"] - start["worker:0"])
                     results.append(_result(delay, "TCP stream", size, seconds, d + size * 8 / rate, rate))
                 results.append(_result(delay, "TF read", size, reads[size], 2 * d + size * 8 / rate, rate))
-                log(f"  {delay or 'no delay='} S={size}: " + ", ".join(_words(r) for r in results[-2:]))
+                now = [r for r in results if r["size"] == size and r["delay"] == results[-1]["delay"]]
+                log(f"  {delay or 'no delay='} S={size}: " + ", ".join(_words(r) for r in now))
     return results
 
 
@@ -209,9 +210,13 @@ def table(results: list[dict]) -> str:
         within = "yes" if abs(r["ratio"] - 1) <= 0.1 else "no"
         out.append(
             f"| {r['delay']} | {r['kind']} | {r['size']:,} | {model} | {measured} | {r['ratio']:.2f} | {within} "
-            f"| {r['refined'] * 1000:.1f} ms | {r['measured'] / r['refined']:.2f} |"
+            f"| {r['refined'] * 1000:.1f} ms | {_ratio(r['measured'], r['refined'])} |"
         )
     return "\n".join(out)
+
+
+def _ratio(measured: float, model: float) -> str:
+    return f"{measured / model:.2f}" if model > 0 else "- (model 0: within the burst)"
 
 
 def summary(results: list[dict]) -> str:
