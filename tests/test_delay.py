@@ -171,6 +171,13 @@ def test_the_relay_holds_each_way_for_the_delay_and_keeps_bytes_and_order():
         process.wait(10)
 
 
+def test_a_relay_that_cannot_start_is_an_error_not_a_silent_hang():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as not_a_stream:  # cannot listen()
+        not_a_stream.bind(("127.0.0.1", 0))
+        with pytest.raises(OSError, match=r"the delay relay .* ended with exit code 1; its output is in"):
+            relay.start(not_a_stream, SECONDS, {})
+
+
 # ------------------------------------------------------------------ slow tests
 def fetch_seconds(floats: int, times: int = 3) -> list[float]:
     """In a worker: seconds of each of ``times`` reads of a ``floats``-element variable on ps:0

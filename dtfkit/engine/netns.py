@@ -17,6 +17,19 @@ a ``10.77.x.y`` address, and a token bucket (``tbf``) on both ends' egress so th
 the task sends and what it receives are limited to its rate. The interfaces vanish
 with the namespaces: the hub's when the anchor ends, a task's when the task does.
 
+A link's *delay* (``LocalCluster(delay="20ms")``) is not made here, and not in the
+kernel: in this kernel's unprivileged namespaces (tried 2026-11-26 with ``unshare -Urn``
+on a veth, Linux 6.18, iproute2 6.1) ``tc qdisc add`` accepts only ``tbf``, ``htb``,
+``pfifo`` and ``bfifo``; ``netem``, ``fq``, ``etf``, ``taprio``, ``cake``, ``plug`` and
+the rest are "Specified qdisc kind is unknown". None of the four holds a packet for a
+fixed time (tbf's ``latency`` only bounds its queue, so a delay made with it would
+depend on the load), and the other route, a BPF program stamping departure times for an
+``fq``/``etf`` qdisc, is closed too (no ``fq``/``etf``, no classifier behind ``clsact``,
+``kernel.unprivileged_bpf_disabled = 2``). So the delay is a user-space relay in front of
+each task's server (``dtfkit.engine.relay``), with the rate left to the token buckets
+here; measured against ``d + S/r`` in ``benchmarks/RESULTS.md`` (every transfer of 1 MB
+or more within 10%, a TensorFlow read paying the delay once each way).
+
 Example::
 
     >>> from dtfkit.engine import netns

@@ -73,9 +73,8 @@ def start(listener: socket.socket, own: float, peers: dict[str, float]) -> tuple
 
     Returns once the relay accepts connections; it listens only then, so that no peer's
     bytes wait in a backlog, unseen, before the relay holds them (they would arrive late
-    by that wait, not by the delay alone). ``OSError``
-    if it did not start within ``READY_SECONDS`` (its reason is in this process's output).
-    Must be called from the thread that lives as long as the process (the main thread):
+    by that wait, not by the delay alone). ``OSError`` if it ended or did not start within
+    ``READY_SECONDS`` (its own words are in this process's output). Must be called from the thread that lives as long as the process (the main thread):
     ``PR_SET_PDEATHSIG`` fires when the thread that started the child ends.
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -110,10 +109,17 @@ def start(listener: socket.socket, own: float, peers: dict[str, float]) -> tuple
     finally:
         os.close(ready_read)
     if not started:
+        try:  # it closed the pipe: it ended, or is ending
+            ended = process.wait(timeout=5) if ready else None
+        except subprocess.TimeoutExpired:
+            ended = None
         process.kill()
         process.wait()
+        why = (
+            f"ended with exit code {ended}" if ended is not None else f"did not start in {READY_SECONDS:g} s"
+        )
         raise OSError(
-            f"the delay relay did not start within {READY_SECONDS:g} s (exit code {process.returncode})"
+            f"the delay relay (python -m dtfkit.engine.relay) {why}; its output is in this task's log"
         )
     return server_port, process
 
