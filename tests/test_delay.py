@@ -233,6 +233,12 @@ def test_a_read_across_a_delayed_link_takes_at_least_the_delay_both_ways(delayed
     # A request to ps and its answer each wait 100 ms: no read can take less than 200 ms.
     for seconds in delayed.run(fetch_seconds, (1000,), on="worker:0", timeout=120)["worker:0"]:
         assert seconds >= 2 * SECONDS - EARLY, seconds
+    # The rate limit stays (the relay is behind the token buckets): 4 MB pays the delay and
+    # at least half its time at 100 mbit/s (the loose bound of test_links.py).
+    size = 4_000_000
+    floor = 2 * SECONDS + 0.5 * size * 8 / netns.parse_rate("100mbit")
+    for seconds in delayed.run(fetch_seconds, (size // 4, 2), on="worker:0", timeout=120)["worker:0"]:
+        assert seconds >= floor, f"{size} bytes took {seconds:.3f} s, under {floor:.3f} s"
 
 
 @pytest.mark.slow
