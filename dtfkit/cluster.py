@@ -68,11 +68,23 @@ class LocalCluster:
             receives: a transfer between two tasks runs at the slower one's rate).
             Per job or per task: ``{"ps": "50mbit", "worker": "200mbit"}``,
             ``{"worker:1": "10mbit", "default": "1gbit"}``; a task no key names has no
-            limit. Rates as tc writes them (``kbit``, ``mbit``, ``gbit``), 8kbit to 10gbit. Only bandwidth is
-            emulated, not delay. A restarted task keeps its address and link. Tasks with
+            limit. Rates as tc writes them (``kbit``, ``mbit``, ``gbit``), 8kbit to 10gbit.
+            A restarted task keeps its address and link. Tasks with
             links never come from the warm pool. ``None`` (default): every task shares one
             namespace over loopback. Refused with ``network="host"`` or where network
             namespaces are unavailable.
+        delay: a one-way delay on the links, to make latency visible: ``"20ms"`` holds
+            every message between two tasks' TensorFlow servers 20 ms before it arrives
+            (a request and its reply: 40 ms), on top of the time ``link`` takes to carry
+            it; S bytes at rate r arrive ``delay + S/r`` after they were sent. Per job or
+            per task as ``link``: ``{"ps": "50ms", "default": "5ms"}`` (a task no key
+            names: 0); between two tasks the larger delay holds. Times as tc writes them
+            (``us``, ``ms``, ``s``, no space), 0 to 10 s. Gives every task its own namespace
+            like ``link`` (without a rate limit if ``link`` is None). The delay applies to
+            the servers' traffic (the addresses in ``cluster_spec``; a relay in front of
+            each server holds it, see ``dtfkit.engine.relay``), not to sockets of your
+            own. A restarted task keeps its delay. Refused where ``link`` is, and with
+            ``start_servers=False`` or ``launcher=``.
         gpus: ``"auto"``, ``"share"`` or ``"none"`` (see ``dtfkit.engine.gpu_plan``).
         env: extra environment variables for every task (e.g. ``GRPC_FAIL_FAST``).
         start_servers: False starts the processes (TensorFlow imported, ``TF_CONFIG``
@@ -119,6 +131,7 @@ class LocalCluster:
         *,
         network: str = "auto",
         link: str | dict[str, str] | None = None,
+        delay: str | dict[str, str] | None = None,
         gpus: str = "auto",
         env: dict[str, str] | None = None,
         start_servers: bool = True,
@@ -141,12 +154,18 @@ class LocalCluster:
             print(f"dtfkit: closed the cluster this cell started before ({previous.id})")
         # What ensure_running() needs to start a closed cluster again (None: a launcher of yours).
         self._launcher_spec: LauncherSpec | None = None
-        if launcher is not None and link is not None:
-            raise DtfkitError(
-                "link= is an option of the local launcher: pass LocalLauncher(link=...) instead"
-            )
+        for option, given in (("link", link), ("delay", delay)):
+            if launcher is not None and given is not None:
+                raise DtfkitError(
+                    f"{option}= is an option of the local launcher: pass "
+                    f"LocalLauncher({option}=...) as launcher= instead"
+                )
+        if delay is not None and not start_servers:
+            from dtfkit.engine.local import DELAY_REFUSED_MODES
+
+            raise DtfkitError(DELAY_REFUSED_MODES["noserve"])
         if launcher is None:
-            launcher = _local_spec(network, pool, link, len(layout.tasks))
+            launcher = _local_spec(network, pool, link, len(layout.tasks), delay)
         if isinstance(launcher, LauncherSpec):
             self._launcher_spec = launcher
             launcher = launcher.build()
@@ -452,8 +471,8 @@ class LocalCluster:
     def _rows(self) -> list[tuple[str, ...]]:
         """One row per task: name, role, address, (node,) pid, state (and link, with ``link=``)."""
         rows = []
-        links = self._described().links
-        link_of = None if links is None else (lambda task: _link_words(links, task))
+        described = self._described()
+        link_of = None if described.links is None else (lambda task: _link_words(described, task))
         node_of = self._node_of()
         now = self._rt.snapshot()
         for task in now.layout.tasks:
@@ -554,24 +573,31 @@ def _pool_words(start: PoolStart) -> str:
     return words
 
 
-def _link_words(links, task: str) -> str:
-    """``"100mbit"`` or ``"no limit"``: ``task``'s link, as the cluster table shows it."""
+def _link_words(described: LauncherDescription, task: str) -> str:
+    """``"100mbit"``, ``"no limit"``, ``"100mbit, delay 20ms"``: ``task``'s link, as the cluster
+    table shows it."""
     from dtfkit.engine import netns
-    from dtfkit.engine.local import link_rate
+    from dtfkit.engine.local import link_delay, link_rate
 
-    rate = link_rate(links, task)
-    return netns.format_rate(rate) if rate else "no limit"
+    rate = link_rate(described.links, task)
+    words = netns.format_rate(rate) if rate else "no limit"
+    if described.delays is not None:
+        words += f", delay {netns.format_delay(link_delay(described.delays, task))}"
+    return words
 
 
-def _local_spec(network: str, pool, link, tasks: int) -> LauncherSpec:
-    """How to build this cluster's local launcher, ``link=`` checked once (see ``_local_launcher``)."""
-    from dtfkit.engine.local import plan_links
+def _local_spec(network: str, pool, link, tasks: int, delay=None) -> LauncherSpec:
+    """How to build this cluster's local launcher, ``link=`` and ``delay=`` checked once (see
+    ``_local_launcher``)."""
+    from dtfkit.engine.local import plan_delays, plan_links
 
     options = {"network": network, "pool": pool, "link": plan_links(link), "tasks": tasks}
+    if delay is not None:
+        options["delay"] = plan_delays(delay)
     return LauncherSpec(_local_launcher, MappingProxyType(options))
 
 
-def _local_launcher(network: str, pool, link=None, tasks: int = 0) -> Launcher:
+def _local_launcher(network: str, pool, link=None, tasks: int = 0, delay=None) -> Launcher:
     """Local processes, adopted from a warm pool when one is used (see ``LocalCluster(pool=)``).
 
     With ``link=`` the tasks start cold (the launcher says why in ``describe().start``)."""
@@ -582,18 +608,21 @@ def _local_launcher(network: str, pool, link=None, tasks: int = 0) -> Launcher:
     chosen = pool  # what the caller passed: pool=False remembers "no pool" for the next kernel
     if pool is None:
         pool = pools.enabled_by_default()
-    if link is not None and (pool is True or isinstance(pool, pools.TaskPool)):
-        launcher = LocalLauncher(network, link, cold=pools.LINKS_COLD)  # fails here, before any pool starts
-        prewarm.first_cluster(0, None, "", "link=")  # the next kernel of this notebook warms nothing
+    links = link is not None or delay is not None
+    if links and (pool is True or isinstance(pool, pools.TaskPool)):
+        # fails here, before any pool starts
+        launcher = LocalLauncher(network, link, delay=delay, cold=pools.LINKS_COLD)
+        # the next kernel of this notebook warms nothing
+        prewarm.first_cluster(0, None, "", "link=" if link is not None else "delay=")
         return launcher
     if pool is True:
         pool = pools.default_pool()
     if pool is False:
         if chosen is False:
             prewarm.first_cluster(0, None, "", "pool=False")
-        return LocalLauncher(network, link)
+        return LocalLauncher(network, link, delay=delay)
     if isinstance(pool, pools.TaskPool):
-        return pools.PoolLauncher(pool, network, link, tasks=tasks)
+        return pools.PoolLauncher(pool, network, link, tasks=tasks, delay=delay)
     raise DtfkitError(f"pool must be True, False, None or a dtfkit.engine.pool.TaskPool, not {pool!r}")
 
 

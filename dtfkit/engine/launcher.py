@@ -77,6 +77,9 @@ class LauncherDescription:
     #: With emulated links: the plan ``{"default"|job|task: bits per second}`` (see
     #: ``dtfkit.engine.local.link_rate``); None without links.
     links: Mapping[str, int] | None = None
+    #: With ``delay=``: the plan ``{"default"|job|task: seconds}`` (see
+    #: ``dtfkit.engine.local.link_delay``); None without a delay.
+    delays: Mapping[str, float] | None = None
     #: Tasks spread over several machines: ``{task: node id}``; None on one machine.
     nodes: Mapping[str, str] | None = None
     #: Identities of the launcher's own processes (for the state file).

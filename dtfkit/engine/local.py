@@ -7,13 +7,16 @@ namespace held by an anchor process (``python -m dtfkit.engine.netns``), so thei
 TensorFlow servers, which listen on every interface without authentication, are
 reachable from nowhere else. With ``link=`` every task gets a network namespace and
 an address (``10.77.x.y``) of its own instead, joined to the others through a bridge
-in the anchor's namespace by a rate-limited link (see ``dtfkit.engine.netns``). The warm pool (``dtfkit.engine.pool``) starts its
+in the anchor's namespace by a rate-limited link (see ``dtfkit.engine.netns``), and with
+``delay=`` a relay in front of each task's server that holds every byte for the link's
+delay (see ``dtfkit.engine.relay``). The warm pool (``dtfkit.engine.pool``) starts its
 processes and anchors with the same helpers.
 
 Example::
 
     >>> launcher = LocalLauncher(network="auto")                       # doctest: +SKIP
     >>> launcher = LocalLauncher(link={"ps": "50mbit", "worker": "200mbit"})  # doctest: +SKIP
+    >>> launcher = LocalLauncher(link="100mbit", delay="20ms")         # doctest: +SKIP
     >>> runtime = ClusterRuntime(layout, launcher=launcher)             # doctest: +SKIP
     >>> launcher.describe().network                                     # doctest: +SKIP
     'namespace'
@@ -271,6 +274,19 @@ def with_lifeline(env: dict[str, str], *, from_long_lived_thread: bool) -> dict[
     return env
 
 
+# Tasks whose TensorFlow server dtfkit does not start cannot have the relay in front of it.
+DELAY_REFUSED_MODES = {
+    "noserve": (
+        "delay= needs dtfkit to start the TensorFlow servers (a relay holds the server's "
+        "port), and start_servers=False lets TensorFlow start them: leave delay out, or "
+        "start the servers (start_servers=True)"
+    ),
+    "script": (
+        "delay= is not available for scripts, which start their own TensorFlow servers: "
+        "use LocalCluster(link=..., delay=...) and cluster.run() instead"
+    ),
+}
+
 LINK_JOBS = ("ps", "worker", "chief", "evaluator", "client")
 _LINK_KEY_FORM = "'default', a job ('ps', 'worker', 'chief', 'evaluator', 'client') or a task ('worker:1')"
 
@@ -283,35 +299,61 @@ def plan_links(link) -> dict[str, int] | None:
     """
     if link is None or isinstance(link, LinkPlan):
         return link
-    if isinstance(link, str):
-        link = {"default": link}
-    if not isinstance(link, dict) or not link:
-        raise DtfkitError(
-            f"link must be a rate such as '100mbit', or a dict such as "
-            f"{{'ps': '50mbit', 'worker': '200mbit'}}, not {link!r}"
-        )
+    example = "a rate such as '100mbit', or a dict such as {'ps': '50mbit', 'worker': '200mbit'}"
+    return LinkPlan(_plan("link", link, netns.parse_rate, example))
+
+
+def plan_delays(delay) -> dict[str, float] | None:
+    """Check ``delay=`` and turn it into ``{key: seconds}`` (None: no delay).
+
+    ``"20ms"`` is ``{"default": 0.02}``; a dict maps ``"default"``, a job or a task to a
+    one-way delay (a task no key names: 0). ``DtfkitError`` naming the bad key or value.
+
+    Example::
+
+        >>> plan_delays({"ps": "50ms", "default": "1.5s"})
+        {'ps': 0.05, 'default': 1.5}
+    """
+    if delay is None or isinstance(delay, DelayPlan):
+        return delay
+    example = "a time such as '20ms', or a dict such as {'ps': '50ms', 'worker': '5ms'}"
+    return DelayPlan(_plan("delay", delay, netns.parse_delay, example))
+
+
+def _plan(option: str, given, parse, example: str) -> dict:
+    """``given`` (one value, or a dict by default/job/task) checked with ``parse``."""
+    if isinstance(given, str):
+        given = {"default": given}
+    if not isinstance(given, dict) or not given:
+        raise DtfkitError(f"{option} must be {example}, not {given!r}")
     plan = {}
-    for key, rate in link.items():
+    for key, value in given.items():
         job, colon, index = key.partition(":") if isinstance(key, str) else ("", "", "")
         if not (key == "default" or (job in LINK_JOBS and (not colon or index.isdigit()))):
-            raise DtfkitError(f"link key {key!r} names no task: use {_LINK_KEY_FORM}")
+            raise DtfkitError(f"{option} key {key!r} names no task: use {_LINK_KEY_FORM}")
         try:
-            plan[key] = netns.parse_rate(rate)
+            plan[key] = parse(value)
         except ValueError as exc:
-            raise DtfkitError(f"link[{key!r}]: {exc}") from None
-    return LinkPlan(plan)
+            raise DtfkitError(f"{option}[{key!r}]: {exc}") from None
+    return plan
 
 
 class LinkPlan(dict):
     """A checked ``link=`` (``plan_links``): ``{key: bits per second}``; checking it again returns it."""
 
 
+class DelayPlan(dict):
+    """A checked ``delay=`` (``plan_delays``): ``{key: seconds}``; checking it again returns it."""
+
+
 def link_rate(plan: dict[str, int], task: str) -> int | None:
     """The rate of ``task`` ("worker:1") in ``plan``: its own, its job's, the default, or None (no limit)."""
-    for key in (task, task.partition(":")[0], "default"):
-        if key in plan:
-            return plan[key]
-    return None
+    return netns.task_value(plan, task)
+
+
+def link_delay(plan: dict[str, float] | None, task: str) -> float:
+    """The one-way delay of ``task``'s link in seconds, as ``link_rate`` finds a rate (0: none)."""
+    return (netns.task_value(plan, task) or 0.0) if plan else 0.0
 
 
 class LocalLauncher(Launcher):
@@ -331,30 +373,38 @@ class LocalLauncher(Launcher):
             and address, limited to the rate ``plan_links(link)`` gives it (see
             ``LocalCluster``). Refused on the host network, or where namespaces are
             unavailable. None (default): all tasks share one namespace over loopback.
+        delay: a one-way delay per link, ``plan_delays(delay)`` (see ``LocalCluster``):
+            a relay in front of every task's server holds what it receives and what it
+            answers that long (``dtfkit.engine.relay``). Implies links (without a rate
+            limit where ``link`` names none); only for tasks whose server dtfkit starts.
         cold: why the tasks start cold although a warm pool was asked for (said in
             ``describe().start``); ``""``: no pool was asked for.
     """
 
-    def __init__(self, network: str = "auto", link=None, *, cold: str = ""):
+    def __init__(self, network: str = "auto", link=None, *, delay=None, cold: str = ""):
         if network not in NETWORK_MODES:
             raise DtfkitError(f"network must be one of {', '.join(NETWORK_MODES)}, not {network!r}")
         self.network = network
         self.anchor: NamespaceAnchor | None = None
         self.links = plan_links(link)
+        self.delays = plan_delays(delay)
+        if self.delays is not None and self.links is None:
+            self.links = LinkPlan()  # a namespace and address per task, no rate limit
         self.cold = cold
         self._net = LauncherDescription(network="pending")  # network, namespace, why
         self._addresses: dict[str, str] = {}  # task name -> its link address (kept on restart)
         self._links_socket: str | None = None
         if self.links is not None:
+            option = "link=" if link is not None else "delay="
             if network == "host":
                 raise DtfkitError(
-                    "link= needs each task in a network namespace of its own, and network='host' "
+                    f"{option} needs each task in a network namespace of its own, and network='host' "
                     "puts them all on this machine's network: leave network at 'auto' (or "
-                    "'isolated'), or leave link out"
+                    f"'isolated'), or leave {option[:-1]} out"
                 )
             ok, why = netns.isolation_available()
             if not ok:
-                raise DtfkitError(f"link= needs network namespaces, and {why}; leave link out")
+                raise DtfkitError(f"{option} needs network namespaces, and {why}; leave {option[:-1]} out")
 
     # ------------------------------------------------------------- describe
     def describe(self) -> LauncherDescription:
@@ -364,6 +414,7 @@ class LocalLauncher(Launcher):
             self._net,
             start=self._start_facts(),
             links=None if self.links is None else types.MappingProxyType(dict(self.links)),
+            delays=None if self.delays is None else types.MappingProxyType(dict(self.delays)),
             processes=(anchor.identity(),) if alive else (),
             pids=types.MappingProxyType({"netns": anchor.pid} if anchor is not None else {}),
         )
@@ -381,6 +432,8 @@ class LocalLauncher(Launcher):
 
     # ---------------------------------------------------------------- start
     def start(self, config: TaskConfig) -> TaskHandle:
+        if self.delays is not None and config.mode in DELAY_REFUSED_MODES:
+            raise DtfkitError(f"{config.task}: {DELAY_REFUSED_MODES[config.mode]}")
         if self._net.network != "pending":
             return self._spawn(config)
         env = _with_lifeline(config.env)
@@ -463,6 +516,7 @@ class LocalLauncher(Launcher):
                 "socket": self._links_socket,
                 "address": host,
                 "rate": link_rate(self.links, config.task),
+                "delays": None if self.delays is None else dict(self.delays),
             }
         config = dataclasses.replace(config, launch={**config.launch, **launch})
         popen = spawn_task(config, _with_lifeline(config.env), config.cwd, pass_fds=pass_fds)

@@ -17,6 +17,19 @@ a ``10.77.x.y`` address, and a token bucket (``tbf``) on both ends' egress so th
 the task sends and what it receives are limited to its rate. The interfaces vanish
 with the namespaces: the hub's when the anchor ends, a task's when the task does.
 
+A link's *delay* (``LocalCluster(delay="20ms")``) is not made here, and not in the
+kernel: in this kernel's unprivileged namespaces (tried 2026-11-26 with ``unshare -Urn``
+on a veth, Linux 6.18, iproute2 6.1) ``tc qdisc add`` accepts only ``tbf``, ``htb``,
+``pfifo`` and ``bfifo``; ``netem``, ``fq``, ``etf``, ``taprio``, ``cake``, ``plug`` and
+the rest are "Specified qdisc kind is unknown". None of the four holds a packet for a
+fixed time (tbf's ``latency`` only bounds its queue, so a delay made with it would
+depend on the load), and the other route, a BPF program stamping departure times for an
+``fq``/``etf`` qdisc, is closed too (no ``fq``/``etf``, no classifier behind ``clsact``,
+``kernel.unprivileged_bpf_disabled = 2``). So the delay is a user-space relay in front of
+each task's server (``dtfkit.engine.relay``), with the rate left to the token buckets
+here; measured against ``d + S/r`` in ``benchmarks/RESULTS.md`` (every transfer of 1 MB
+or more within 10%, a TensorFlow read paying the delay once each way).
+
 Example::
 
     >>> from dtfkit.engine import netns
@@ -165,6 +178,47 @@ def format_rate(bits: int) -> str:
         if bits % _RATE_UNITS[unit] == 0:
             return f"{bits // _RATE_UNITS[unit]}{unit}"
     return f"{bits}bit"
+
+
+_DELAY = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)$")
+_DELAY_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+DELAY_FORM = "a number and us, ms or s, with no space, as tc writes times: '0ms', '500us', '20ms', '1.5s'"
+MAX_DELAY_SECONDS = 10.0
+
+
+def parse_delay(value) -> float:
+    """A tc-style one-way delay (``"20ms"``) in seconds; ``ValueError`` naming the bad value.
+
+    Example::
+
+        >>> parse_delay("20ms"), parse_delay("1.5s"), parse_delay("0ms")
+        (0.02, 1.5, 0.0)
+    """
+    match = _DELAY.match(value) if isinstance(value, str) else None
+    if match is None:
+        raise ValueError(f"delay {value!r} is not a time: expected {DELAY_FORM}")
+    seconds = float(match.group(1)) * _DELAY_UNITS[match.group(2)]
+    # Beyond seconds, gRPC's and the learner's own timeouts fire first: no lesson needs it.
+    if seconds > MAX_DELAY_SECONDS:
+        raise ValueError(f"delay {value!r} is more than {MAX_DELAY_SECONDS:g} s: use 0ms to 10s")
+    return round(seconds, 9)
+
+
+def format_delay(seconds: float) -> str:
+    """``0.02`` -> ``'20ms'``, ``1.5`` -> ``'1.5s'``, ``0.0005`` -> ``'500us'``."""
+    if seconds >= 1:
+        return f"{seconds:g}s"
+    if seconds == 0 or seconds * 1000 >= 1:
+        return f"{seconds * 1000:g}ms"
+    return f"{seconds * 1e6:g}us"
+
+
+def task_value(plan, task: str):
+    """``task``'s value ("worker:1") in a link plan: its own, its job's, the default, or None."""
+    for key in (task, task.partition(":")[0], "default"):
+        if key in plan:
+            return plan[key]
+    return None
 
 
 def link_address(n: int) -> str:

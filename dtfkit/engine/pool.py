@@ -459,8 +459,8 @@ class PoolLauncher(LocalLauncher):
         PoolStart(cold='', pool='1234-abcd', adopted=3, waited=0, lost=0)
     """
 
-    def __init__(self, pool: TaskPool, network: str = "auto", link=None, *, tasks: int):
-        super().__init__(network, link)
+    def __init__(self, pool: TaskPool, network: str = "auto", link=None, *, tasks: int, delay=None):
+        super().__init__(network, link, delay=delay)
         self.pool = pool
         self.tasks = tasks  # how many tasks the cluster's start starts
         self._warm: list[WarmProcess] = []

@@ -57,8 +57,9 @@ class TaskConfig:
     # What the launcher adds for its task (the launcher's alone, JSON-able). The local
     # launchers use "netns_pid" (join this process's network namespace first),
     # "netns_ready_fd" (an inherited pipe: EOF once that namespace exists, see
-    # netns.wait_ready), "link" ({"socket", "address", "rate"}: a namespace of the task's
-    # own, linked to the anchor's hub) and "env" (adoption: what to set, None: unset).
+    # netns.wait_ready), "link" ({"socket", "address", "rate", "delays"}: a namespace of the
+    # task's own, linked to the anchor's hub; "delays", when not None: a relay in front of
+    # its server, see relay.py) and "env" (adoption: what to set, None: unset).
     launch: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

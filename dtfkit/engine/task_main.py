@@ -211,9 +211,28 @@ def _import_tensorflow():
     return tf
 
 
-def _serve(tf, cluster: dict, task_job: str, task_index: int):
+def _serve(tf, cluster: dict, task_job: str, task_index: int, port: int | None = None):
+    """Start this task's server; ``port``: bind it instead of the cluster's port for this
+    task (a relay holds that one, see ``dtfkit.engine.relay``)."""
     spec = tf.train.ClusterSpec(cluster)
-    return tf.distribute.Server(spec, job_name=task_job, task_index=task_index, start=True)
+    if port is None:
+        return tf.distribute.Server(spec, job_name=task_job, task_index=task_index, start=True)
+    server_def = tf.train.ServerDef(
+        cluster=spec.as_cluster_def(), job_name=task_job, task_index=task_index, protocol="grpc", port=port
+    )
+    return tf.distribute.Server(server_def, start=True)
+
+
+def _start_relay(cfg: TaskConfig, cluster: dict, reserved: socket.socket) -> int | None:
+    """With ``delay=``: hand the task's port to a delaying relay; the port the server binds then."""
+    delays = (cfg.launch.get("link") or {}).get("delays")
+    if delays is None:
+        return None
+    from dtfkit.engine import relay
+
+    own, peers = relay.peer_delays(cluster, f"{cfg.job}:{cfg.index}", delays)
+    server_port, _ = relay.start(reserved, own, peers)  # it ends with this process
+    return server_port
 
 
 def _text(value) -> str:
@@ -380,11 +399,18 @@ def main() -> None:
             channel.send(protocol.StartFailed("setup", sources.format_exc()))
             os._exit(3)
     server = None
+    server_port = None
+    if reserved is not None and mode == "serve":
+        try:
+            server_port = _start_relay(cfg, cluster, reserved)
+        except BaseException:  # noqa: BLE001
+            channel.send(protocol.StartFailed("link", traceback.format_exc()))
+            os._exit(3)
     if reserved is not None:
         reserved.close()
     if mode == "serve" and tf is not None:
         try:
-            server = _serve(tf, cluster, job, index)
+            server = _serve(tf, cluster, job, index, server_port)
         except BaseException:  # noqa: BLE001
             channel.send(protocol.StartFailed("bind", traceback.format_exc()))
             os._exit(3)
