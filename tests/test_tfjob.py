@@ -592,8 +592,18 @@ def test_simulator_timeout_and_ctrl_c_leave_nothing_running(tmp_path):
             if len(ready) == 3:
                 os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C would: KeyboardInterrupt in the main thread
 
-    with pytest.raises(KeyboardInterrupt):
-        simulate(docs, timeout=120, grace=1, env=subprocess_env(), echo=ctrl_c_once_all_are_up)
+    # Ctrl-C in a terminal meets Python's default handler; an earlier test of this process (a
+    # pytest-xdist worker runs many files) may have left another one, put back afterwards.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            result = simulate(docs, timeout=120, grace=1, env=subprocess_env(), echo=ctrl_c_once_all_are_up)
+            pytest.fail(
+                f"simulate() returned ({result.summary()}) with {len(ready)} of 3 replicas READY: "
+                f"{ready}; SIGINT was sent: {len(ready) == 3}"
+            )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert len(ready) == 3
     # The replicas by their own pids (in a full run this process has other children: a warm pool, say),
     # ended and reaped before simulate() raised.
