@@ -171,3 +171,30 @@ def test_measure_refuses_bad_input_before_anything_starts(no_spawn, kwargs, comp
     with pytest.raises(ValueError, match=complaint):
         alpha_beta.measure(**kwargs)
     assert no_spawn == []
+
+
+# ------------------------------------------------------------------- real TensorFlow
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_measure_on_a_real_delayed_cluster():
+    """``measure``'s plumbing, on one small cluster: a row per method, the empty step subtracted,
+    and the lower bounds the delay guarantees (each round of messages crosses a link: >= d)."""
+    from dtfkit.engine import netns
+
+    ok, why = netns.isolation_available()
+    if not ok:
+        pytest.skip(f"link= and delay= need user namespaces: {why}")
+    rows = alpha_beta.measure(delays=("10ms",), sizes=(1_200,), n=3, steps=2)
+    assert [r["method"] for r in rows] == list(alpha_beta.METHODS)
+    for r in rows:
+        assert (r["delay"], r["d_s"], r["bytes"], r["n"], len(r["seconds"])) == ("10ms", 0.01, 1_200, 3, 2)
+        assert r["rate_bytes_per_s"] == 100e6 / 8
+        assert r["comm_s"] == pytest.approx(r["median_s"] - r["empty_s"])
+        rounds = 4 if r["method"] == "ring" else 2
+        assert min(r["seconds"]) >= rounds * 0.01, r
+    assert set(alpha_beta.fastest(rows)) == {("10ms", 1_200)}
+    try:
+        ax = alpha_beta.plot_alpha_beta(3, 0.01, 8e-8, measured=rows, key="median_s")
+        assert {c.get_gid() for c in ax.collections} == {f"measured:{m}" for m in alpha_beta.METHODS}
+    finally:
+        plt.close("all")
