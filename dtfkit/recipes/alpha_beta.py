@@ -72,6 +72,9 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from dtfkit.recipes import allreduce
+from dtfkit.recipes.allreduce import METHODS
+
 __all__ = [
     "METHODS",
     "alpha_beta_time",
@@ -81,8 +84,6 @@ __all__ = [
     "model_terms",
     "plot_alpha_beta",
 ]
-
-METHODS = ("ps", "sharded_ps", "ring")  # allreduce.METHODS, without importing it for the model
 
 
 def _check_model_args(method: str, n: int, alpha_s: float, beta_s_per_byte: float) -> None:
@@ -224,7 +225,6 @@ def measure(
     """
     import dtfkit
     from dtfkit.engine import netns
-    from dtfkit.recipes import allreduce
 
     rate = _check_measure_args(delays, sizes, n, link, steps)
     for method in methods:
