@@ -53,6 +53,8 @@ TF_FREE_MODULES = [
     "dtfkit.recipes.fault",
     "dtfkit.recipes.strategies_multi",
     "dtfkit.recipes.allreduce",
+    "dtfkit.recipes.alpha_beta",
+    "dtfkit.recipes.partitioned",
     "dtfkit.lab",
     "dtfkit.lab.panel",
     "dtfkit.lab.plots",

@@ -58,6 +58,22 @@ def test_expected_bytes_formulas():
         allreduce.expected_bytes("tree", 2, FLOATS)
 
 
+@pytest.mark.parametrize("n", [2, 3, 4, 6])
+def test_a_sharded_ps_moves_what_the_ring_moves_and_a_ps_gets_n_times_the_gradient(n):
+    size = FLOATS * 4
+    sharded = allreduce.expected_bytes("sharded_ps", n, FLOATS)
+    assert sharded == allreduce.expected_bytes("ring", n, FLOATS)
+    assert all(
+        row == {"sent": 2 * (n - 1) * size // n, "received": 2 * (n - 1) * size // n}
+        for row in sharded.values()
+    )
+    assert allreduce.busiest_link(sharded) * n == 2 * (n - 1) * size
+    assert allreduce.busiest_link(allreduce.expected_bytes("ps", n, FLOATS)) == n * size
+    links = allreduce.expected_link_bytes("sharded_ps", n, FLOATS)
+    assert len(links) == n * (n - 1)  # every worker to every other: a slice up, the summed shard back
+    assert set(links.values()) == {2 * size // n}
+
+
 # ------------------------------------------------------------------- real TensorFlow
 @pytest.mark.slow
 def test_ring_and_ps_sums_and_traced_bytes(cluster_1ps_4w):

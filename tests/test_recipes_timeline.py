@@ -381,7 +381,7 @@ def test_traced_steps_on_a_real_cluster(cluster, method, tmp_path):
         assert ledger[step] == allreduce.expected_link_bytes(method, n, FLOATS), records
         mine = [r for r in transfers if r["step"] == step]
         assert allreduce.bytes_by_task(mine) == allreduce.expected_bytes(method, n, FLOATS)
-        assert len(mine) == (2 * n if method == "ps" else 2 * (n - 1) * n)
+        assert len(mine) == (2 * n if method == "ps" else 2 * (n - 1) * n)  # ring and sharded alike
     for r in transfers:
         # one machine, one clock: a tensor is made, then carried, then used
         assert 0 <= r["ready_us"] <= r["start_us"] <= r["end_us"] <= r["used_us"], r
@@ -400,6 +400,15 @@ def test_traced_steps_on_a_real_cluster(cluster, method, tmp_path):
             up = [r["end_us"] for r in into if r["to"] == "ps:0"]
             down = [r["ready_us"] for r in into if r["from"] == "ps:0"]
             assert min(down) >= max(up), into
+        elif method == "sharded_ps":
+            assert {("worker:0", "shard_0/ps_sum"), ("worker:1", "shard_1/ps_sum")} <= computed
+            # a worker sends its summed shard only once the other workers' slices of it arrived
+            for w in range(n):
+                got = [
+                    r["end_us"] for r in into if r["to"] == f"worker:{w}" and r["tensor"].startswith("split")
+                ]
+                summed = [r for r in into if r["from"] == f"worker:{w}" and r["tensor"].startswith("shard_")]
+                assert got and summed and min(r["ready_us"] for r in summed) >= max(got), into
         else:
             assert {("worker:0", "ring_sum_0"), ("worker:1", "ring_sum_1")} <= computed
             # a worker passes a chunk on (all-gather) only after it added the one it received

@@ -1,10 +1,16 @@
-"""Synchronising gradients two ways: through a parameter server, or around a ring (chapter 9).
+"""Synchronising gradients three ways: through a parameter server, through ``n`` ps shards, or
+around a ring (chapter 9).
 
 Each of the first ``n`` workers holds a gradient vector of ``floats`` float32 numbers (a
-variable on that worker). Two graphs add them up so that every worker ends with the sum:
+variable on that worker). Three graphs add them up so that every worker ends with the sum:
 
 - ``build_ps``: every worker sends its gradient to ``ps:0``, the ps adds them, and every
   worker reads the sum back. The ps receives ``n`` gradients and sends ``n`` sums.
+- ``build_sharded_ps``: the gradient is cut into ``n`` shards and shard ``i`` is added up on
+  worker ``i``'s machine, which sends the summed shard back to every other worker: a
+  parameter server partitioned over ``n`` ps tasks, one beside each worker. Every worker
+  sends and receives ``2 (n - 1) / n`` of the gradient, as in the ring, in two rounds of
+  messages instead of the ring's ``2 (n - 1)``.
 - ``build_ring``: ring all-reduce (Patarasuk & Yuan 2009; Baidu's write-up; Horovod). The
   gradient is cut into ``n`` chunks. Reduce-scatter: ``n - 1`` steps in which every worker
   sends one chunk to its right neighbour, which adds it to its own copy; then every worker
@@ -21,8 +27,9 @@ whether every worker got the right sum, and optionally the time per synchronisat
 ``expected_bytes`` gives the same table from the formulas, ``expected_link_bytes`` the bytes
 on each link. ``trace_steps`` (in the notebook) traces a few synchronisations up close:
 every op and every transfer with its bytes, start and end (``timeline``, ``chrome_trace``).
-``mwms_allreduce`` all-reduces the same vectors with ``MultiWorkerMirroredStrategy`` (RING)
-for comparison.
+``time_sync`` (in a client task) times the methods side by side, for the α–β model
+(``alpha_beta``). ``mwms_allreduce`` all-reduces the same vectors with
+``MultiWorkerMirroredStrategy`` (RING) for comparison.
 
 Example (in a notebook; TensorFlow runs only in the tasks)::
 
@@ -53,6 +60,7 @@ __all__ = [
     "METHODS",
     "build_ps",
     "build_ring",
+    "build_sharded_ps",
     "busiest_link",
     "bytes_by_task",
     "check_sync_args",
@@ -64,12 +72,13 @@ __all__ = [
     "simulate",
     "sync_run",
     "sync_sweep",
+    "time_sync",
     "trace_steps",
     "trace_sync",
     "worker_gradient",
 ]
 
-METHODS = ("ps", "ring")
+METHODS = ("ps", "sharded_ps", "ring")
 # One transfer of a schedule: (from worker, to worker, chunk index).
 Send = tuple[int, int, int]
 
@@ -127,10 +136,7 @@ def build_ring(tf: Any, grads: Sequence[Any], devices: Sequence[str], schedule: 
     """
     n = len(devices)
     schedule = schedule if schedule is not None else ring_schedule(n)
-    chunks = []  # chunks[i][c]: worker i's current copy of chunk c
-    for i in range(n):
-        with tf.compat.v1.device(devices[i]):
-            chunks.append(tf.split(grads[i], n, name=f"chunks_{i}"))
+    chunks = _split_on(tf, grads, devices, n, "chunks")  # chunks[i][c]: worker i's copy of chunk c
     for s, step in enumerate(schedule["reduce_scatter"]):
         received = [(dst, c, chunks[src][c]) for src, dst, c in step]  # what was sent, before any add
         for dst, c, value in received:
@@ -141,10 +147,24 @@ def build_ring(tf: Any, grads: Sequence[Any], devices: Sequence[str], schedule: 
         for dst, c, value in received:
             with tf.compat.v1.device(devices[dst]):
                 chunks[dst][c] = tf.identity(value, name=f"all_gather_{s}/w{dst}_c{c}")
+    return _concat_on(tf, chunks, devices, "ring_sum")
+
+
+def _split_on(tf: Any, grads: Sequence[Any], devices: Sequence[str], parts: int, name: str) -> list[list]:
+    """Each ``grads[i]`` cut into ``parts`` equal pieces on ``devices[i]``: ``[worker][piece]``."""
+    pieces = []
+    for i, (grad, device) in enumerate(zip(grads, devices, strict=True)):
+        with tf.compat.v1.device(device):
+            pieces.append(tf.split(grad, parts, name=f"{name}_{i}"))
+    return pieces
+
+
+def _concat_on(tf: Any, pieces: Sequence[Sequence[Any]], devices: Sequence[str], name: str) -> list:
+    """``pieces[i]`` joined again on ``devices[i]``: each worker's whole vector."""
     outs = []
-    for i in range(n):
-        with tf.compat.v1.device(devices[i]):
-            outs.append(tf.concat(chunks[i], 0, name=f"ring_sum_{i}"))
+    for i, (mine, device) in enumerate(zip(pieces, devices, strict=True)):
+        with tf.compat.v1.device(device):
+            outs.append(tf.concat(list(mine), 0, name=f"{name}_{i}"))
     return outs
 
 
@@ -162,6 +182,38 @@ def build_ps(tf: Any, grads: Sequence[Any], devices: Sequence[str], ps: str = "/
         with tf.compat.v1.device(device):
             outs.append(tf.identity(total, name=f"read_sum_{i}"))
     return outs
+
+
+def build_sharded_ps(
+    tf: Any, grads: Sequence[Any], devices: Sequence[str], servers: Sequence[str] | None = None
+) -> list:
+    """A parameter server partitioned into ``len(servers)`` shards: shard ``j`` of every gradient
+    goes to ``servers[j]``, is added there, and every worker reads the summed shard back.
+
+    ``servers`` defaults to ``devices``: shard ``j`` is served by worker ``j``'s own task, so
+    what worker ``j`` sends to its shard never leaves its machine. That is how a partitioned
+    variable is laid out in TensorFlow (``partitioned.partition_variable``): shard ``j`` goes to
+    ps task ``j`` (``replica_device_setter`` and ``ParameterServerStrategy`` both place shards
+    round robin), and the usual deployment runs ps task ``j`` on worker ``j``'s machine. In a
+    dtfkit cluster with ``link=`` every task has a link of its own, so a separate ps task
+    would add a link that the machine does not have; worker ``j``'s task stands for its
+    machine. Each shard is ``build_ps`` on one slice of the gradients. With
+    ``servers=["/job:ps/task:0", ...]`` the shards go to ps tasks of their own instead; then
+    every worker's link carries all of its gradient each way (``S``), not ``2 (n - 1) / n`` of it.
+
+    Example (in a task)::
+
+        outs = build_sharded_ps(tf, [g0, g1, g2], ["/job:worker/task:0", "/job:worker/task:1", "/job:worker/task:2"])
+    """
+    servers = list(devices) if servers is None else list(servers)
+    shards = _split_on(tf, grads, devices, len(servers), "split")  # shards[i][j]: worker i's slice j
+    summed = []  # summed[j][i]: shard j's sum, as worker i reads it
+    for j, server in enumerate(servers):
+        with tf.name_scope(f"shard_{j}"):
+            summed.append(build_ps(tf, [mine[j] for mine in shards], devices, ps=server))
+    return _concat_on(
+        tf, [[shard[i] for shard in summed] for i in range(len(devices))], devices, "sharded_sum"
+    )
 
 
 def worker_gradient(tf: Any, index: int, floats: int, seed: int = 0) -> Any:
@@ -210,17 +262,36 @@ def check_sync_args(method: str, n: int, floats: int) -> None:
 def _sync_graph(tf: Any, method: str, n: int, floats: int, seed: int, schedule: dict | None) -> tuple:
     """The graph ``sync_run`` and ``trace_sync`` run: a gradient variable on each of the first
     ``n`` workers, read, and the method's sums. Returns ``(graph, reads, sums)``."""
-    devices = [f"/job:worker/task:{i}" for i in range(n)]
     with tf.Graph().as_default() as graph:
-        grads = []
-        for i, device in enumerate(devices):
-            with tf.compat.v1.device(device):
-                var = tf.compat.v1.get_variable(
-                    f"grad_{i}", initializer=worker_gradient(tf, i, floats, seed), use_resource=True
-                )
-                grads.append(var.read_value())
-        outs = build_ring(tf, grads, devices, schedule) if method == "ring" else build_ps(tf, grads, devices)
+        grads = _gradients(tf, n, floats, seed)
+        outs = _build(tf, method, grads, schedule)
     return graph, grads, outs
+
+
+def _devices(n: int) -> list[str]:
+    return [f"/job:worker/task:{i}" for i in range(n)]
+
+
+def _gradients(tf: Any, n: int, floats: int, seed: int) -> list:
+    """In the default graph: a gradient variable on each of the first ``n`` workers; their reads."""
+    grads = []
+    for i, device in enumerate(_devices(n)):
+        with tf.compat.v1.device(device):
+            var = tf.compat.v1.get_variable(
+                f"grad_{i}", initializer=worker_gradient(tf, i, floats, seed), use_resource=True
+            )
+            grads.append(var.read_value())
+    return grads
+
+
+def _build(tf: Any, method: str, grads: Sequence[Any], schedule: dict | None = None) -> list:
+    """``method``'s graph over ``grads`` (one per worker, in worker order): each worker's sum."""
+    devices = _devices(len(grads))
+    if method == "ring":
+        return build_ring(tf, grads, devices, schedule)
+    if method == "sharded_ps":
+        return build_sharded_ps(tf, grads, devices)
+    return build_ps(tf, grads, devices)
 
 
 @contextmanager
@@ -247,7 +318,8 @@ def sync_run(
     """In a client task: synchronise ``floats`` float32 gradients of the first ``n`` workers once,
     traced; check the sums; optionally time ``repeats`` more synchronisations.
 
-    ``method`` is ``"ring"`` or ``"ps"`` (``ps:0``); ``schedule`` replaces the ring's.
+    ``method`` is ``"ring"``, ``"ps"`` (``ps:0``) or ``"sharded_ps"`` (shard ``i`` on worker
+    ``i``, ``build_sharded_ps``); ``schedule`` replaces the ring's.
     Each worker's gradient is a variable on that worker (``worker_gradient``). The traced
     run fetches nothing (the sums stay on the workers), so every transfer is the method's.
     Grappler is off unless ``grappler``: then the transfers and bytes are the same, but some
@@ -298,14 +370,14 @@ def sync_sweep(
     ns: Sequence[int],
     floats: int,
     *,
-    methods: Sequence[str] = METHODS,
+    methods: Sequence[str] = ("ps", "ring"),
     repeats: int = 0,
     seed: int = 0,
     grappler: bool = False,
 ) -> list[dict[str, Any]]:
-    """In a client task: ``sync_run`` for every ``n`` in ``ns`` and every method, in one process
-    (a client task starts in seconds; one for the whole sweep). ``sum`` is kept for the largest
-    ``n`` of the ring.
+    """In a client task: ``sync_run`` for every ``n`` in ``ns`` and every method of ``methods``
+    (chapter 9's two unless told; ``METHODS`` has all three), in one process (a client task
+    starts in seconds; one for the whole sweep). ``sum`` is kept for the largest ``n`` of the ring.
 
     Example::
 
@@ -355,7 +427,8 @@ def trace_steps(
     cluster: Any, method: str, n: int, floats: int, *, steps: int = 1, seed: int = 0, timeout: float = 300.0
 ) -> list[dict[str, Any]]:
     """In the notebook: trace ``steps`` synchronisations of ``floats`` float32 numbers over the first
-    ``n`` workers of ``cluster`` (``"ps"`` through ``ps:0``, or ``"ring"``), in a client task.
+    ``n`` workers of ``cluster`` (``"ps"`` through ``ps:0``, ``"sharded_ps"`` or ``"ring"``), in a
+    client task.
 
     Returns plain records (``timeline.step_records``), for ``timeline.link_bytes``,
     ``timeline.plot_timeline`` and ``chrome_trace.write_chrome_trace``. Bad arguments, or a
@@ -367,8 +440,7 @@ def trace_steps(
         timeline.link_bytes(records)[0] == expected_link_bytes("ring", 3, 1200)    # True
     """
     check_sync_args(method, n, floats)
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise ValueError(f"steps must be an integer >= 1, not {steps!r}")
+    _check_steps(steps)
     spec = cluster.cluster_spec
     have = len(spec.get("worker", []))
     if have < n:
@@ -383,6 +455,79 @@ def trace_steps(
         trace_sync, args=(method, n, floats), kwargs=kwargs, on="client", timeout=timeout
     ).values()
     return records
+
+
+def _check_steps(steps: int) -> None:
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f"steps must be an integer >= 1, not {steps!r}")
+
+
+def time_sync(
+    methods: Sequence[str],
+    n: int,
+    sizes: Sequence[int],
+    *,
+    steps: int = 3,
+    seed: int = 0,
+    timeout_ms: int = 120_000,
+) -> list[dict[str, Any]]:
+    """In a client task: time ``steps`` synchronisations of every method of ``methods`` over the
+    first ``n`` workers, for gradients of every length in ``sizes`` (floats); and as many
+    empty steps (method ``"none"``: each worker only reads its gradient, nothing crosses a
+    link), what a step costs before any communication (the client's call to the master, the
+    master's to every task, their answers).
+
+    One graph and one session hold everything. Every step runs once untimed first (the
+    master registers its pieces of the graph with the tasks then); the timed steps take
+    turns (the first of every method and size, then the second, ...), so that a busy moment
+    of the machine does not fall on one method alone.
+
+    Returns one row per size and method (``methods``, then ``"none"``): ``method``, ``n``,
+    ``floats``, ``bytes`` (``4 * floats``), ``seconds`` (one per step), ``median_s``.
+
+    Example::
+
+        (rows,) = cluster.run(time_sync, args=(METHODS, 3, [300, 300_000]), on="client").values()
+        {(r["method"], r["bytes"]): r["median_s"] for r in rows}
+    """
+    import statistics
+
+    import tensorflow as tf
+
+    _check_steps(steps)
+    for floats in sizes:
+        for method in methods:
+            check_sync_args(method, n, floats)
+    targets: dict[tuple[int, str], list] = {}
+    with tf.Graph().as_default() as graph:
+        for floats in sizes:
+            with tf.compat.v1.variable_scope(f"floats_{floats}"):
+                grads = _gradients(tf, n, floats, seed)
+            for method in methods:
+                with tf.name_scope(f"{method}_{floats}"):
+                    targets[floats, method] = [out.op for out in _build(tf, method, grads)]
+            targets[floats, "none"] = [grad.op for grad in grads]
+    options = tf.compat.v1.RunOptions(timeout_in_ms=timeout_ms)
+    seconds: dict[tuple[int, str], list[float]] = {key: [] for key in targets}
+    with _session(tf, graph, grappler=False) as sess:
+        for ops in targets.values():
+            sess.run(ops, options=options)
+        for _ in range(steps):
+            for key, ops in targets.items():
+                start = time.perf_counter()
+                sess.run(ops, options=options)
+                seconds[key].append(time.perf_counter() - start)
+    return [
+        {
+            "method": method,
+            "n": n,
+            "floats": floats,
+            "bytes": 4 * floats,
+            "seconds": taken,
+            "median_s": statistics.median(taken),
+        }
+        for (floats, method), taken in seconds.items()
+    ]
 
 
 def mwms_allreduce(floats: int, *, seed: int = 0, repeats: int = 0) -> dict[str, Any]:
@@ -447,11 +592,15 @@ def expected_bytes(method: str, n: int, floats: int, itemsize: int = 4) -> dict[
 
     ps: every worker sends its gradient and receives the sum (``size`` each way); ``ps:0``
     receives and sends ``n * size``. ring: every worker sends and receives
-    ``2 (n - 1)`` chunks of ``size / n``.
+    ``2 (n - 1)`` chunks of ``size / n``. sharded_ps: the same as the ring, in other
+    messages: every worker sends its ``n - 1`` foreign slices and the ``n - 1`` copies of
+    its summed shard, and receives as many.
 
     >>> expected_bytes("ps", 2, 12)
     {'ps:0': {'sent': 96, 'received': 96}, 'worker:0': {'sent': 48, 'received': 48}, 'worker:1': {'sent': 48, 'received': 48}}
-    >>> expected_bytes("ring", 4, 12)["worker:3"]
+    >>> expected_bytes("ring", 4, 12)["worker:3"] == expected_bytes("sharded_ps", 4, 12)["worker:3"]
+    True
+    >>> expected_bytes("sharded_ps", 4, 12)["worker:3"]
     {'sent': 72, 'received': 72}
     """
     size = floats * itemsize
@@ -459,7 +608,7 @@ def expected_bytes(method: str, n: int, floats: int, itemsize: int = 4) -> dict[
         out = {"ps:0": {"sent": n * size, "received": n * size}}
         out.update({f"worker:{i}": {"sent": size, "received": size} for i in range(n)})
         return out
-    if method == "ring":
+    if method in ("ring", "sharded_ps"):
         per_worker = 2 * (n - 1) * (size // n)
         return {f"worker:{i}": {"sent": per_worker, "received": per_worker} for i in range(n)}
     raise ValueError(f"method must be one of {METHODS}, not {method!r}")
@@ -469,10 +618,14 @@ def expected_link_bytes(method: str, n: int, floats: int, itemsize: int = 4) -> 
     """Bytes on each link (sender, receiver) in one synchronisation, from the formulas.
 
     ps: each worker sends ``size`` to ``ps:0`` and gets ``size`` back. ring: each worker
-    sends its right neighbour ``2 (n - 1)`` chunks of ``size / n``.
+    sends its right neighbour ``2 (n - 1)`` chunks of ``size / n``. sharded_ps: every
+    worker sends every other worker two slices of ``size / n``: its slice of the other's
+    shard, and its own summed shard.
 
     >>> expected_link_bytes("ring", 3, 12)
     {('worker:0', 'worker:1'): 64, ('worker:1', 'worker:2'): 64, ('worker:2', 'worker:0'): 64}
+    >>> expected_link_bytes("sharded_ps", 3, 12)[("worker:2", "worker:0")]
+    32
     >>> expected_link_bytes("ps", 2, 12)[("ps:0", "worker:1")]
     48
     """
@@ -484,6 +637,8 @@ def expected_link_bytes(method: str, n: int, floats: int, itemsize: int = 4) -> 
     if method == "ring":
         per_link = 2 * (n - 1) * (size // n)
         return {(f"worker:{i}", f"worker:{(i + 1) % n}"): per_link for i in range(n) if per_link}
+    if method == "sharded_ps":
+        return {(f"worker:{i}", f"worker:{j}"): 2 * (size // n) for i in range(n) for j in range(n) if i != j}
     raise ValueError(f"method must be one of {METHODS}, not {method!r}")
 
 

@@ -1,0 +1,333 @@
+"""The α–β model of communication: when a parameter server, a sharded one or a ring is fastest.
+
+A message of ``S`` bytes costs ``α + S·β``: a latency α, paid once however big the message
+is, and β seconds per byte, the link's inverse rate (Hockney 1994; Thakur, Rabenseifner &
+Gropp 2005 price MPI's collectives this way). ``alpha_beta_time`` gives the time of one
+synchronisation of an ``S``-byte gradient over ``n`` workers, for the three methods of
+``allreduce``, under these assumptions:
+
+1. Every task has a link of its own, full duplex (sending does not slow receiving), to a
+   switch that is never the bottleneck. A dtfkit cluster with ``link=`` is built so: a veth
+   per task with a token bucket each way, on one bridge.
+2. Messages sent at the same time pay α once (their latencies overlap), but their bytes
+   queue on any link they share. A *round* is a set of messages that do not wait for one
+   another; a round that needs the previous one's result starts when that one ends.
+3. Adding numbers is free; so is a message to a task's own machine.
+
+Then, with ``S`` the gradient's size in bytes:
+
+- **ps** (one parameter server): round 1, ``n`` gradients into the ps's link: ``α + n·S·β``;
+  round 2, ``n`` sums out of it: ``α + n·S·β``. In all ``2α + 2·n·S·β``: the ps's link
+  carries ``n·S`` each way while every worker's carries ``S``.
+- **sharded_ps** (shard ``i`` served on worker ``i``'s machine): round 1, every worker sends
+  its ``n - 1`` foreign slices of ``S/n``, one to each other worker, and receives as many:
+  ``(n - 1)·S/n`` on every link each way, ``α + (n - 1)·S·β/n``; round 2 the same with the
+  summed shards. In all ``2α + 2·(n - 1)·S·β/n``.
+- **ring**: ``2(n - 1)`` rounds (reduce-scatter, then all-gather), each one chunk of ``S/n``
+  per link: ``2(n - 1)·(α + S·β/n)``.
+
+With ``n = 1`` the ring and the sharded ps send nothing (0); the ps still sends to ps:0.
+Every worker's link carries ``2(n - 1)/n·S`` each way in the ring and the sharded ps, which
+is the least any all-reduce can do (each worker must send out what the others lack of its
+gradient and get what it lacks of theirs); the ps's link carries ``n·S`` each way.
+
+**When each wins.** The ps loses to the ring at large ``S`` (``n·S`` vs ``(n - 1)/n·S`` on
+the busiest link) and beats it at small ``S`` when ``n > 2`` (2 rounds vs ``2(n - 1)``):
+``crossover_size("ps", "ring", ...)`` is where they swap. In this model the sharded ps is
+never slower than the ring: the same bytes on every link, in 2 rounds. What the model leaves
+out decides between them in practice: the sharded ps sends to all ``n - 1`` peers at once, so
+it needs a switch with full bisection bandwidth and suffers when ``n - 1`` senders hit one
+receiver at the same time (incast), and each message costs CPU at both ends; the ring only
+ever uses each link to one neighbour. If every message cost α on its own (one message at a
+time per task, the "single-port" model), the sharded ps would take ``2(n - 1)·(α + S·β/n)``,
+exactly the ring.
+
+**In a dtfkit cluster.** ``LocalCluster(link="100mbit", delay=d)``: β is ``8 / rate`` and α
+is about ``d`` (the relay in front of every task holds each message for ``d``) plus
+TensorFlow's own cost of a transfer (a millisecond or so). A step also pays what no method
+changes, the client's call to the master, the master's to every task and their answers
+(about ``4d``), so ``measure`` subtracts the time of an empty step. What remains is expected
+at the model's time plus one ``d``: a task asks for a tensor as soon as its piece of the
+graph starts, so in later rounds the request already waits at the sender and the tensor
+crosses in ``d``, but the first round pays the request's way too. And the token bucket lets
+its first 10 ms of traffic through at once (125 kB at 100 mbit/s), so messages smaller
+than that pay almost no ``S·β``.
+
+``measure`` (in the notebook) times the methods on such clusters at two delays;
+``plot_alpha_beta`` draws the model with the measured points. Everything here but
+``measure``'s clusters is plain Python: no TensorFlow in the notebook.
+
+Example::
+
+    from dtfkit.recipes import alpha_beta
+    alpha_beta.alpha_beta_time("ring", 3, 120_000, 0.02, 8e-8)                 # 0.0928 s
+    alpha_beta.crossover_size("ps", "ring", 3, alpha_s=0.02, beta_s_per_byte=8e-8)  # ~107 kB
+    rows = alpha_beta.measure(delays=("1ms", "20ms"))
+    alpha_beta.plot_alpha_beta(3, 0.02, 8e-8, measured=[r for r in rows if r["delay"] == "20ms"])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from dtfkit.recipes import allreduce
+from dtfkit.recipes.allreduce import METHODS
+
+__all__ = [
+    "METHODS",
+    "alpha_beta_time",
+    "crossover_size",
+    "fastest",
+    "measure",
+    "model_terms",
+    "plot_alpha_beta",
+]
+
+
+def _check_model_args(method: str, n: int, alpha_s: float, beta_s_per_byte: float) -> None:
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n (how many workers synchronise) must be an integer >= 1, not {n!r}")
+    for name, value in (("alpha_s", alpha_s), ("beta_s_per_byte", beta_s_per_byte)):
+        if not _is_number(value) or value < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def model_terms(method: str, n: int, alpha_s: float, beta_s_per_byte: float) -> tuple[float, float]:
+    """The model as a line in ``S``: ``(fixed seconds, seconds per byte of gradient)``.
+
+    >>> model_terms("ring", 3, 0.001, 1e-8)    # 4 rounds of α; 4 chunks of S/3 on every link
+    (0.004, 1.3333333333333334e-08)
+    """
+    _check_model_args(method, n, alpha_s, beta_s_per_byte)
+    if method == "ps":
+        return 2 * alpha_s, 2 * n * beta_s_per_byte
+    if n == 1:
+        return 0.0, 0.0  # one worker, its own shard or ring: nothing crosses a link
+    if method == "sharded_ps":
+        return 2 * alpha_s, 2 * (n - 1) * beta_s_per_byte / n
+    return 2 * (n - 1) * alpha_s, 2 * (n - 1) * beta_s_per_byte / n
+
+
+def alpha_beta_time(method: str, n: int, size_bytes: float, alpha_s: float, beta_s_per_byte: float) -> float:
+    """Seconds for one synchronisation of a ``size_bytes`` gradient over ``n`` workers (module docstring).
+
+    >>> round(alpha_beta_time("ps", 3, 300_000, 0.001, 1e-8), 6)           # 2α + 2·n·S·β
+    0.02
+    >>> round(alpha_beta_time("sharded_ps", 3, 300_000, 0.001, 1e-8), 6)   # 2α + 2(n-1)·S·β/n
+    0.006
+    >>> round(alpha_beta_time("ring", 3, 300_000, 0.001, 1e-8), 6)         # 2(n-1)·(α + S·β/n)
+    0.008
+    """
+    if not _is_number(size_bytes) or size_bytes < 0:
+        raise ValueError(f"size_bytes must be a finite number >= 0, not {size_bytes!r}")
+    fixed, per_byte = model_terms(method, n, alpha_s, beta_s_per_byte)
+    return fixed + per_byte * size_bytes
+
+
+def crossover_size(
+    method_a: str, method_b: str, n: int, *, alpha_s: float, beta_s_per_byte: float
+) -> float | None:
+    """The gradient size (bytes) at which ``method_a`` and ``method_b`` take the same time, or
+    ``None`` when they never swap for a size above 0 (one is never slower, or they coincide).
+
+    Below it the method with fewer rounds is faster, above it the one with fewer bytes on
+    the busiest link. For the ps and the ring:
+    ``S* = n·(n - 2)·α / ((n² - n + 1)·β)``.
+
+    >>> round(crossover_size("ps", "ring", 3, alpha_s=0.001, beta_s_per_byte=1e-8), 2)
+    42857.14
+    >>> crossover_size("sharded_ps", "ring", 3, alpha_s=0.001, beta_s_per_byte=1e-8) is None
+    True
+    """
+    fixed_a, slope_a = model_terms(method_a, n, alpha_s, beta_s_per_byte)
+    fixed_b, slope_b = model_terms(method_b, n, alpha_s, beta_s_per_byte)
+    if slope_a == slope_b:
+        return None
+    size = (fixed_b - fixed_a) / (slope_a - slope_b)
+    return size if size > 0 else None
+
+
+def fastest(rows: Iterable[dict[str, Any]], key: str = "comm_s") -> dict[tuple[str, int], str]:
+    """The fastest method for each (delay, size) of ``measure``'s rows, by ``key``.
+
+    >>> fastest([
+    ...     {"delay": "20ms", "bytes": 1200, "method": "ps", "comm_s": 0.06},
+    ...     {"delay": "20ms", "bytes": 1200, "method": "ring", "comm_s": 0.10},
+    ... ])
+    {('20ms', 1200): 'ps'}
+    """
+    best: dict[tuple[str, int], tuple[float, str]] = {}
+    for r in rows:
+        where = (r["delay"], r["bytes"])
+        if where not in best or r[key] < best[where][0]:
+            best[where] = (r[key], r["method"])
+    return {where: method for where, (_, method) in sorted(best.items())}
+
+
+# ------------------------------------------------------------------------ measuring
+def _check_measure_args(delays: Sequence[str], sizes: Sequence[int], n: int, link: str, steps: int) -> int:
+    """Refuse bad input before any cluster starts; returns the link's rate in bits/s."""
+    from dtfkit.engine import netns
+
+    if not isinstance(n, int) or isinstance(n, bool) or n < 2:
+        raise ValueError(f"n (how many workers synchronise) must be an integer >= 2, not {n!r}")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f"steps must be an integer >= 1, not {steps!r}")
+    if isinstance(delays, str) or not delays:
+        raise ValueError(f"delays must be a list of delays such as ['1ms', '20ms'], not {delays!r}")
+    for delay in delays:
+        netns.parse_delay(delay)  # ValueError naming the value
+    if isinstance(sizes, str | int) or not sizes:
+        raise ValueError(f"sizes must be a list of gradient sizes in bytes, not {sizes!r}")
+    for size in sizes:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1 or size % (4 * n):
+            raise ValueError(
+                f"size {size!r} is not a whole number of float32 chunks: each size must be a positive "
+                f"multiple of 4·n = {4 * n} bytes (n float32 chunks of equal length)"
+            )
+    return netns.parse_rate(link)
+
+
+def measure(
+    delays: Sequence[str] = ("1ms", "20ms"),
+    sizes: Sequence[int] = (1_200, 12_000, 120_000, 1_200_000),
+    *,
+    n: int = 3,
+    link: str = "100mbit",
+    methods: Sequence[str] = METHODS,
+    steps: int = 3,
+    timeout: float = 300.0,
+    cluster_options: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """In the notebook: time every method on ``LocalCluster(ps=1, workers=n, link=link, delay=d)``
+    for every ``d`` in ``delays`` (one cluster after another) and every gradient size in
+    ``sizes`` (bytes); ``allreduce.time_sync`` runs the steps in a client task.
+
+    Returns plain rows, one per delay, size and method: ``delay``, ``d_s``, ``link``,
+    ``rate_bytes_per_s``, ``method``, ``n``, ``bytes``, ``seconds`` (each step),
+    ``median_s``, ``empty_s`` (the median of the empty steps of that size: no transfer)
+    and ``comm_s`` = ``median_s - empty_s``, the communication the model prices.
+    Bad arguments raise ``ValueError`` before anything starts. The defaults take about a
+    minute on 2 cores (most of it the two clusters' starts).
+
+    Example::
+
+        rows = measure(delays=("1ms", "20ms"), sizes=(1_200, 1_200_000))
+        fastest(rows)     # {('1ms', 1200): 'sharded_ps', ..., ('20ms', 1200000): 'ring'}
+    """
+    import dtfkit
+    from dtfkit.engine import netns
+
+    rate = _check_measure_args(delays, sizes, n, link, steps)
+    for method in methods:
+        _check_model_args(method, n, 0.0, 0.0)
+    options = {"progress": False, "name": None, **(cluster_options or {})}
+    floats = [size // 4 for size in sizes]
+    out = []
+    for delay in delays:
+        with dtfkit.LocalCluster(ps=1, workers=n, link=link, delay=delay, **options) as cluster:
+            (rows,) = cluster.run(
+                allreduce.time_sync,
+                args=(tuple(methods), n, floats),
+                kwargs={"steps": steps, "timeout_ms": int(1000 * timeout)},
+                on="client",
+                timeout=timeout,
+            ).values()
+        empty = {r["bytes"]: r["median_s"] for r in rows if r["method"] == "none"}
+        for r in rows:
+            if r["method"] == "none":
+                continue
+            out.append(
+                {
+                    "delay": delay,
+                    "d_s": netns.parse_delay(delay),
+                    "link": link,
+                    "rate_bytes_per_s": rate / 8,
+                    **r,
+                    "empty_s": empty[r["bytes"]],
+                    "comm_s": r["median_s"] - empty[r["bytes"]],
+                }
+            )
+    return out
+
+
+# ------------------------------------------------------------------------- the plot
+_COLOURS = {"ps": "tab:red", "sharded_ps": "tab:green", "ring": "tab:blue"}
+
+
+def plot_alpha_beta(
+    n: int,
+    alpha_s: float,
+    beta_s_per_byte: float,
+    *,
+    sizes: Sequence[float] | None = None,
+    measured: Iterable[dict[str, Any]] | None = None,
+    key: str = "comm_s",
+    methods: Sequence[str] = METHODS,
+    ax: Any = None,
+    title: str | None = None,
+):
+    """Time per synchronisation against gradient size, both axes logarithmic: the model's line
+    for each method, ``measured`` rows (``measure``'s, of one delay) as points in the same
+    colour (by ``key``; rows at or below 0 cannot be drawn on a log axis and are counted in
+    a note), and the ps/ring crossover as a dotted vertical line.
+
+    Uses matplotlib (imported here). Returns the axes; each model line's ``gid`` is
+    ``"model:<method>"``, each method's points ``"measured:<method>"``, the crossover's
+    ``"crossover"``.
+
+    Example::
+
+        ax = plot_alpha_beta(3, 0.02, 8e-8, measured=[r for r in rows if r["delay"] == "20ms"])
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    for method in methods:
+        _check_model_args(method, n, alpha_s, beta_s_per_byte)
+    measured = list(measured or [])
+    if sizes is None:
+        known = [r["bytes"] for r in measured] or [1e3, 1e7]
+        sizes = np.geomspace(min(known) / 3, max(known) * 3, 200)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    for method in methods:
+        colour = _COLOURS.get(method)
+        times = [alpha_beta_time(method, n, s, alpha_s, beta_s_per_byte) for s in sizes]
+        ax.plot(sizes, times, color=colour, label=f"{method} (model)", gid=f"model:{method}")
+        points = [(r["bytes"], r[key]) for r in measured if r["method"] == method and r[key] > 0]
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.scatter(
+                xs, ys, color=colour, marker="o", label=f"{method} (measured)", gid=f"measured:{method}"
+            )
+    if "ps" in methods and "ring" in methods:
+        where = crossover_size("ps", "ring", n, alpha_s=alpha_s, beta_s_per_byte=beta_s_per_byte)
+        if where is not None:
+            ax.axvline(
+                where, color="0.4", linestyle=":", gid="crossover", label=f"ps = ring at {where:,.0f} B"
+            )
+    hidden = sum(1 for r in measured if r["method"] in methods and r[key] <= 0)
+    if hidden:
+        ax.annotate(
+            f"{hidden} measured point(s) at or below 0 s not drawn",
+            (0.02, 0.02),
+            xycoords="axes fraction",
+            fontsize=8,
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("gradient size S (bytes)")
+    ax.set_ylabel("time per synchronisation (s)")
+    rate = f", 1/β = {1e-6 / beta_s_per_byte:g} MB/s" if beta_s_per_byte else ""
+    ax.set_title(title or f"α–β model, n = {n}, α = {alpha_s * 1000:g} ms{rate}")
+    ax.legend(fontsize=8)
+    return ax
