@@ -130,6 +130,7 @@ def test_plot_has_one_labelled_point_per_method():
         assert xs == [r["expected"]["to_ps"] for r in runs]
         assert [t.get_text() for t in left.texts] == ["none", "fp16", "bf16", "topk (k=12)", "sign"]
         assert left.get_xscale() == "log"
+        assert left.get_ylim() == pytest.approx((0.75, 1.0))
         assert [t.get_text() for t in right.get_yticklabels()] == [c.get_label() for c in points]
         assert [round(p.get_width(), 6) for p in right.patches] == [25.0, 11.0, 11.0, 11.0, 11.0]
     finally:
