@@ -210,6 +210,7 @@ def test_training_learns_and_fp16_keeps_the_accuracy(cluster):
     assert none["accuracy"] > 0.5, none["loss"]
     assert abs(fp16["accuracy"] - none["accuracy"]) < 0.05, (none["accuracy"], fp16["accuracy"])
     assert none["loss"][-1] < 0.5 * none["loss"][0]
+    assert none["median_step_seconds"] == np.median(none["step_seconds"])
     assert len(none["loss"]) == compression.STEPS - 1 and len(none["step_seconds"]) == compression.STEPS - 2
 
 

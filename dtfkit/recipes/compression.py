@@ -434,17 +434,18 @@ def train_compressed(
     and ``ps:0``; trace the first step's transfers and time the others.
 
     ``k`` is for ``topk`` (required there). Each run lives in a resource container of its own
-    on the tasks, reset at the end, so runs in a row start afresh.
+    on the tasks, reset at the end (``Session.reset``, which also closes any other session
+    open on worker:0's master), so runs in a row start afresh.
 
     Returns plain data: ``method``, ``k``, ``workers``, ``steps``, ``floats``,
     ``bytes_to_ps`` and ``bytes_from_ps`` (``{worker: bytes}`` in the traced step, from its
     transfers), ``transfers`` (the traced step's ``(from, to, tensor, bytes)``), ``expected``
     (``expected_compressed_bytes``), ``step_seconds`` (the wall time of steps 3 to ``steps``:
-    the first is traced, the second warms up), ``loss`` (the workers' mean loss before
-    each step from the second on: the traced step fetches nothing),
-    ``accuracy`` (on the digits' test split, after the last step), and with ``sums``:
-    ``sums`` = ``{worker: {"received", "residual", "raw"}}`` (NumPy vectors; see the module
-    docstring).
+    the first is traced, the second warms up) and their median, ``median_step_seconds``;
+    ``loss`` (the workers' mean loss before each step from the second on: the traced step
+    fetches nothing), ``accuracy`` (on the digits' test split, after the last step), and with
+    ``sums``: ``sums`` = ``{worker: {"received", "residual", "raw"}}`` (NumPy vectors; see the
+    module docstring).
 
     Example::
 
@@ -505,6 +506,7 @@ def train_compressed(
         "transfers": transfers,
         "expected": expected_compressed_bytes(method, floats, k),
         "step_seconds": step_seconds,
+        "median_step_seconds": float(np.median(step_seconds)) if step_seconds else float("nan"),
         "loss": loss_curve,
         "accuracy": accuracy,
     }
