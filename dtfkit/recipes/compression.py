@@ -45,8 +45,8 @@ The 1-bit method is the sign with a scale, not a low-rank one (PowerSGD): bits p
 plain graph ops, ``bits * [128, 64, ..., 1]`` summed per 8 and cast to ``uint8`` on the
 worker, ``tf.bitwise.right_shift`` and ``bitwise_and`` to unpack on ``ps:0``.
 
-TensorFlow has no built-in gradient compression for its parameter-server or collective
-training (tensorflow/tensorflow#40468, closed as stale); PyTorch DDP has communication hooks
+TensorFlow's distribution strategies offer no option to compress gradients (a request for
+one, tensorflow/tensorflow#40468, was closed as stale); PyTorch DDP has communication hooks
 (fp16, bf16, PowerSGD) and Horovod a ``Compression.fp16``.
 
 Example (in a notebook; TensorFlow runs only in the tasks)::
