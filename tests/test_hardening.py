@@ -438,9 +438,17 @@ def test_ctrl_c_on_a_stuck_task_re_raises_keyboardinterrupt(cluster):
             signal.pthread_kill(main, signal.SIGINT)
 
     presser = threading.Thread(target=press_ctrl_c, daemon=True)
-    presser.start()
-    with pytest.raises(KeyboardInterrupt):
-        handle.result(timeout=120)
+    # Ctrl-C meets Python's default handler, unblocked; an earlier test of this process (a
+    # pytest-xdist worker runs many files) may have left another handler: put back afterwards.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        presser.start()
+        with pytest.raises(KeyboardInterrupt):
+            handle.result(timeout=120)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        signal.signal(signal.SIGINT, previous)
     presser.join(10)
     with pytest.raises(TaskExited, match="the cell was interrupted"):
         handle.result()
