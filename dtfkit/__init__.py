@@ -47,7 +47,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from dtfkit.cluster import LocalCluster
-    from dtfkit.diagnose import diagnose
+    from dtfkit.diagnosis import diagnose
     from dtfkit.engine.state import cleanup
     from dtfkit.launch import launch
     from dtfkit.ray.cluster import RayCluster
@@ -57,7 +57,7 @@ _LAZY = {
     "launch": ("dtfkit.launch", "launch"),
     "RayCluster": ("dtfkit.ray.cluster", "RayCluster"),  # imports Ray only when used
     "cleanup": ("dtfkit.engine.state", "cleanup"),
-    "diagnose": ("dtfkit.diagnose", "diagnose"),
+    "diagnose": ("dtfkit.diagnosis", "diagnose"),
 }
 
 

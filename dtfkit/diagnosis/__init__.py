@@ -1,4 +1,4 @@
-"""Name the known mistakes of a distributed TensorFlow setup, each with its fix.
+"""Name the known mistakes of a distributed TensorFlow setup, each with its fix (``dtfkit.diagnose``).
 
 ``diagnose`` reads TF_CONFIGs (one, or a list: one per process), a ClusterSpec dict, a
 ``LocalCluster``'s tasks (states and logs) or raw log text, and returns a ``Diagnosis``: one
@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dtfkit.diagnose.configs import read_configs
-from dtfkit.diagnose.findings import NOTHING_FOUND, Diagnosis, Finding
-from dtfkit.diagnose.runtime import cluster_findings, log_findings
-from dtfkit.diagnose.static import config_findings, strategy_name
+from dtfkit.diagnosis.configs import read_configs
+from dtfkit.diagnosis.findings import NOTHING_FOUND, Diagnosis, Finding
+from dtfkit.diagnosis.runtime import cluster_findings, log_findings
+from dtfkit.diagnosis.static import config_findings, strategy_name
 
 __all__ = ["NOTHING_FOUND", "Diagnosis", "Finding", "diagnose"]
 
@@ -34,7 +34,7 @@ def diagnose(
     tf_config: Any = None,
     *,
     cluster: Any = None,
-    logs: Mapping[str, Any] | None = None,
+    logs: Mapping[str, Any] | BaseException | None = None,
     machines: int | Iterable[str] | None = None,
     strategy: str | None = None,
 ) -> Diagnosis:
@@ -45,7 +45,8 @@ def diagnose(
             would set them: then a task none of them runs is reported), or a ClusterSpec dict
             ``{"worker": [...], "ps": [...]}``. None: only ``cluster``/``logs`` are read.
         cluster: a ``LocalCluster``: its tasks' states (killed, exited, not started) and logs.
-        logs: ``{"worker:0": text}``: what tasks printed (an exception's text works too).
+        logs: ``{"worker:0": text}``: what tasks printed (an exception works as text too), or one
+            error that names its task (a ``TaskFailed`` from ``cluster.run``).
         machines: how many machines the cluster spans (or their hostnames): with more than
             one, localhost addresses are a mistake.
         strategy: ``"mwms"`` or ``"ps"``, to check the rules of that strategy too

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dtfkit.diagnose.findings import Finding
+from dtfkit.diagnosis.findings import Finding
 
 # multi_worker_util._validate_cluster_spec: allowed_task_types = ("chief", "worker", "evaluator", "ps", None)
 KNOWN_JOBS = ("chief", "worker", "ps", "evaluator")

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dtfkit.diagnose.findings import Finding
+from dtfkit.diagnosis.findings import Finding
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,9 @@ _RULES = (
         # No address added out of total 1 resolved for '0.0.0.0:PORT'" (measured: TF 2.21, port held by
         # another socket); older gRPC printed the OS's "Address already in use".
         re.compile(
-            r"Address already in use|Could not start gRPC server|Failed to add port to server: No address added"
+            r"Address already in use|Could not start gRPC server|Failed to add port to server: No address added|"
+            # dtfkit/engine/tasks.py: a restart on a shared network whose port another program holds.
+            r"\bPortTaken\b|could not bind its port"
         ),
         "This task's server could not listen on its port: something else (another task, an old process, "
         "another program) already holds it.",
@@ -74,7 +76,8 @@ _RULES = (
         # all addresses" and the coordination service's "heartbeat timeout" / "tasks are unhealthy" are
         # strings of libtensorflow_cc.so.2 (TF 2.21).
         re.compile(
-            r"UnavailableError|Socket closed|failed to connect to all addresses|Connection reset by peer|"
+            r"UnavailableError|UNAVAILABLE:|Socket closed|failed to connect to all addresses|Connection reset by peer|"
+            r"Broken pipe|"
             r"heartbeat timeout|tasks are unhealthy"
         ),
         "A peer{peer} could not be reached: its process died or was never started, so the call to it failed.",
@@ -87,13 +90,28 @@ _RULES = (
 # One finding per task from these, the most specific first: an abort usually quotes the Unavailable cause.
 _EXCLUSIVE = ("collective-aborted", "peer-unavailable")
 _PEER = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
+# TF's gRPC errors name the task that failed to answer: "... from remote target /job:ps/replica:0/task:0 ...".
+_REMOTE = re.compile(r"remote target /job:(\w+)/replica:\d+/task:(\d+)")
 
 
-def log_findings(logs: Mapping[str, Any]) -> list[Finding]:
-    """Findings from each task's log text (``{"worker:0": text}``; an exception works as text too)."""
+def as_logs(logs: Any) -> dict[str, str]:
+    """``{"worker:0": text}`` from a mapping of texts (or exceptions), or from one error that names
+    its task (``TaskFailed``: ``.task``); any other text or exception counts as the cluster's."""
+    if isinstance(logs, Mapping):
+        return {str(task): _text(value) for task, value in logs.items()}
+    return {str(getattr(logs, "task", "") or ""): _text(logs)}
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, BaseException):
+        return f"{type(value).__name__}: {value}"
+    return str(value)
+
+
+def log_findings(logs: Any) -> list[Finding]:
+    """Findings from each task's log text (``{"worker:0": text}``; see ``as_logs``)."""
     found = []
-    for task, text in logs.items():
-        text = str(text)
+    for task, text in as_logs(logs).items():
         matched = set()
         for rule in _RULES:
             if rule.code in _EXCLUSIVE and matched & set(_EXCLUSIVE):
@@ -115,7 +133,11 @@ def log_findings(logs: Mapping[str, Any]) -> list[Finding]:
 
 
 def _peer_near(text: str, match: re.Match[str], task: str) -> str:
-    """`` (ps:0)`` when a device name of another task is on the matching line, else ""."""
+    """`` (ps:0)``: the remote target TF's gRPC error names, else another task's device name on the
+    matching line, else ""."""
+    for job, index in _REMOTE.findall(text):
+        if f"{job}:{index}" != task:
+            return f" ({job}:{index})"
     start = text.rfind("\n", 0, match.start()) + 1
     end = text.find("\n", match.end())
     line = text[start : end if end >= 0 else len(text)]

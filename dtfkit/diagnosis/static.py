@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from dtfkit.diagnose import addresses
-from dtfkit.diagnose.configs import KNOWN_JOBS, Given, Process
-from dtfkit.diagnose.findings import Finding
+from dtfkit.diagnosis import addresses
+from dtfkit.diagnosis.configs import KNOWN_JOBS, Given, Process
+from dtfkit.diagnosis.findings import Finding
 
 MWMS = "multi_worker_mirrored"
 PSS = "parameter_server"
