@@ -293,6 +293,9 @@ Additional GRPC error information from remote target /job:ps/replica:0/task:0 wh
 # A tf.distribute.Server started on a port another socket holds.
 PORT_TAKEN = """E0000 00:00:1795662751.569141   11726 add_port.cc:83] Failed to add port to server: No address added out of total 1 resolved for '0.0.0.0:58049'
 E0000 00:00:1795662751.571587   11726 grpc_server_lib.cc:618] UNKNOWN: Could not start gRPC server"""
+JOIN_STACK = """Thread MainThread:
+  File "/venv/lib/python3.11/site-packages/tensorflow/python/training/server_lib.py", line 185, in join
+    c_api.TF_ServerJoin(self._server)"""
 STARTUP = 'raise RuntimeError("Collective ops must be configured at program startup")'
 ABORTED = "Collective ops is aborted by: failed to connect to all addresses\nThe error could be from a previous operation."
 
@@ -307,12 +310,21 @@ ABORTED = "Collective ops is aborted by: failed to connect to all addresses\nThe
         (ABORTED, "collective-aborted", ""),
         ("Socket closed", "peer-unavailable", ""),
         ("OSError: [Errno 98] Address already in use", "address-in-use", ""),
+        (JOIN_STACK, "server-join-blocks", ""),
     ],
 )
 def test_log_rules_name_the_task_and_the_peer(text, code, peer):
     d = dtfkit.diagnose(logs={"worker:0": "some lines before\n" + text + "\nand after"})
     assert codes_and_tasks(d) == {(code, "worker:0")}, str(d)
     assert peer in d.findings[0].message
+
+
+def test_a_cluster_spec_object_is_read_as_its_dict():
+    class ClusterSpecLike:
+        def as_dict(self):
+            return {"worker": ["localhost:2222", "localhost"]}
+
+    assert codes_and_tasks(dtfkit.diagnose(ClusterSpecLike())) == {("address-no-port", "worker:1")}
 
 
 def test_an_exception_naming_its_task_works_as_logs():
@@ -426,3 +438,19 @@ def test_a_server_on_a_taken_port_is_named():
     assert out.returncode == 3, out.stdout + out.stderr
     d = dtfkit.diagnose(logs={"worker:0": out.stdout + out.stderr})
     assert codes_and_tasks(d) == {("address-in-use", "worker:0")}, str(d)
+
+
+def _join():
+    import dtfkit as kit
+
+    kit.this_task().server.join()
+
+
+@pytest.mark.slow
+def test_a_task_stuck_in_server_join_is_named_from_its_stack():
+    with dtfkit.LocalCluster(workers=1, progress=False, name="") as cluster:
+        with pytest.raises(dtfkit.TaskTimeout) as stuck:
+            cluster.run(_join, timeout=20)
+    assert "worker:0" in stuck.value.stacks
+    d = dtfkit.diagnose(logs=stuck.value)
+    assert codes_and_tasks(d) == {("server-join-blocks", "worker:0")}, str(d)

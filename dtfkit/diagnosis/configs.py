@@ -54,6 +54,8 @@ def looks_like_cluster_spec(value: dict) -> bool:
 def read_configs(tf_config: Any) -> tuple[Given, list[Finding]]:
     """The processes described by ``tf_config`` and the findings about configs TF cannot read."""
     findings: list[Finding] = []
+    if callable(getattr(tf_config, "as_dict", None)):  # a tf.train.ClusterSpec (or a resolver's)
+        tf_config = tf_config.as_dict()
     if isinstance(tf_config, dict) and looks_like_cluster_spec(tf_config):
         cluster = _cluster_of(tf_config, "cluster", findings)
         return Given((Process(0, "cluster", cluster, None, None),), complete=False), findings

@@ -62,6 +62,15 @@ _RULES = (
         "tensorflow/tensorflow#3517",
     ),
     LogRule(
+        "server-join-blocks",
+        # A stack (TaskTimeout.stacks) inside tensorflow/python/training/server_lib.py, Server.join: it
+        # returns only when the server ends, which a ps or worker server never does by itself.
+        re.compile(r'server_lib\.py", line \d+, in join'),
+        "This task is blocked in server.join(), which never returns: the server serves until its process ends.",
+        "Call server.join() only in a process whose sole job is to serve (a ps); to stop it, end the process "
+        "(cluster.kill / restart), or leave join out and let your own loop decide when to stop.",
+    ),
+    LogRule(
         "collective-aborted",
         # libtensorflow_cc.so.2 strings: "Collective ops is aborted by: "; DEADLINE_EXCEEDED is the gRPC status
         # a collective gets when a peer stops answering in time.
@@ -95,10 +104,14 @@ _REMOTE = re.compile(r"remote target /job:(\w+)/replica:\d+/task:(\d+)")
 
 
 def as_logs(logs: Any) -> dict[str, str]:
-    """``{"worker:0": text}`` from a mapping of texts (or exceptions), or from one error that names
-    its task (``TaskFailed``: ``.task``); any other text or exception counts as the cluster's."""
+    """``{"worker:0": text}`` from a mapping of texts (or exceptions), from one error that names its
+    task (``TaskFailed``: ``.task``) or its stuck tasks' stacks (``TaskTimeout``: ``.stacks``); any
+    other text or exception counts as the cluster's."""
     if isinstance(logs, Mapping):
         return {str(task): _text(value) for task, value in logs.items()}
+    stacks = getattr(logs, "stacks", None)  # TaskTimeout: where each stuck task was, by task
+    if isinstance(stacks, Mapping) and stacks:
+        return {str(task): str(stack) for task, stack in stacks.items()}
     return {str(getattr(logs, "task", "") or ""): _text(logs)}
 
 
