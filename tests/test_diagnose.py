@@ -263,6 +263,12 @@ def test_held_out_combinations(configs, options, expected):
     assert bool(d) == bool(expected)
 
 
+def test_the_odd_cluster_out_is_named_not_the_first():
+    odd = {"worker": local(3, 4000)}
+    configs = [tf_config(odd, "worker", 0), tf_config(MWMS3, "worker", 1), tf_config(MWMS3, "worker", 2)]
+    assert codes_and_tasks(dtfkit.diagnose(configs)) == {("clusters-disagree", "worker:0")}
+
+
 # ------------------------------------------------------------------ output
 def test_text_and_html_name_task_message_and_fix():
     d = dtfkit.diagnose([tf_config(W1, "worker", 0), tf_config(W1, "worker", 1)])

@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -138,16 +139,20 @@ def _disagreeing_clusters(given: Given) -> list[Finding]:
     with_cluster = [p for p in given.processes if p.cluster is not None]
     if len(with_cluster) < 2:
         return []
-    first = with_cluster[0]
+    # Compare with the cluster most processes hold (the first of them on a tie): the odd ones out are named.
+    votes = Counter(json.dumps(p.cluster, sort_keys=True) for p in with_cluster)
+    common = votes.most_common(1)[0][0]
+    first = next(p for p in with_cluster if json.dumps(p.cluster, sort_keys=True) == common)
     found = []
-    for other in with_cluster[1:]:
+    for other in with_cluster:
         if other.cluster == first.cluster:
             continue
         found.append(
             Finding(
                 "clusters-disagree",
                 other.label,
-                f"{other.label}'s cluster differs from {first.label}'s ({_difference(first.cluster, other.cluster)}): "
+                f"{other.label}'s cluster differs from {first.label}'s "
+                f"({_difference(first.cluster, other.cluster)}): "
                 "the tasks will wait for peers at addresses nobody serves.",
                 "Write the cluster once and give every process the same 'cluster'; only 'task' differs.",
                 see="tensorflow/tensorflow#31154",
