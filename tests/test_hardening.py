@@ -576,3 +576,27 @@ def test_cli_launch_of_500_workers_fails_at_once(no_spawn, tmp_path, capsys):
     assert main(["launch", "--workers", "500", str(script)]) == 2
     assert "max_tasks=501" in capsys.readouterr().err
     assert no_spawn == []
+
+
+@pytest.mark.slow
+def test_restart_on_a_port_another_program_took_is_a_clear_error_and_leaves_nothing_starting():
+    import socket
+
+    with pytest.warns(UserWarning, match="every network interface"):
+        cluster = dtfkit.LocalCluster(workers=1, network="host", progress=False, pool=False, name=None)
+    with cluster:
+        port = int(cluster.address("worker", 0).rsplit(":", 1)[1])
+        cluster.kill("worker", 0)
+        squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            squatter.bind(("", port))
+            squatter.listen()
+            with pytest.raises(
+                ClusterStartError, match=f"worker:0 could not be started again.*:{port}.*Next step"
+            ):
+                cluster.restart("worker", 0)
+            assert cluster.status()["worker:0"] != "starting"
+        finally:
+            squatter.close()
+        cluster.restart("worker", 0)  # the port is free again
+        assert cluster.run(lambda: 7, timeout=60) == {"worker:0": 7}

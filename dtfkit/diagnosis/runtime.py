@@ -54,7 +54,7 @@ _RULES = (
         re.compile(
             r"Address already in use|Could not start gRPC server|Failed to add port to server: No address added|"
             # dtfkit/engine/tasks.py: a restart on a shared network whose port another program holds.
-            r"\bPortTaken\b|could not bind its port"
+            r"\bPortTaken\b|could not bind its port|another program now holds its old address"
         ),
         "This task's server could not listen on its port: something else (another task, an old process, "
         "another program) already holds it.",
