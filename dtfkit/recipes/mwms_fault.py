@@ -86,6 +86,12 @@ def error_gist(message: str, limit: int = 160) -> str:
     return message.strip().splitlines()[0][:limit] if message.strip() else ""
 
 
+def _squeeze(message: str, limit: int = 160) -> str:
+    """A long multi-line message on one line: its start and its end."""
+    text = " ".join(message.split())
+    return text if len(text) <= limit else f"{text[: limit - 70]} ... {text[-60:]}"
+
+
 def _setup(
     tf,
     *,
@@ -488,3 +494,119 @@ def train_with_preemption_handler(
         out.update(exit_code=exc.code, saved_step=int(handler.total_run_calls))
     out.update(steps_done=int(handler.total_run_calls), weights_digest=_digest(run.model))
     return out
+
+
+class _Interrupted(Exception):
+    """Raised by the test callback to end a ``fit`` as a crash would."""
+
+
+def fit_with_backup_and_restore(
+    *,
+    backup_dir: str,
+    epochs: int = 4,
+    interrupt_after_epoch: int = 2,
+    steps_per_epoch: int = 5,
+    batch_size: int = 32,
+    hidden: int = 32,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """``keras.callbacks.BackupAndRestore`` where Keras 3 supports it: ``model.fit`` on one worker,
+    without a distribution strategy. Run in any one task.
+
+    A first ``fit`` is interrupted (an exception from a callback) at the end of epoch
+    ``interrupt_after_epoch`` (1-based), after ``BackupAndRestore`` backed that epoch up; a second
+    ``fit`` with a new model and the same ``backup_dir`` resumes at the next epoch.
+
+    Returns ``{"first_run_epochs": [1, 2], "second_run_epochs": [3, 4], "lost_epochs": 0,
+    "backup_left": False}`` (epochs 1-based; ``backup_left``: whether the backup is still there
+    after the completed fit, which deletes it by default).
+    """
+    import keras
+
+    x, y = load_digits(split="train", seed=seed)
+    x = x.astype("float32")
+
+    class Epochs(keras.callbacks.Callback):
+        def __init__(self, stop_after: int | None):
+            super().__init__()
+            self.seen: list[int] = []
+            self.stop_after = stop_after
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.seen.append(epoch + 1)
+
+        def on_epoch_end(self, epoch, logs=None):
+            if self.stop_after is not None and epoch + 1 == self.stop_after:
+                raise _Interrupted(f"interrupted after epoch {epoch + 1}")
+
+    def fit(stop_after: int | None) -> list[int]:
+        model = _mlp(keras, hidden, seed)
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.1),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+        epochs_seen = Epochs(stop_after)
+        backup = keras.callbacks.BackupAndRestore(backup_dir)
+        try:
+            model.fit(
+                x,
+                y,
+                batch_size=batch_size,
+                epochs=epochs,
+                steps_per_epoch=steps_per_epoch,
+                callbacks=[backup, epochs_seen],  # the backup first: it saves before the interruption
+                verbose=0,
+            )
+        except _Interrupted:
+            pass
+        return epochs_seen.seen
+
+    first = fit(interrupt_after_epoch)
+    second = fit(None)
+    return {
+        "first_run_epochs": first,
+        "second_run_epochs": second,
+        "lost_epochs": first[-1] - (second[0] - 1),
+        "backup_left": os.path.exists(backup_dir) and bool(os.listdir(backup_dir)),
+    }
+
+
+def try_fit_under_mwms(*, backup_dir: str, epochs: int = 2, steps_per_epoch: int = 5) -> dict[str, Any]:
+    """Try Keras 3 ``model.fit`` with ``BackupAndRestore`` under ``MultiWorkerMirroredStrategy``; run
+    on every worker of ``LocalCluster(workers=2, start_servers=False)``, with a ``timeout``.
+
+    Returns ``{"task", "fit_ran": False, "error_class": "ValueError", "error_message": ...}`` in
+    TensorFlow 2.21 with Keras 3 (keras-team/keras#20585): the reason the chapter's recovery is
+    a ``CheckpointManager`` in a custom loop.
+    """
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    import keras
+
+    resolver = strategy.cluster_resolver
+    task = f"{resolver.task_type}:{resolver.task_id}"
+    x, y = load_digits(split="train")
+    ds = tf.data.Dataset.from_tensor_slices((x.astype("float32"), y.astype("int64"))).repeat().batch(32)
+    with strategy.scope():
+        model = _mlp(keras, 32, 0)
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.1),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    try:
+        model.fit(
+            ds,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            callbacks=[keras.callbacks.BackupAndRestore(backup_dir)],
+            verbose=0,
+        )
+    except Exception as exc:  # noqa: BLE001 - what fails, and how, is the result
+        return {
+            "task": task,
+            "fit_ran": False,
+            "error_class": type(exc).__name__,
+            "error_message": _squeeze(str(exc)),
+        }
+    return {"task": task, "fit_ran": True, "error_class": None, "error_message": ""}
