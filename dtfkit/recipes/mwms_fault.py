@@ -239,7 +239,8 @@ def train_until_a_peer_fails(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Train until ``failing_task`` fails after exactly ``fail_at`` steps; run on every worker of
-    ``LocalCluster(workers=2, start_servers=False)`` with ``on_error="wait"``.
+    ``LocalCluster(workers=2, start_servers=False)`` (for ``"exit"``, one call per worker:
+    ``cluster.submit(..., on="worker:0")``, so that the survivor's result stays readable).
 
     ``progress_dir``: an empty folder the workers share; each writes there the steps it finished,
     and the failing task waits until every peer has finished step ``fail_at`` before it fails, so
@@ -472,6 +473,9 @@ def train_with_preemption_handler(
     "save after step ``signal_at + 1``" in the coordination service, every worker saves after that
     step and calls ``exit_fn`` (default outside Google Cloud: ``sys.exit(42)``, a ``SystemExit``
     this recipe catches).
+
+    Keep ``signal_at < steps - 1``: the save comes before the step after the agreed one.
+    The handler's checkpoints are numbered by its saves (``ckpt-1``), not by the step; it keeps one.
 
     Returns ``{"task", "resumed_from", "steps_done", "exit_code" (None when training ended),
     "saved_step" (the step of the handler's save; None without a preemption), "weights_digest"}``.
