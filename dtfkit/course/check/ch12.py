@@ -4,10 +4,15 @@
 one mistake each, made by a seeded generator, and compares the code it returns with what
 ``dtfkit.diagnose`` finds. Plain Python: no cluster starts.
 
+12.2 (``save_interval``, in ``ch12_recovery``) grades ``choose_save_every(...)`` against the
+cost model of checkpointing under a loss budget, then runs the learner's interval for real
+with both workers dying at the worst moment.
+
 Example::
 
     from dtfkit.course import check
     check.ch12.broken_config(find_mistake)
+    check.ch12.save_interval(choose_save_every)
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import random
 from collections.abc import Callable
 
 from dtfkit.course.check._core import CheckResult, exercise, failed, ignores, passed
+from dtfkit.course.check.ch12_recovery import check_12_2 as save_interval  # noqa: F401 - exercise 12.2
 from dtfkit.diagnosis import diagnose
 
 # The kinds the chapter's text shows; hidden=True adds the others.
