@@ -448,14 +448,30 @@ def no_leftover_processes(tensorflow_is_slow):
         pytest.fail(f"the test left {len(alive)} process(es) running after {LEAK_GRACE:g} s: {text}")
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """Give this process Python's own Ctrl-C handling, as a ``pytest`` started in a terminal has.
+
+    A pytest-xdist worker starts with SIGINT *ignored* (execnet leaves Ctrl-C to the controller),
+    and an ignored signal stays ignored in every program the worker starts: a script a test
+    interrupts to check Ctrl-C never saw it, and whether it did depended on which test had run
+    first in that worker (test_classroom's kernels happened to install Python's handler).
+    """
+    if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_sigint_as_in_a_terminal()
+
+
 @pytest.fixture(autouse=True)
 def sigint_left_as_found():
     """Put back SIGINT's handler and mask if a test changed them, and say which test did.
 
-    An xdist worker runs many files in one process; twice in full runs a later Ctrl-C test
-    (``pthread_kill(main, SIGINT)``) never saw its KeyboardInterrupt, as if an earlier test
-    had left SIGINT handled elsewhere or blocked. Restoring here keeps every test's start
-    alike; the warning names the test that changed them.
+    An xdist worker runs many files in one process: a test that leaves SIGINT handled
+    otherwise or blocked changes what Ctrl-C does in every later test of the worker, and in
+    the programs those start. Restoring here keeps every test's start alike; the warning
+    names the test that changed them.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
