@@ -180,3 +180,15 @@ def test_training_retries_while_the_ps_is_dead_and_resumes_when_it_restarts(ps_c
     assert fixed["sessions"] == [2]  # every worker: the first session, and one after the ps came back
     assert fixed["restored"] >= 20  # the chief restored a checkpoint written before the kill
     assert fixed["finished"] == ["chief:0", "worker:0", "worker:1"]
+
+
+def test_summary_line_says_the_symptom_or_the_fix():
+    seen = {"case": "port_taken", "issue": "tensorflow/tensorflow#3517", "symptom": "UnknownError"}
+    seen["key_line"] = "UnknownError: Could not start gRPC server"
+    assert failures.summary_line(seen) == (
+        "port_taken (tensorflow/tensorflow#3517): UnknownError: UnknownError: Could not start gRPC server"
+    )
+    assert (
+        failures.summary_line({"case": "port_taken", "fixed": "it started"})
+        == "port_taken: fixed: it started"
+    )

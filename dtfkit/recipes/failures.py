@@ -312,6 +312,14 @@ def _log_line(cluster, task: str, *needles: str, since: int = 0) -> str:
     return ""
 
 
+def summary_line(seen: dict[str, Any]) -> str:
+    """One sentence for a case's dict: ``"<case> (<issue>): <symptom>: <key line>"``, or with
+    a fixed outcome ``"<case>: fixed: <outcome>"``; the same on every machine."""
+    if "fixed" in seen:
+        return f"{seen['case']}: fixed: {seen['fixed']}"
+    return f"{seen['case']} ({seen['issue']}): {seen['symptom']}: {seen.get('key_line') or '(no log line)'}"
+
+
 def _case(name: str, **facts: Any) -> dict[str, Any]:
     return {"case": name, "issue": ISSUES[name], **facts}
 
@@ -588,6 +596,7 @@ def reproduce_ps_died(cluster, checkpoint_dir: str, wait: float = 6.0, steps: in
 def fix_ps_died(cluster, seen: dict[str, Any]) -> dict[str, Any]:
     """Start the ps again: the chief restores the newest checkpoint, every worker makes a new
     session, and the same call ends. ``sessions`` (2 on every worker), ``restored`` (the step)."""
+    restarted_at = time.time()
     cluster.restart("ps", 0)
     results = seen["handle"].result()
     restored = [
@@ -599,6 +608,7 @@ def fix_ps_died(cluster, seen: dict[str, Any]) -> dict[str, Any]:
         sessions=sessions,
         restored=restored[-1] if restored else None,
         finished=sorted(results),
+        restarted_at=restarted_at,
         fixed=f"the ps restarted: every worker made session {sessions[-1]} and training ended",
     )
 
