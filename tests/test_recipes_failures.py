@@ -141,15 +141,6 @@ def test_localhost_in_tf_config_hangs_both_machines_and_real_addresses_work(mwms
 
 
 @pytest.mark.slow
-def test_keras_3_fit_under_parameter_server_strategy_fails_and_a_coordinator_loop_trains(ps_cluster):
-    seen = failures.reproduce_keras_fit_ps(ps_cluster)
-    assert seen["symptom"] == "ValueError" and seen["task"] == "chief:0"
-    assert "ClusterCoordinator.create_per_worker_dataset" in seen["key_line"]
-    fixed = failures.fix_keras_fit_ps(ps_cluster, steps=10)
-    assert fixed["completed"] == fixed["scheduled"] == 10
-
-
-@pytest.mark.slow
 def test_server_join_never_returns_and_a_done_queue_ends_the_ps(ps_cluster):
     seen = failures.reproduce_join_forever(ps_cluster)
     assert seen["symptom"] == "timed out in join"
@@ -182,6 +173,15 @@ def test_training_retries_while_the_ps_is_dead_and_resumes_when_it_restarts(ps_c
     assert fixed["finished"] == ["chief:0", "worker:0", "worker:1"]
 
 
+@pytest.mark.slow
+def test_keras_3_fit_under_parameter_server_strategy_fails_and_a_coordinator_loop_trains(ps_cluster):
+    seen = failures.reproduce_keras_fit_ps(ps_cluster)
+    assert seen["symptom"] == "ValueError" and seen["task"] == "chief:0"
+    assert "ClusterCoordinator.create_per_worker_dataset" in seen["key_line"]
+    fixed = failures.fix_keras_fit_ps(ps_cluster, steps=10)
+    assert fixed["completed"] == fixed["scheduled"] == 10
+
+
 def test_summary_line_says_the_symptom_or_the_fix():
     seen = {"case": "port_taken", "issue": "tensorflow/tensorflow#3517", "symptom": "UnknownError"}
     seen["key_line"] = "UnknownError: Could not start gRPC server"
@@ -192,3 +192,9 @@ def test_summary_line_says_the_symptom_or_the_fix():
         failures.summary_line({"case": "port_taken", "fixed": "it started"})
         == "port_taken: fixed: it started"
     )
+
+
+def test_source_without_docstring_keeps_the_code():
+    text = failures.source_without_docstring(failures.op_then_strategy)
+    assert text.startswith("def op_then_strategy() -> None:\n")
+    assert "Collective ops" not in text and "tf.distribute.MultiWorkerMirroredStrategy()" in text

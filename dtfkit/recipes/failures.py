@@ -284,18 +284,22 @@ def main_thread_dumps(text: str) -> list[str]:
     return dumps
 
 
-def _where_stuck(stacks_file: str) -> tuple[str, str] | None:
-    """The innermost TensorFlow frame of the last stack the task dumped, if any."""
+def _last_dump(stacks_file: str) -> str:
+    """The main thread's stack in the last dump the task wrote that shows TensorFlow, or ""."""
     try:
         with open(stacks_file) as f:
             text = f.read()
     except OSError:
-        return None
+        return ""
     for dump in reversed(main_thread_dumps(text)):
-        frames = tensorflow_frames(dump)
-        if frames:
-            return frames[-1]
-    return None
+        if tensorflow_frames(dump):
+            return dump
+    return ""
+
+
+def _innermost(stack: str) -> tuple[str, str] | None:
+    frames = tensorflow_frames(stack)
+    return frames[-1] if frames else None
 
 
 def _log_length(cluster, task: str) -> int:
@@ -310,6 +314,21 @@ def _log_line(cluster, task: str, *needles: str, since: int = 0) -> str:
         if all(n in line for n in needles):
             return re.sub(r"^[IWEF]\d{4} [\d:.]+\s+\d+ \S+\] ", "", line).strip()
     return ""
+
+
+def source_without_docstring(fn) -> str:
+    """``fn``'s source with its docstring left out: the code a case runs, to show it."""
+    import ast
+    import inspect
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(fn))
+    body = ast.parse(source).body[0].body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        lines = source.splitlines()
+        del lines[body[0].lineno - 1 : body[0].end_lineno]
+        source = "\n".join(lines) + "\n"
+    return source
 
 
 def summary_line(seen: dict[str, Any]) -> str:
@@ -333,7 +352,9 @@ def _failed(error: TaskFailed) -> dict[str, Any]:
     }
 
 
-def _timed_out(error: TaskTimeout, where: dict[str, tuple[str, str] | None]) -> dict[str, Any]:
+def _timed_out(error: TaskTimeout, stacks: dict[str, str]) -> dict[str, Any]:
+    """The facts of a hang, from each stuck task's stack (dtfkit's, or faulthandler's dump)."""
+    where = {task: _innermost(stack) for task, stack in stacks.items()}
     stuck = {task: w for task, w in where.items() if w is not None}
     function = sorted({name for _, name in stuck.values()})
     return {
@@ -341,6 +362,7 @@ def _timed_out(error: TaskTimeout, where: dict[str, tuple[str, str] | None]) -> 
         "stuck": sorted(error.stacks),
         "where": {task: f"{name} ({file})" for task, (file, name) in sorted(stuck.items())},
         "dtfkit_stacks": dict(error.stacks),
+        "stacks": {task: stack for task, stack in sorted(stacks.items()) if stack},
         "error": error,
     }
 
@@ -404,7 +426,7 @@ def reproduce_missing_worker(cluster, timeout: float = HANG_TIMEOUT) -> dict[str
     try:
         cluster.run(allreduce_ranks, kwargs={"stacks_file": stacks}, on="worker:0", timeout=timeout)
     except TaskTimeout as error:
-        facts = _timed_out(error, {"worker:0": _where_stuck(stacks)})
+        facts = _timed_out(error, {"worker:0": _last_dump(stacks)})
         line = _log_line(cluster, "worker:0", "Waiting for", "tasks to connect", since=since)
         return _case(
             "missing_worker",
@@ -454,7 +476,7 @@ def reproduce_localhost_config(cluster, timeout: float = HANG_TIMEOUT) -> dict[s
             _allreduce_with_localhost_config_in, kwargs={"files": files}, on="workers", timeout=timeout
         )
     except TaskTimeout as error:
-        facts = _timed_out(error, {task: _where_stuck(path) for task, path in files.items()})
+        facts = _timed_out(error, {task: _last_dump(path) for task, path in files.items()})
         return _case(
             "localhost_config",
             key_line=_log_line(cluster, "worker:0", "Waiting for", "tasks to connect", since=since),
@@ -490,11 +512,7 @@ def reproduce_join_forever(cluster, timeout: float = HANG_TIMEOUT) -> dict[str, 
     try:
         cluster.run(serve_forever, on="ps:0", timeout=timeout)
     except TaskTimeout as error:
-        where = {}
-        for task, stack in error.stacks.items():
-            frames = tensorflow_frames(stack)
-            where[task] = frames[-1] if frames else None
-        facts = _timed_out(error, where)
+        facts = _timed_out(error, error.stacks)
         return _case("join_forever", key_line=_innermost_line(error.stacks["ps:0"]), **facts)
     raise AssertionError("server.join() returned")
 
