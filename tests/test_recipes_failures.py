@@ -186,8 +186,15 @@ def test_summary_line_says_the_symptom_or_the_fix():
     seen = {"case": "port_taken", "issue": "tensorflow/tensorflow#3517", "symptom": "UnknownError"}
     seen["key_line"] = "UnknownError: Could not start gRPC server"
     assert failures.summary_line(seen) == (
-        "port_taken (tensorflow/tensorflow#3517): UnknownError: UnknownError: Could not start gRPC server"
+        "port_taken (tensorflow/tensorflow#3517): UnknownError: Could not start gRPC server"
     )
+    hang = {
+        "case": "join_forever",
+        "issue": "#4713",
+        "symptom": "timed out in join",
+        "key_line": "TF_ServerJoin",
+    }
+    assert failures.summary_line(hang) == "join_forever (#4713): timed out in join — TF_ServerJoin"
     assert (
         failures.summary_line({"case": "port_taken", "fixed": "it started"})
         == "port_taken: fixed: it started"

@@ -332,11 +332,14 @@ def source_without_docstring(fn) -> str:
 
 
 def summary_line(seen: dict[str, Any]) -> str:
-    """One sentence for a case's dict: ``"<case> (<issue>): <symptom>: <key line>"``, or with
-    a fixed outcome ``"<case>: fixed: <outcome>"``; the same on every machine."""
+    """One sentence for a case's dict: ``"<case> (<issue>): <symptom> — <key line>"`` (the key
+    line alone when it starts with the symptom), or with a fixed outcome ``"<case>: fixed:
+    <outcome>"``; the same on every machine."""
     if "fixed" in seen:
         return f"{seen['case']}: fixed: {seen['fixed']}"
-    return f"{seen['case']} ({seen['issue']}): {seen['symptom']}: {seen.get('key_line') or '(no log line)'}"
+    symptom, line = seen["symptom"], seen.get("key_line") or ""
+    said = line if line.startswith(symptom) else f"{symptom} — {line}" if line else symptom
+    return f"{seen['case']} ({seen['issue']}): {said}"
 
 
 def _case(name: str, **facts: Any) -> dict[str, Any]:
