@@ -576,9 +576,9 @@ def reproduce_ps_died(cluster, checkpoint_dir: str, wait: float = 6.0, steps: in
     ``MonitoredSession`` catches the ``UnavailableError`` and creates a new session, which
     cannot start without the ps: the call is still running ``wait`` seconds later (it
     would be for ever: ``_RecoverableSession`` in tensorflow/python/training/monitored_session.py
-    retries in a loop). Returns ``symptom`` ``"still running"``, ``key_line`` (the
-    session's "An error was raised: UnavailableError" line) and ``handle`` (the call, for
-    ``fix_ps_died``).
+    retries in a loop). Returns ``symptom`` ``"still running"``, ``key_line`` (``"An error
+    was raised: UnavailableError"``), ``log_line`` (the whole line) and ``handle`` (the call,
+    for ``fix_ps_died``).
     """
     from dtfkit.recipes import fault
 
@@ -602,11 +602,17 @@ def reproduce_ps_died(cluster, checkpoint_dir: str, wait: float = 6.0, steps: in
     try:
         handle.result(timeout=wait)
     except TimeoutError as error:
-        line = _log_line(cluster, "worker:0", "An error was raised", since=since)
+        line = _log_line(cluster, "worker:0", "An error was raised", since=since).replace(
+            "INFO:tensorflow:", ""
+        )
+        # The error's own words depend on when the connection broke ("Connection reset by peer",
+        # "Socket closed", ...); its class does not.
+        gist = re.match(r"An error was raised: \w+", line)
         return _case(
             "ps_died",
             symptom="still running",
-            key_line=line.replace("INFO:tensorflow:", ""),
+            key_line=gist.group(0) if gist else line,
+            log_line=line,
             still_running=str(error),
             killed_at=killed_at,
             handle=handle,
