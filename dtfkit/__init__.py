@@ -39,6 +39,7 @@ __all__ = [
     "TaskNotRunning",
     "TaskTimeout",
     "cleanup",
+    "diagnose",
     "launch",
     "report",
     "this_task",
@@ -46,6 +47,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from dtfkit.cluster import LocalCluster
+    from dtfkit.diagnosis import diagnose
     from dtfkit.engine.state import cleanup
     from dtfkit.launch import launch
     from dtfkit.ray.cluster import RayCluster
@@ -55,6 +57,7 @@ _LAZY = {
     "launch": ("dtfkit.launch", "launch"),
     "RayCluster": ("dtfkit.ray.cluster", "RayCluster"),  # imports Ray only when used
     "cleanup": ("dtfkit.engine.state", "cleanup"),
+    "diagnose": ("dtfkit.diagnosis", "diagnose"),
 }
 
 

@@ -27,12 +27,14 @@ import os
 import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from pathlib import Path
@@ -444,6 +446,32 @@ def no_leftover_processes(tensorflow_is_slow):
                 pass
         wait_gone(alive, 5)
         pytest.fail(f"the test left {len(alive)} process(es) running after {LEAK_GRACE:g} s: {text}")
+
+
+@pytest.fixture(autouse=True)
+def sigint_left_as_found():
+    """Put back SIGINT's handler and mask if a test changed them, and say which test did.
+
+    An xdist worker runs many files in one process; twice in full runs a later Ctrl-C test
+    (``pthread_kill(main, SIGINT)``) never saw its KeyboardInterrupt, as if an earlier test
+    had left SIGINT handled elsewhere or blocked. Restoring here keeps every test's start
+    alike; the warning names the test that changed them.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    yield
+    changed = []
+    if signal.getsignal(signal.SIGINT) is not handler:
+        changed.append(f"handler {signal.getsignal(signal.SIGINT)!r} instead of {handler!r}")
+        signal.signal(signal.SIGINT, handler)
+    if (signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, set())) != blocked:
+        changed.append("SIGINT " + ("unblocked" if blocked else "blocked"))
+        signal.pthread_sigmask(signal.SIG_BLOCK if blocked else signal.SIG_UNBLOCK, {signal.SIGINT})
+    if changed:
+        warnings.warn(f"the test left SIGINT changed ({'; '.join(changed)}): put back", stacklevel=1)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -36,6 +36,7 @@ CHAPTERS = {
     "07_multi_worker_and_parameter_server": ["7.1", "7.2"],
     "08_sync_async_lab": ["8.1", "8.2"],
     "09_ps_vs_ring_allreduce": ["9.1", "9.2"],
+    "11_communication_up_close": ["11.1", "11.2"],
 }
 CHECK_CELL = re.compile(r"^# check exercise (\d+\.\d+)")
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import types
+from pathlib import Path
 
 import psutil
 import pytest
@@ -135,14 +138,18 @@ def test_dtfkit_home_that_is_a_file_or_too_long_is_a_clear_error(tmp_path, monke
         dtfkit.LocalCluster(workers=1, progress=False, pool=False, name=None)
 
 
-def test_xdg_runtime_dir_comes_first_when_it_is_private(tmp_path, monkeypatch):
+def test_xdg_runtime_dir_comes_first_when_it_is_private(monkeypatch):
     monkeypatch.delenv(state.HOME_ENV)
-    runtime_dir = tmp_path / "run"
-    runtime_dir.mkdir(mode=0o700)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime_dir))
-    assert state.base_dir() == str(runtime_dir / "dtfkit")
-    runtime_dir.chmod(0o755)  # not private: not used
-    assert state._default_base() == os.path.join("/tmp", f"dtfkit-{os.getuid()}")
+    # A short folder: pytest's tmp_path (pytest-of-<user>/pytest-<n>/popen-gw<k>/<test name>)
+    # can be long enough that the socket path limit rules it out, as it should.
+    runtime_dir = Path(tempfile.mkdtemp(prefix="xdg-"))  # made 0700
+    try:
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime_dir))
+        assert state.base_dir() == str(runtime_dir / "dtfkit")
+        runtime_dir.chmod(0o755)  # not private: not used
+        assert state._default_base() == os.path.join("/tmp", f"dtfkit-{os.getuid()}")
+    finally:
+        shutil.rmtree(runtime_dir)
 
 
 def test_state_is_never_written_through_a_planted_link(home, tmp_path):
@@ -569,3 +576,27 @@ def test_cli_launch_of_500_workers_fails_at_once(no_spawn, tmp_path, capsys):
     assert main(["launch", "--workers", "500", str(script)]) == 2
     assert "max_tasks=501" in capsys.readouterr().err
     assert no_spawn == []
+
+
+@pytest.mark.slow
+def test_restart_on_a_port_another_program_took_is_a_clear_error_and_leaves_nothing_starting():
+    import socket
+
+    with pytest.warns(UserWarning, match="every network interface"):
+        cluster = dtfkit.LocalCluster(workers=1, network="host", progress=False, pool=False, name=None)
+    with cluster:
+        port = int(cluster.address("worker", 0).rsplit(":", 1)[1])
+        cluster.kill("worker", 0)
+        squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            squatter.bind(("", port))
+            squatter.listen()
+            with pytest.raises(
+                ClusterStartError, match=f"worker:0 could not be started again.*:{port}.*Next step"
+            ):
+                cluster.restart("worker", 0)
+            assert cluster.status()["worker:0"] != "starting"
+        finally:
+            squatter.close()
+        cluster.restart("worker", 0)  # the port is free again
+        assert cluster.run(lambda: 7, timeout=60) == {"worker:0": 7}

@@ -284,7 +284,21 @@ class Tasks:
             bar.done("restarted" if restart and any(t.job != "client" for t in pending) else "started")
         except PortTaken as exc:
             bar.failed(f"{exc.task} could not bind its port")
-            raise
+            if not restart:
+                raise  # a first start: _start_all_tasks tries again on new ports
+            # A restart keeps the old address, which another program took while the task was
+            # down: no point in trying again. End the new processes so none stays "starting".
+            procs = list(pending.values())
+            for proc in procs:
+                proc.kill()
+            self._reap(procs)
+            address = self.addresses.get(TaskId.parse(exc.task), "its old address")
+            raise ClusterStartError(
+                f"{exc.task} could not be started again: another program now holds its old address "
+                f"{address} (on the host network ports are not reserved while a task is down). "
+                "Next step: end that program and call restart() again, or close the cluster and start "
+                "a new one (it picks free ports); the default isolated network avoids this."
+            ) from None
         except KeyboardInterrupt:
             bar.failed("interrupted")
             raise

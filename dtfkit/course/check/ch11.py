@@ -1,0 +1,212 @@
+"""Checks for chapter 11 (communication up close).
+
+11.1 compares the learner's byte formula for a compressed gradient with
+``compression.expected_compressed_bytes`` for many sizes, then with the bytes traced in a real
+training step. 11.2 compares the learner's α–β times with ``alpha_beta.alpha_beta_time`` for
+random methods, worker counts, sizes, latencies and rates (plain Python: no cluster starts).
+
+Example::
+
+    from dtfkit.course import check
+    check.ch11.compressed_bytes(bytes_to_ps)
+    check.ch11.alpha_beta(sync_seconds)
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, ignores, passed
+from dtfkit.recipes import alpha_beta as model
+from dtfkit.recipes import compression
+
+HIDDEN_UNITS = 0  # softmax regression: 650 floats, the quickest model to trace
+
+
+def _bytes_hint(method: str, floats: int, k: int | None, got: object) -> str:
+    """What a typical wrong answer forgot, in words (never the formula)."""
+    if not isinstance(got, int | float) or isinstance(got, bool):
+        return "return a number of bytes (an int)"
+    half, full = 2 * floats, 4 * floats
+    if got == floats:
+        return "you counted numbers, not bytes: how many bytes is one number in this format?"
+    if method in ("fp16", "bf16"):
+        if got == full:
+            return "that is the float32 gradient: how many bytes does a 16-bit number take?"
+        return "a 16-bit float takes 2 bytes; the worker sends every entry"
+    if method == "topk" and k is not None:
+        if got == 4 * k:
+            return "top-k sends the k values, but ps:0 must also learn *which* entries they are"
+        if got in (full, half, 8 * floats):
+            return "top-k sends only k entries, not the whole gradient"
+        return "top-k sends k values and k positions, each a 4-byte number"
+    if method == "sign":
+        bits = floats / 8
+        if got in (math.floor(bits), math.ceil(bits)):
+            return (
+                "the signs alone lose the gradient's size: the worker sends one float32 number besides them"
+            )
+        if got in (bits + 4, math.floor(bits) + 4):
+            return "bits travel in whole bytes: 8 signs a byte, and the last byte may be only partly used"
+        if got in (full, half):
+            return "each entry becomes one bit, packed 8 to a byte"
+        return "one bit per entry, packed 8 to a byte (round up), plus one float32 scale"
+    if method == "none" and got == half:
+        return "method 'none' sends the float32 gradient unchanged"
+    return "look at Section 4's table: what does the worker put on the wire for this method?"
+
+
+def _cases(rng: random.Random, hidden: bool) -> list[tuple[str, int, int | None]]:
+    floats = [650, 38_410, 1000, 4 * rng.randint(2, 5000) + rng.randint(1, 3), rng.randint(9, 10**6)]
+    if hidden:
+        floats += [rng.randint(1, 7), rng.randint(10**6, 10**8)]
+    out: list[tuple[str, int, int | None]] = []
+    for f in floats:
+        for method in compression.METHODS:
+            k = rng.randint(1, f) if method == "topk" else None
+            out.append((method, f, k))
+    return out
+
+
+@exercise("11.1", "Bytes of a compressed gradient")
+def compressed_bytes(bytes_to_ps: Callable, *, hidden: bool = False) -> CheckResult:
+    """Compare ``bytes_to_ps(method, floats, k)`` (the bytes one worker sends ``ps:0`` per step;
+    ``k`` is ``None`` except for ``"topk"``) with the formulas for every method and many sizes,
+    then with a real step of softmax regression on the digits, traced on 1 ps + 1 worker.
+
+    Example::
+
+        check.ch11.compressed_bytes(bytes_to_ps)
+    """
+    problem = ignores(bytes_to_ps, ("method", "floats", "k"), "methods, sizes and k")
+    if problem is not None:
+        return problem
+    rng = random.Random()
+    cases = _cases(rng, hidden)
+    for method, floats, k in cases:
+        want = compression.expected_compressed_bytes(method, floats, k)["to_ps"]
+        got = bytes_to_ps(method, floats, k)
+        if got != want:
+            where = f"method {method!r}, {floats} floats" + (f", k={k}" if k is not None else "")
+            return failed(
+                f"for {where} you predicted {got!r} bytes; the worker sends {want}",
+                _bytes_hint(method, floats, k, got),
+            )
+    floats = compression.model_floats(HIDDEN_UNITS)
+    k = rng.randint(2, floats // 4)
+    methods = ["bf16", "topk"] if hidden else ["topk", "sign"]
+    # worker:0 is the client here: one process fewer to start than a separate client.
+    with cluster(ps=1, workers=1) as c:
+        (runs,) = c.run(
+            compression.train_methods,
+            args=(methods,),
+            kwargs={"workers": 1, "steps": 3, "k": k, "hidden": HIDDEN_UNITS},
+            on="worker:0",
+            timeout=240,
+        ).values()
+    traced = {}
+    for run in runs:
+        k_run = k if run["method"] == "topk" else None
+        traced[run["method"]] = run["bytes_to_ps"]["worker:0"]
+        predicted = bytes_to_ps(run["method"], floats, k_run)
+        if predicted != traced[run["method"]]:
+            return failed(
+                f"the trace says worker:0 sent ps:0 {traced[run['method']]} bytes with {run['method']!r} "
+                f"({floats} floats), you predicted {predicted!r}",
+                "does your function depend on anything but method, floats and k?",
+            )
+    shown = ", ".join(f"{m} {b} bytes" for m, b in traced.items())
+    return passed(
+        f"your formula matches every method for {len(cases) // len(compression.METHODS)} gradient sizes, "
+        f"and a real traced step of {floats} floats (k={k}): {shown}"
+    )
+
+
+def _times_hint(method: str, n: int, size: float, alpha: float, beta: float, got: object) -> str:
+    """What a typical wrong α–β time forgot, in words (never the formula)."""
+    if not isinstance(got, int | float) or isinstance(got, bool):
+        return "return a time in seconds (a float)"
+    want = model.alpha_beta_time(method, n, size, alpha, beta)
+    if math.isclose(got, 1000 * want, rel_tol=1e-6):
+        return "that is in milliseconds: return seconds"
+
+    def near(value: float) -> bool:
+        return math.isclose(got, value, rel_tol=1e-6)
+
+    rounds = {"ps": 2, "sharded_ps": 2, "ring": 2 * (n - 1)}[method]
+    per_link = {"ps": n * size, "sharded_ps": (n - 1) * size / n, "ring": (n - 1) * size / n}[method]
+    if near(rounds * alpha + per_link * beta):
+        return "the busiest link carries these bytes twice: once on the way in and once on the way out"
+    if near(alpha + 2 * per_link * beta) or near(2 * per_link * beta):
+        return "count the rounds of messages that wait for one another: each pays the latency once"
+    if method == "ring":
+        if near(2 * alpha + 2 * per_link * beta):
+            return "the ring's messages wait for one another: how many rounds does it take?"
+        if near(rounds * (alpha + size * beta)):
+            return "each ring message carries one chunk, not the whole gradient"
+    if method == "ps" and near(2 * alpha + 2 * size * beta):
+        return "ps:0's link carries every worker's gradient in and a sum out to every worker"
+    if method == "sharded_ps":
+        if near(2 * (n - 1) * alpha + 2 * per_link * beta):
+            return "the sharded ps sends to every peer at once: its messages take 2 rounds, not the ring's"
+        if near(2 * alpha + 2 * size * beta) or near(2 * alpha + 2 * n * size * beta):
+            return (
+                "a worker's own shard never leaves its machine: only the other workers' slices cross its link"
+            )
+    return "Section 2: the latency once per round of messages, plus the busiest link's bytes times β"
+
+
+@exercise("11.2", "The α–β time of a synchronisation")
+def alpha_beta(sync_seconds: Callable, *, hidden: bool = False) -> CheckResult:
+    """Compare ``sync_seconds(method, n, size_bytes, alpha_s, beta_s_per_byte)`` with the α–β model
+    (``alpha_beta.alpha_beta_time``) for the three methods and random n, sizes, α and β (more,
+    and larger, when hidden). Plain Python: nothing starts.
+
+    Example::
+
+        check.ch11.alpha_beta(sync_seconds)
+    """
+    problem = ignores(
+        sync_seconds, ("method", "n", "size_bytes", "alpha_s", "beta_s_per_byte"), "methods, sizes and links"
+    )
+    if problem is not None:
+        return problem
+    rng = random.Random()
+    cases = [
+        ("ps", 3, 120_000, 0.02, 8e-8),
+        ("ring", 3, 120_000, 0.02, 8e-8),
+        ("sharded_ps", 3, 120_000, 0.02, 8e-8),
+    ]
+    for _ in range(30 if hidden else 12):
+        n = rng.randint(2, 64 if hidden else 16)
+        cases.append(
+            (
+                rng.choice(model.METHODS),
+                n,
+                float(rng.choice([1, 4 * n]) * rng.randint(1, 10**6)),
+                10 ** rng.uniform(-6, -1),
+                8 / 10 ** rng.uniform(7, 11),
+            )
+        )
+    for method, n, size, alpha, beta in cases:
+        want = model.alpha_beta_time(method, n, size, alpha, beta)
+        got = sync_seconds(method, n, size, alpha, beta)
+        ok = (
+            isinstance(got, int | float)
+            and not isinstance(got, bool)
+            and math.isclose(got, want, rel_tol=1e-6)
+        )
+        if not ok:
+            return failed(
+                f"for {method!r} with n={n}, S={size:,.0f} bytes, α={alpha * 1000:.4g} ms and "
+                f"1/β={1e-6 / beta:.4g} MB/s you predicted {got!r} s; the model gives {want:.6g} s",
+                _times_hint(method, n, size, alpha, beta, got),
+            )
+    crossover = model.crossover_size("ps", "ring", 3, alpha_s=0.02, beta_s_per_byte=8e-8)
+    return passed(
+        f"your times match the α–β model in {len(cases)} cases (ps, sharded ps and ring, n up to "
+        f"{max(c[1] for c in cases)}); with them, n=3, α=20 ms and 12.5 MB/s, the ps and the ring "
+        f"take the same time at {crossover:,.0f} bytes"
+    )

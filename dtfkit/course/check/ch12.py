@@ -1,0 +1,224 @@
+"""Checks for chapter 12 (when distributed TensorFlow goes wrong).
+
+12.1 hands the learner's ``find_mistake(tf_configs)`` lists of TF_CONFIGs (one per process) with
+one mistake each, made by a seeded generator, and compares the code it returns with what
+``dtfkit.diagnose`` finds. Plain Python: no cluster starts.
+
+12.2 (``save_interval``, in ``ch12_recovery``) grades ``choose_save_every(...)`` against the
+cost model of checkpointing under a loss budget, then runs the learner's interval for real
+with both workers dying at the worst moment.
+
+Example::
+
+    from dtfkit.course import check
+    check.ch12.broken_config(find_mistake)
+    check.ch12.save_interval(choose_save_every)
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Callable
+
+from dtfkit.course.check._core import CheckResult, exercise, failed, ignores, passed
+from dtfkit.course.check.ch12_recovery import check_12_2 as save_interval  # noqa: F401 - exercise 12.2
+from dtfkit.diagnosis import diagnose
+
+# The kinds the chapter's text shows; hidden=True adds the others.
+SHOWN = (
+    "task-index-out-of-range",
+    "duplicate-task",
+    "never-launched",
+    "clusters-disagree",
+    "address-no-port",
+    "task-type-not-in-cluster",
+)
+HIDDEN = (
+    "duplicate-address",
+    "address-scheme",
+    "address-bad-port",
+    "several-chiefs",
+    "localhost-multi-machine",
+    "missing-task",
+    "missing-cluster",
+    "unknown-job",
+    "chief-and-master",
+)
+SEEDS, HIDDEN_SEEDS = range(12), range(1200, 1254)
+
+# A question for each mistake that points where to look without naming it.
+_LOOK = {
+    "task-index-out-of-range": "compare each process's task index with the number of addresses its job has",
+    "duplicate-task": "which task does each process say it is? list them side by side",
+    "never-launched": "for every address in the cluster, is there a process that says it is that task?",
+    "clusters-disagree": "put the 'cluster' of each process next to the others': are they all the same?",
+    "address-no-port": "read every address in the cluster: what must follow the host?",
+    "task-type-not-in-cluster": "is each process's task type one of the cluster's job names, spelled the same?",
+    "duplicate-address": "can two servers listen on the same host and port?",
+    "address-scheme": "read every address in the cluster: is it only host and port?",
+    "address-bad-port": "read every address's port: is it a number a port can be?",
+    "several-chiefs": "how many tasks may the coordinating job have?",
+    "localhost-multi-machine": "which machine does each address name, from where it is dialled?",
+    "missing-task": "does every TF_CONFIG have both keys a process needs?",
+    "missing-cluster": "does every TF_CONFIG have both keys a process needs?",
+    "unknown-job": "which job names do TensorFlow's strategies accept?",
+    "chief-and-master": "how many jobs in this cluster coordinate the others?",
+}
+
+
+def _layout(rng: random.Random) -> dict[str, list[str]]:
+    jobs = rng.choice([("worker",), ("ps", "worker"), ("chief", "ps", "worker"), ("chief", "worker")])
+    counts = {"chief": 1, "ps": rng.randint(1, 2), "worker": rng.randint(2, 4)}
+    hosts = rng.random() < 0.5
+    port = rng.randrange(2000, 30000, 10)
+    cluster, k = {}, 0
+    for job in jobs:
+        cluster[job] = []
+        for _ in range(counts[job]):
+            address = f"node-{k}.example.com:{port}" if hosts else f"localhost:{port + k}"
+            cluster[job].append(address)
+            k += 1
+    return cluster
+
+
+def _processes(cluster: dict[str, list[str]]) -> list[dict]:
+    return [
+        {"cluster": cluster, "task": {"type": job, "index": i}}
+        for job, tasks in cluster.items()
+        for i in range(len(tasks))
+    ]
+
+
+def _retarget(cluster: dict[str, list[str]], job: str, index: int, address: str) -> dict[str, list[str]]:
+    changed = copy.deepcopy(cluster)
+    changed[job][index] = address
+    return changed
+
+
+def _any_task(rng: random.Random, cluster: dict[str, list[str]]) -> tuple[str, int]:
+    job = rng.choice(list(cluster))
+    return job, rng.randrange(len(cluster[job]))
+
+
+def _break(kind: str, rng: random.Random, cluster: dict[str, list[str]]) -> list[dict]:
+    """Every process of ``cluster``, with one mistake of ``kind`` made in them."""
+    job, index = _any_task(rng, cluster)
+    address = cluster[job][index]
+    host, port = address.rsplit(":", 1)
+    configs = _processes(cluster)
+    if kind == "task-index-out-of-range":
+        configs.append({"cluster": cluster, "task": {"type": job, "index": len(cluster[job])}})
+    elif kind == "duplicate-task":
+        configs.append({"cluster": cluster, "task": {"type": job, "index": index}})
+    elif kind == "never-launched":
+        configs = [c for c in configs if c["task"] != {"type": job, "index": index}]
+    elif kind == "clusters-disagree":
+        other = _retarget(cluster, job, index, f"{host}:{int(port) + 5000}")
+        victim = rng.randrange(len(configs))
+        configs[victim] = {"cluster": other, "task": configs[victim]["task"]}
+    elif kind == "task-type-not-in-cluster":
+        missing = [j for j in ("chief", "ps", "evaluator") if j not in cluster and j != "evaluator"]
+        wrong = rng.choice([*missing, job.capitalize(), job + "s"])
+        configs.append({"cluster": cluster, "task": {"type": wrong, "index": 0}})
+    elif kind in ("address-no-port", "address-scheme", "address-bad-port", "duplicate-address"):
+        broken = {
+            "address-no-port": host,
+            "address-scheme": f"grpc://{address}",
+            "address-bad-port": f"{host}:{rng.choice(['22o2', '70000', '0', '-1'])}",
+            "duplicate-address": _another_address(cluster, address),
+        }[kind]
+        configs = _processes(_retarget(cluster, job, index, broken))
+    elif kind == "several-chiefs":
+        grown = copy.deepcopy(cluster)
+        chiefs = grown.setdefault("chief", [])
+        chiefs += [_fresh_address(cluster, n) for n in range(2 - len(chiefs))]
+        configs = _processes(grown)
+    elif kind == "localhost-multi-machine":
+        spread = {j: [f"node-{j}-{i}.example.com:2222" for i in range(len(t))] for j, t in cluster.items()}
+        configs = _processes(_retarget(spread, job, index, f"localhost:{port}"))
+    elif kind == "missing-task":
+        del configs[rng.randrange(len(configs))]["task"]
+    elif kind == "missing-cluster":
+        del configs[rng.randrange(len(configs))]["cluster"]
+    elif kind == "unknown-job":
+        renamed = {
+            ("master" if j == "chief" else j.capitalize() if j == job else j): t for j, t in cluster.items()
+        }
+        configs = _processes(renamed)
+    elif kind == "chief-and-master":
+        both = {"chief": [_fresh_address(cluster, 0)], "master": [_fresh_address(cluster, 1)], **cluster}
+        configs = _processes(both)
+    else:
+        raise ValueError(f"no such kind {kind!r}")
+    rng.shuffle(configs)
+    return configs
+
+
+def _fresh_address(cluster: dict[str, list[str]], n: int) -> str:
+    """An address no task of ``cluster`` has, on the same kind of host (loopback or a hostname)."""
+    addresses = [a for tasks in cluster.values() for a in tasks]
+    if addresses[0].startswith("localhost:"):
+        return f"localhost:{max(int(a.rsplit(':', 1)[1]) for a in addresses) + 1 + n}"
+    return f"node-new{n}.example.com:2222"
+
+
+def _another_address(cluster: dict[str, list[str]], address: str) -> str:
+    return next(a for tasks in cluster.values() for a in tasks if a != address)
+
+
+def broken_clusters(hidden: bool = False) -> list[tuple[list[dict], str]]:
+    """The check's cases: ``(tf_configs, code)``, one mistake each, the same every run."""
+    kinds = SHOWN + (HIDDEN if hidden else ())
+    cases = []
+    for n, seed in enumerate(HIDDEN_SEEDS if hidden else SEEDS):
+        rng = random.Random(seed)
+        kind = kinds[n % len(kinds)]
+        configs = _break(kind, rng, _layout(rng))
+        codes = diagnose(configs).codes
+        if codes != {kind}:  # a generator bug, not the learner's: the tests run every seed
+            raise AssertionError(f"seed {seed}: made {kind!r} but diagnose finds {sorted(codes)}")
+        cases.append((configs, kind))
+    return cases
+
+
+@exercise("12.1", "Find the broken TF_CONFIG")
+def broken_config(find_mistake: Callable, *, hidden: bool = False) -> CheckResult:
+    """Compare ``find_mistake(tf_configs)`` (a mistake's code) with ``dtfkit.diagnose`` on lists
+    of TF_CONFIGs with one mistake each, the chapter's kinds (and, hidden, others).
+
+    Example::
+
+        check.ch12.broken_config(find_mistake)
+    """
+    problem = ignores(find_mistake, ("tf_configs",), "broken clusters")
+    if problem is not None:
+        return problem
+    cases = broken_clusters(hidden)
+    for configs, want in cases:
+        got = find_mistake(copy.deepcopy(configs))
+        if got == want:
+            continue
+        shown = [json.dumps(c) for c in configs]
+        if not isinstance(got, str):
+            return failed(
+                f"find_mistake returned {got!r}, not a code", "return the mistake's code as a string", *shown
+            )
+        kinds = SHOWN + HIDDEN
+        if got not in kinds and got:
+            return failed(
+                f"find_mistake returned {got!r}, which is not one of the codes the chapter lists",
+                "return one of the codes of the table in the chapter, spelled as there",
+                *shown,
+            )
+        return failed(
+            f"for these {len(configs)} TF_CONFIGs you said {got!r}, but that is not their mistake",
+            _LOOK[want],
+            *shown,
+        )
+    kinds = sorted({kind for _, kind in cases})
+    return passed(
+        f"find_mistake named the one mistake in {len(cases)} broken clusters of {len(kinds)} kinds"
+        + (", with kinds the text never shows" if hidden else "")
+    )

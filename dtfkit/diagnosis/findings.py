@@ -1,0 +1,82 @@
+"""What ``dtfkit.diagnose`` returns: one ``Finding`` per mistake, gathered in a ``Diagnosis``.
+
+Example::
+
+    d = Diagnosis((Finding("task-index-out-of-range", "worker:1", "worker:1 ...", "Count from 0 ..."),))
+    bool(d), d.codes            # True, {'task-index-out-of-range'}
+    print(d)                    # worker:1 — worker:1 ... Fix: Count from 0 ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dtfkit.htmltable import html_table
+
+NOTHING_FOUND = "no known mistake found"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One known mistake: a stable ``code``, the ``task`` it concerns ("" for the whole
+    cluster), a one-sentence ``message`` saying what is wrong, the ``fix``, and where to read
+    more (``see``: a public TensorFlow issue or source file), if anywhere.
+
+    Example::
+
+        Finding("duplicate-task", "worker:0", "Two processes claim worker:0.", "Give each its own index.")
+    """
+
+    code: str
+    task: str
+    message: str
+    fix: str
+    see: str = ""
+
+    def __str__(self) -> str:
+        where = self.task or "cluster"
+        see = f" (see {self.see})" if self.see else ""
+        return f"{where} — {self.message}{see} Fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Every known mistake found, in the order the rules found them; ``bool(d)`` is True when
+    there is at least one.
+
+    Example::
+
+        d = dtfkit.diagnose([tf_config_0, tf_config_1])
+        if d:
+            print(d)          # one line per finding
+        "duplicate-task" in d.codes
+    """
+
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def codes(self) -> set[str]:
+        """The codes of the findings (``{"duplicate-task", ...}``)."""
+        return {f.code for f in self.findings}
+
+    def __bool__(self) -> bool:
+        return bool(self.findings)
+
+    def __len__(self) -> int:
+        return len(self.findings)
+
+    def __str__(self) -> str:
+        if not self.findings:
+            return NOTHING_FOUND
+        return "\n".join(str(f) for f in self.findings)
+
+    def _repr_html_(self) -> str:
+        if not self.findings:
+            return f"<p>{NOTHING_FOUND}</p>"
+        rows = [(f.task or "cluster", f.code, f.message, f.fix, f.see) for f in self.findings]
+        return html_table(
+            ["task", "code", "what is wrong", "fix", "see"],
+            rows,
+            caption=f"{len(rows)} known mistake{'s' if len(rows) != 1 else ''} found",
+            css_class="dtfkit-diagnosis",
+        )

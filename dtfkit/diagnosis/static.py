@@ -1,0 +1,362 @@
+"""Rules about the cluster's configuration alone: what TensorFlow would refuse, or what makes
+a cluster wait for ever, read from the TF_CONFIGs before any process starts.
+
+Each rule names the TensorFlow source it follows (TF 2.21, tensorflow/python/...).
+
+Example::
+
+    given, _ = read_configs([config_0, config_1])
+    config_findings(given, machines=None, strategy=None)    # [Finding(...), ...]
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from dtfkit.diagnosis import addresses
+from dtfkit.diagnosis.configs import KNOWN_JOBS, Given, Process
+from dtfkit.diagnosis.findings import Finding
+
+MWMS = "multi_worker_mirrored"
+PSS = "parameter_server"
+STRATEGIES = {
+    "mwms": MWMS,
+    "multiworkermirroredstrategy": MWMS,
+    "multi_worker_mirrored": MWMS,
+    "ps": PSS,
+    "pss": PSS,
+    "parameterserverstrategy": PSS,
+    "parameter_server": PSS,
+}
+
+
+def strategy_name(strategy: str | None) -> str | None:
+    """``"mwms"``/``"MultiWorkerMirroredStrategy"`` -> MWMS, ``"ps"`` -> PSS; None stays None."""
+    if strategy is None:
+        return None
+    key = strategy.replace("tf.distribute.", "").replace("experimental.", "").lower()
+    if key not in STRATEGIES:
+        raise ValueError(
+            f"strategy={strategy!r} is not one diagnose knows: use 'mwms' (MultiWorkerMirroredStrategy) "
+            "or 'ps' (ParameterServerStrategy)"
+        )
+    return STRATEGIES[key]
+
+
+def config_findings(given: Given, *, machines: Any = None, strategy: str | None = None) -> list[Finding]:
+    """Every static finding about the processes ``given`` (see the module docstring)."""
+    found: list[Finding] = []
+    for process in given.processes:
+        found += _task_in_cluster(process)
+    found += _duplicate_tasks(given)
+    found += _disagreeing_clusters(given)
+    for cluster in _distinct_clusters(given):
+        found += _job_names(cluster)
+        found += _chiefs(cluster)
+        found += _address_rules(cluster, machines)
+        found += _strategy_rules(cluster, strategy)
+    found += _never_launched(given)
+    return found
+
+
+def _name(job: str, index: int) -> str:
+    return f"{job}:{index}"
+
+
+def _distinct_clusters(given: Given) -> list[dict[str, list[Any]]]:
+    seen: list[dict[str, list[Any]]] = []
+    for process in given.processes:
+        if process.cluster is not None and process.cluster not in seen:
+            seen.append(process.cluster)
+    return seen
+
+
+def _task_in_cluster(process: Process) -> list[Finding]:
+    cluster, job, index = process.cluster, process.task_type, process.task_index
+    if cluster is None or job is None or index is None:
+        return []
+    # multi_worker_util._validate_cluster_spec: "`task_type` %r not found in cluster_spec." (the evaluator
+    # is exempt: "it is still a valid configuration when `task_type` is `evaluator` but it doesn't appear").
+    if job not in cluster:
+        if job == "evaluator":
+            return []
+        near = [j for j in cluster if j.lower().rstrip("s") == job.lower().rstrip("s")]
+        spelled = f" (the cluster spells it {near[0]!r})" if near else ""
+        return [
+            Finding(
+                "task-type-not-in-cluster",
+                process.label,
+                f"This process says it is a {job!r} task, but the cluster has no {job!r} job{spelled}; "
+                f"its jobs are {', '.join(map(repr, cluster))}.",
+                "Set task.type to one of the cluster's job names, spelled exactly as in 'cluster'.",
+            )
+        ]
+    # _validate_cluster_spec: "The `task_id` %d exceeds the maximum id of %s."
+    if index >= len(cluster[job]):
+        count = len(cluster[job])
+        return [
+            Finding(
+                "task-index-out-of-range",
+                process.label,
+                f"Task index {index} does not exist: job {job!r} has {count} task{'s' if count != 1 else ''} "
+                f"(indices 0 to {count - 1}).",
+                f"Count task indices from 0: {_indices(job, count)}, or add {job} addresses to the cluster.",
+            )
+        ]
+    return []
+
+
+def _indices(job: str, count: int) -> str:
+    return (
+        f"the only {job} is {job}:0"
+        if count == 1
+        else f"the {count} {job} tasks are {job}:0 to {job}:{count - 1}"
+    )
+
+
+def _duplicate_tasks(given: Given) -> list[Finding]:
+    claims = Counter(
+        (p.task_type, p.task_index)
+        for p in given.processes
+        if p.task_type is not None and p.task_index is not None
+    )
+    return [
+        Finding(
+            "duplicate-task",
+            _name(job, index),
+            f"{count} processes claim to be {_name(job, index)}: the second cannot bind the task's port, "
+            "and the task it should have been is never launched.",
+            "Give every process its own task type and index (copy the TF_CONFIG, then change 'task').",
+        )
+        for (job, index), count in claims.items()
+        if count > 1
+    ]
+
+
+def _disagreeing_clusters(given: Given) -> list[Finding]:
+    with_cluster = [p for p in given.processes if p.cluster is not None]
+    if len(with_cluster) < 2:
+        return []
+    # Compare with the cluster most processes hold (the first of them on a tie): the odd ones out are named.
+    votes = Counter(json.dumps(p.cluster, sort_keys=True) for p in with_cluster)
+    common = votes.most_common(1)[0][0]
+    first = next(p for p in with_cluster if json.dumps(p.cluster, sort_keys=True) == common)
+    found = []
+    for other in with_cluster:
+        if other.cluster == first.cluster:
+            continue
+        found.append(
+            Finding(
+                "clusters-disagree",
+                other.label,
+                f"{other.label}'s cluster differs from {first.label}'s "
+                f"({_difference(first.cluster, other.cluster)}): "
+                "the tasks will wait for peers at addresses nobody serves.",
+                "Write the cluster once and give every process the same 'cluster'; only 'task' differs.",
+                see="tensorflow/tensorflow#31154",
+            )
+        )
+    return found
+
+
+def _difference(a: dict[str, list[Any]], b: dict[str, list[Any]]) -> str:
+    for job in sorted(set(a) | set(b)):
+        if job not in a or job not in b:
+            return f"job {job!r} is in only one of them"
+        if len(a[job]) != len(b[job]):
+            return f"job {job!r} has {len(a[job])} tasks in one and {len(b[job])} in the other"
+        for i, (x, y) in enumerate(zip(a[job], b[job], strict=True)):
+            if x != y:
+                return f"{_name(job, i)} is {x!r} in one and {y!r} in the other"
+    return "the jobs are in a different order"
+
+
+def _job_names(cluster: dict[str, list[Any]]) -> list[Finding]:
+    found = []
+    for job in cluster:
+        if job in KNOWN_JOBS or job == "master":
+            continue
+        # multi_worker_util._validate_cluster_spec: "Disallowed task type found in cluster spec."
+        near = [k for k in KNOWN_JOBS if k == job.lower().rstrip("s") or k == job.lower()]
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        found.append(
+            Finding(
+                "unknown-job",
+                job,
+                f"Job {job!r} is not one TensorFlow's strategies accept{hint}: they allow chief, worker, ps "
+                "and evaluator.",
+                "Rename the job to 'chief', 'worker', 'ps' or 'evaluator' (lower case).",
+            )
+        )
+    if "master" in cluster and "chief" not in cluster:
+        found.append(
+            Finding(
+                "unknown-job",
+                "master",
+                "Job 'master' is TensorFlow 1's name for the coordinating task; TF 2's strategies refuse it "
+                "(they allow chief, worker, ps and evaluator).",
+                "Rename 'master' to 'chief'.",
+            )
+        )
+    return found
+
+
+def _chiefs(cluster: dict[str, list[Any]]) -> list[Finding]:
+    found = []
+    if "chief" in cluster and "master" in cluster:
+        found.append(
+            Finding(
+                "chief-and-master",
+                "master",
+                "The cluster has both a 'chief' and a 'master' job: two tasks would each act as the one "
+                "that coordinates, and TF 2's strategies refuse 'master'.",
+                "Keep one coordinating task, named 'chief'; drop the 'master' job.",
+            )
+        )
+    # _validate_cluster_spec: "There must be at most one 'chief' job." / "... at most one 'evaluator' job."
+    for job, code in (("chief", "several-chiefs"), ("evaluator", "several-evaluators")):
+        if len(cluster.get(job, [])) > 1:
+            found.append(
+                Finding(
+                    code,
+                    job,
+                    f"Job {job!r} has {len(cluster[job])} tasks; TensorFlow allows at most one {job}.",
+                    f"Keep one {job} task and make the others workers.",
+                )
+            )
+    return found
+
+
+def _address_rules(cluster: dict[str, list[Any]], machines: Any) -> list[Finding]:
+    found: list[Finding] = []
+    good: dict[str, str] = {}
+    places: dict[str, list[str]] = {}
+    for job, tasks in cluster.items():
+        for index, address in enumerate(tasks):
+            task = _name(job, index)
+            if address is None:  # a sparse job's gap: that index has no task
+                continue
+            problem = addresses.address_problem(address)
+            if problem is not None:
+                code, what = problem
+                found.append(Finding(code, task, f"{task}'s address {what}.", _ADDRESS_FIX[code]))
+                continue
+            good[task] = address
+            places.setdefault(addresses.same_place(address), []).append(task)
+    for tasks in places.values():
+        if len(tasks) > 1:
+            found.append(
+                Finding(
+                    "duplicate-address",
+                    tasks[1],
+                    f"{' and '.join(tasks)} have the same address ({good[tasks[0]]}): two servers cannot "
+                    "listen on one port of one machine.",
+                    "Give every task its own host:port.",
+                )
+            )
+    found += _loopback_rules(good, machines)
+    return found
+
+
+_ADDRESS_FIX = {
+    "address-no-port": "Write every address as host:port, e.g. 'worker0.example.com:2222'.",
+    "address-bad-port": "Use a port number from 1 to 65535 after the colon, e.g. 'host:2222'.",
+    "address-scheme": "Drop the 'grpc://' prefix: the cluster holds host:port, and the protocol is set "
+    "separately (rpc_layer).",
+}
+
+
+def _machine_count(machines: Any) -> int:
+    if machines is None:
+        return 0
+    if isinstance(machines, int):
+        return machines
+    return len(set(machines))
+
+
+def _loopback_rules(good: dict[str, str], machines: Any) -> list[Finding]:
+    loopback = [task for task, address in good.items() if addresses.is_loopback(address)]
+    if not loopback:
+        return []
+    other_hosts = {addresses.host_of(a) for a in good.values() if not addresses.is_loopback(a)}
+    spans = _machine_count(machines) > 1 or bool(other_hosts)
+    if not spans:
+        return []
+    why = (
+        f"the cluster spans {_machine_count(machines)} machines"
+        if _machine_count(machines) > 1
+        else f"other tasks are on {', '.join(sorted(other_hosts))}"
+    )
+    return [
+        Finding(
+            "localhost-multi-machine",
+            task,
+            f"{task}'s address {good[task]} is this machine's loopback, but {why}: a task on another "
+            "machine that dials it reaches itself, not this task.",
+            "Use each machine's hostname or network IP in the cluster (the same list on every machine).",
+            see="tensorflow/tensorflow#57372",
+        )
+        for task in loopback
+    ]
+
+
+def _strategy_rules(cluster: dict[str, list[Any]], strategy: str | None) -> list[Finding]:
+    if strategy == MWMS and cluster.get("ps"):
+        # multi_worker_util.worker_count: a ps task raises "Unexpected `task_type` 'ps'"; the collective
+        # group is chief + workers only, so the ps tasks have nothing to do.
+        return [
+            Finding(
+                "mwms-with-ps",
+                "ps",
+                "MultiWorkerMirroredStrategy has no parameter servers: every worker keeps its own copy of "
+                "the variables, and a ps process that builds the strategy fails with "
+                "\"Unexpected `task_type` 'ps'\".",
+                "Drop the 'ps' job from the cluster (or use ParameterServerStrategy).",
+            )
+        ]
+    if strategy == PSS:
+        # parameter_server_strategy_v2._verify_args_and_config: "There must be at least one ps." /
+        # "There must be at least one worker."
+        return [
+            Finding(
+                f"pss-needs-{job}",
+                job,
+                f"ParameterServerStrategy needs at least one {job} task and the cluster has none.",
+                f"Add a '{job}' job to the cluster.",
+            )
+            for job in ("ps", "worker")
+            if not cluster.get(job)
+        ]
+    return []
+
+
+def _never_launched(given: Given) -> list[Finding]:
+    if not given.complete:
+        return []
+    clusters = _distinct_clusters(given)
+    if len(clusters) != 1:
+        return []  # clusters-disagree says what is wrong; which one is right is the learner's call
+    run = {(p.task_type, p.task_index) for p in given.processes}
+    missing = [
+        _name(job, index)
+        for job, tasks in clusters[0].items()
+        # The evaluator is outside the training: nothing waits for it (multi_worker_util.worker_count,
+        # and MWMS's coordination service coordinates only chief and worker).
+        if job != "evaluator"
+        for index, address in enumerate(tasks)
+        if address is not None and (job, index) not in run
+    ]
+    return [
+        Finding(
+            "never-launched",
+            task,
+            f"{task} is in the cluster but none of the {len(given.processes)} TF_CONFIGs runs it: the "
+            "others will wait for it for ever.",
+            f"Start a process whose TF_CONFIG says task {{'type': '{task.split(':')[0]}', "
+            f"'index': {task.split(':')[1]}}}, or remove it from the cluster.",
+            see="tensorflow/tensorflow#39922",
+        )
+        for task in missing
+    ]

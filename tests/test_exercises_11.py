@@ -1,0 +1,158 @@
+"""Exercises 11.1 and 11.2: the notebook's own solutions pass (with their hidden variants), and wrong
+answers fail before any process starts (``no_spawn``) without giving the answer away.
+
+11.1 ends with a real traced training step, so its solution's run is a slow test; every wrong
+formula is caught by the plain-Python cases first. 11.2 is plain Python throughout."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from test_exercises_5to9 import GIVEAWAYS, assert_fails_without_giving_away, solution, summary
+
+from dtfkit.course import check
+
+GIVEAWAYS["11.1"] = ["8 * k", "math.ceil(floats / 8) + 4", "2 * floats", "4 * floats"]
+GIVEAWAYS["11.2"] = ["2 * (n - 1) * (alpha", "(n - 1) / n", "2 * n * size", "2 * alpha_s +"]
+
+
+# ------------------------------------------------------------------------------ 11.1
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_11_1_the_notebooks_solution_passes_with_its_hidden_variant():
+    answer = solution("11.1", "bytes_to_ps")
+    outcome = summary(check.ch11.compressed_bytes(answer))
+    assert outcome["status"] == "passed", outcome
+    assert "traced step" in outcome["message"]
+    hidden = summary(check.ch11.compressed_bytes(answer, hidden=True))
+    assert hidden["status"] == "passed", hidden
+
+
+def _right(method, floats, k=None):
+    return {
+        "none": 4 * floats,
+        "fp16": 2 * floats,
+        "bf16": 2 * floats,
+        "topk": 8 * (k or 0),
+        "sign": math.ceil(floats / 8) + 4,
+    }[method]
+
+
+def _wrong_topk_values_only(method, floats, k=None):
+    return 4 * k if method == "topk" else _right(method, floats, k)
+
+
+def _wrong_sign_no_scale(method, floats, k=None):
+    return math.ceil(floats / 8) if method == "sign" else _right(method, floats, k)
+
+
+def _wrong_sign_not_rounded(method, floats, k=None):
+    return floats / 8 + 4 if method == "sign" else _right(method, floats, k)
+
+
+def _wrong_fp16_as_float32(method, floats, k=None):
+    return 4 * floats if method in ("fp16", "bf16") else _right(method, floats, k)
+
+
+def _wrong_numbers_not_bytes(method, floats, k=None):
+    return floats if method == "none" else _right(method, floats, k)
+
+
+def _wrong_chapter_size_only(method, floats, k=None):
+    _ = floats  # reads it, but answers for the chapter's model (38,410 floats) whatever it is
+    return _right(method, 38_410, k)
+
+
+@pytest.mark.parametrize(
+    "wrong, expected",
+    [
+        (_wrong_topk_values_only, "*which* entries"),
+        (_wrong_sign_no_scale, "one float32 number besides them"),
+        (_wrong_sign_not_rounded, "whole bytes"),
+        (_wrong_fp16_as_float32, "16-bit number"),
+        (_wrong_numbers_not_bytes, "numbers, not bytes"),
+        (_wrong_chapter_size_only, "you predicted"),  # right for 38,410 floats only
+    ],
+)
+def test_11_1_wrong_formulas_fail_before_starting(no_spawn, wrong, expected):
+    outcome = summary(check.ch11.compressed_bytes(wrong))
+    assert_fails_without_giving_away("11.1", outcome, expected)
+    assert no_spawn == []
+
+
+def test_11_1_an_answer_that_ignores_k_fails_before_starting(no_spawn):
+    def wrong(method, floats, k=None):
+        return {"none": 4, "fp16": 2, "bf16": 2, "topk": 8 * floats // 100, "sign": 1 / 8}[method] * floats
+
+    outcome = summary(check.ch11.compressed_bytes(wrong))
+    assert_fails_without_giving_away("11.1", outcome, "never reads `k`")
+    assert no_spawn == []
+
+
+# ------------------------------------------------------------------------------ 11.2
+def test_11_2_the_notebooks_solution_passes_with_its_hidden_variants(no_spawn):
+    answer = solution("11.2", "sync_seconds")
+    for hidden in (False, True, True):
+        outcome = summary(check.ch11.alpha_beta(answer, hidden=hidden))
+        assert outcome["status"] == "passed", outcome
+    assert "107,143 bytes" in outcome["message"]
+    assert no_spawn == []
+
+
+def _wrong_ring_two_rounds(method, n, size_bytes, alpha_s, beta_s_per_byte):
+    if method == "ring":
+        return 2 * alpha_s + 2 * (n - 1) * size_bytes * beta_s_per_byte / n
+    return _model(method, n, size_bytes, alpha_s, beta_s_per_byte)
+
+
+def _wrong_ring_whole_gradient(method, n, size_bytes, alpha_s, beta_s_per_byte):
+    if method == "ring":
+        return 2 * (n - 1) * (alpha_s + size_bytes * beta_s_per_byte)
+    return _model(method, n, size_bytes, alpha_s, beta_s_per_byte)
+
+
+def _wrong_ps_one_way(method, n, size_bytes, alpha_s, beta_s_per_byte):
+    if method == "ps":
+        return 2 * alpha_s + n * size_bytes * beta_s_per_byte
+    return _model(method, n, size_bytes, alpha_s, beta_s_per_byte)
+
+
+def _wrong_sharded_as_ring(method, n, size_bytes, alpha_s, beta_s_per_byte):
+    if method == "sharded_ps":
+        return _model("ring", n, size_bytes, alpha_s, beta_s_per_byte)
+    return _model(method, n, size_bytes, alpha_s, beta_s_per_byte)
+
+
+def _wrong_milliseconds(method, n, size_bytes, alpha_s, beta_s_per_byte):
+    return 1000 * _model(method, n, size_bytes, alpha_s, beta_s_per_byte)
+
+
+def _model(method, n, size_bytes, alpha_s, beta_s_per_byte):
+    from dtfkit.recipes import alpha_beta
+
+    return alpha_beta.alpha_beta_time(method, n, size_bytes, alpha_s, beta_s_per_byte)
+
+
+@pytest.mark.parametrize(
+    "wrong, expected",
+    [
+        (_wrong_ring_two_rounds, "how many rounds"),
+        (_wrong_ring_whole_gradient, "one chunk"),
+        (_wrong_ps_one_way, "twice"),
+        (_wrong_sharded_as_ring, "2 rounds"),
+        (_wrong_milliseconds, "milliseconds"),
+    ],
+)
+def test_11_2_wrong_times_fail_with_a_hint(no_spawn, wrong, expected):
+    assert_fails_without_giving_away("11.2", summary(check.ch11.alpha_beta(wrong)), expected)
+    assert no_spawn == []
+
+
+def test_11_2_an_answer_for_the_chapters_cluster_alone_fails(no_spawn):
+    def wrong(method, n, size_bytes, alpha_s, beta_s_per_byte):
+        _ = (n, beta_s_per_byte)  # reads every argument, so only the comparison can catch it
+        return _model(method, 3, size_bytes, alpha_s, 8e-8)
+
+    assert_fails_without_giving_away("11.2", summary(check.ch11.alpha_beta(wrong)), "you predicted")
+    assert no_spawn == []

@@ -1,0 +1,242 @@
+"""``dtfkit.recipes.mwms_fault``: what a crashed, frozen or hung peer does to
+MultiWorkerMirroredStrategy training, and the two ways back (a CheckpointManager in the custom
+loop; PreemptionCheckpointHandler on SIGTERM). Real processes, real TensorFlow; every failure is
+bounded by a call timeout or a collective timeout."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from conftest import share_cluster
+
+import dtfkit
+from dtfkit.errors import TaskExited, TaskTimeout
+from dtfkit.recipes import mwms_fault as mf
+
+K = 8  # the step after which a peer fails
+
+
+# ----------------------------------------------------------------- fast: the plain helpers
+def test_error_gist_finds_the_cause_after_the_node_lines():
+    message = (
+        "Graph execution error:\n\nDetected at node sgd_1/CollectiveReduceV2 defined at (most recent call last):\n"
+        '  File "a.py", line 1, in <module>\n\n  File "b.py", line 2, in train_step\n\n'
+        "Collective has timed out during execution.\n\t [[{{node sgd_1/CollectiveReduceV2}}]] [Op:__inference_x]"
+    )
+    assert mf.error_gist(message) == "Collective has timed out during execution."
+    assert mf.error_gist("plain") == "plain"
+
+
+def test_weights_digest_tells_bit_identical_weights_apart():
+    a = [np.arange(4, dtype=np.float32), np.ones((2, 2), np.float32)]
+    b = [w.copy() for w in a]
+    assert mf.weights_digest(a) == mf.weights_digest(b)
+    b[0][3] = np.nextafter(b[0][3], np.float32(10))
+    assert mf.weights_digest(a) != mf.weights_digest(b)
+
+
+def test_recovery_summary_counts_the_steps_lost():
+    resumed = {
+        t: {"resumed_from": 10, "first_step": 11, "steps_done": 30, "weights_digest": "abc"}
+        for t in ("worker:0", "worker:1")
+    }
+    summary = mf.recovery_summary(12, {"last_saved_step": 10}, resumed)
+    assert summary == {
+        "killed_at": 12,
+        "last_saved_step": 10,
+        "resumed_from": 10,
+        "first_step": 11,
+        "lost_steps": 2,
+        "final_step": 30,
+        "same_weights": True,
+    }
+    resumed["worker:1"] = {**resumed["worker:1"], "resumed_from": 5}
+    with pytest.raises(ValueError, match="different steps"):
+        mf.recovery_summary(12, {}, resumed)
+
+
+def test_an_unknown_failure_is_refused_before_tensorflow_starts(tmp_path):
+    with pytest.raises(ValueError, match="exit, freeze, hang"):
+        mf.train_until_a_peer_fails(progress_dir=str(tmp_path), failure="crash")
+
+
+# ------------------------------------------------------------- slow: 2 real workers
+@pytest.fixture(scope="module")
+def two_workers():
+    cluster = dtfkit.LocalCluster(workers=2, start_servers=False, progress=False, name=None)
+    with share_cluster(cluster):
+        yield cluster
+
+
+@pytest.fixture
+def mwms(two_workers):
+    """The module's 2 workers as new processes: one MultiWorkerMirroredStrategy per process."""
+    two_workers.ensure_running(fresh="all")
+    return two_workers
+
+
+def submit_each(cluster, fn, timeout: float, **kwargs) -> dict:
+    """One call per worker, so that the survivor's result stays readable when a peer dies."""
+    return {t: cluster.submit(fn, kwargs=kwargs, on=t, timeout=timeout) for t in ("worker:0", "worker:1")}
+
+
+def assert_died(handle) -> None:
+    with pytest.raises(TaskExited, match=f"exited with code {mf.DIED_EXIT_CODE}"):
+        handle.result()
+
+
+@pytest.mark.slow
+def test_a_crashed_peer_fails_the_survivors_next_step_at_once(mwms, tmp_path):
+    for collective_timeout in (None, 30.0):  # the timeout plays no part: the dead peer's connection resets
+        folder = tmp_path / str(collective_timeout)
+        folder.mkdir()
+        calls = submit_each(
+            mwms,
+            mf.train_until_a_peer_fails,
+            timeout=120,
+            progress_dir=str(folder),
+            fail_at=K,
+            steps=20,
+            collective_timeout=collective_timeout,
+        )
+        survivor = calls["worker:0"].result()["worker:0"]
+        assert_died(calls["worker:1"])
+        assert survivor["steps_done"] == K
+        assert survivor["error_class"] == "UnavailableError"
+        assert survivor["error_message"].startswith("Collective ops is aborted by")
+        mwms.ensure_running(fresh="all")
+
+
+@pytest.mark.slow
+def test_a_frozen_peer_is_noticed_by_the_coordination_service_heartbeat(mwms, tmp_path):
+    results = mwms.run(
+        mf.train_until_a_peer_fails,
+        kwargs={"progress_dir": str(tmp_path), "fail_at": K, "steps": 20, "failure": "freeze"},
+        timeout=120,
+    )
+    survivor, frozen = results["worker:0"], results["worker:1"]
+    assert frozen == {
+        "task": "worker:1",
+        "steps_done": K,
+        "error_class": None,
+        "error_message": "",
+        "frozen": True,
+    }
+    assert survivor["steps_done"] == K
+    assert survivor["error_class"] == "UnavailableError"
+    assert "stopped sending heartbeats" in survivor["error_message"]
+
+
+@pytest.mark.slow
+def test_a_hung_peer_blocks_the_survivor_until_the_call_times_out(mwms, tmp_path):
+    handle = mwms.submit(
+        mf.train_until_a_peer_fails,
+        kwargs={"progress_dir": str(tmp_path), "fail_at": K, "steps": 20, "failure": "hang"},
+        on_error="wait",
+        timeout=45,
+    )
+    with pytest.raises(TaskTimeout) as stuck:
+        handle.result()
+    stacks = stuck.value.stacks
+    assert set(stacks) == {"worker:0", "worker:1"}
+    # the survivor is inside its training step (a collective that never completes) ...
+    assert "run.train_step(run.iterator)" in stacks["worker:0"]
+    assert "TFE_Py_Execute" in stacks["worker:0"]
+    # ... after exactly K steps, and the hung peer is where the recipe parks it
+    steps = [r["step"] for r in mwms.metrics.rows(task="worker:0", since=handle.submitted) if "step" in r]
+    assert max(steps) == K
+    assert "a hung worker" in stacks["worker:1"]
+
+
+@pytest.mark.slow
+def test_a_collective_timeout_turns_the_hang_into_deadline_exceeded(mwms, tmp_path):
+    results = mwms.run(
+        mf.train_until_a_peer_fails,
+        kwargs={
+            "progress_dir": str(tmp_path),
+            "fail_at": K,
+            "steps": 20,
+            "failure": "hang",
+            "collective_timeout": 3.0,
+        },
+        timeout=120,
+    )
+    survivor, hung = results["worker:0"], results["worker:1"]
+    assert hung["hung"] and hung["steps_done"] == K
+    assert survivor["steps_done"] == K
+    assert survivor["error_class"] == "DeadlineExceededError"
+    assert survivor["error_message"] == "Collective has timed out during execution."
+
+
+@pytest.mark.slow
+def test_checkpoints_in_the_custom_loop_resume_after_a_crash(mwms, tmp_path):
+    ckpt = str(tmp_path)
+    calls = submit_each(
+        mwms, mf.train_with_checkpoints, timeout=120, checkpoint_dir=ckpt, steps=30, save_every=5, die_at=12
+    )
+    crashed = calls["worker:0"].result()["worker:0"]
+    assert_died(calls["worker:1"])
+    assert crashed["steps_done"] == 12 and crashed["last_saved_step"] == 10
+    assert crashed["error_class"] == "UnavailableError"
+    mwms.ensure_running(fresh="all")
+    resumed = mwms.run(
+        mf.train_with_checkpoints, kwargs={"checkpoint_dir": ckpt, "steps": 30, "save_every": 5}, timeout=120
+    )
+    summary = mf.recovery_summary(12, crashed, resumed)
+    assert summary == {
+        "killed_at": 12,
+        "last_saved_step": 10,
+        "resumed_from": 10,
+        "first_step": 11,
+        "lost_steps": 2,
+        "final_step": 30,
+        "same_weights": True,
+    }
+    assert not any(name.startswith("tmp_") for name in os.listdir(ckpt))  # worker:1 removed its own folder
+
+
+@pytest.mark.slow
+def test_preemption_handler_saves_at_the_agreed_step_and_loses_none(mwms, tmp_path):
+    ckpt = str(tmp_path)
+    preempted = mwms.run(
+        mf.train_with_preemption_handler,
+        kwargs={"checkpoint_dir": ckpt, "steps": 30, "signal_at": 12},
+        timeout=120,
+    )
+    for task, result in preempted.items():
+        # worker:1 got SIGTERM after step 12; every worker trained step 13, saved, and exited (sys.exit(42))
+        assert result["exit_code"] == 42, task
+        assert result["saved_step"] == result["steps_done"] == 13, task
+    assert len({r["weights_digest"] for r in preempted.values()}) == 1
+    mwms.ensure_running(fresh="all")
+    resumed = mwms.run(
+        mf.train_with_preemption_handler, kwargs={"checkpoint_dir": ckpt, "steps": 30}, timeout=120
+    )
+    for task, result in resumed.items():
+        assert result["resumed_from"] == 13, task
+        assert result["steps_done"] == 30 and result["exit_code"] is None, task
+    assert len({r["weights_digest"] for r in resumed.values()}) == 1
+
+
+@pytest.mark.slow
+def test_backup_and_restore_fit_fails_under_mwms_but_resumes_on_one_worker(mwms, tmp_path):
+    tried = mwms.run(mf.try_fit_under_mwms, kwargs={"backup_dir": str(tmp_path / "mwms")}, timeout=120)
+    for task, result in tried.items():
+        assert not result["fit_ran"], task
+        assert result["error_class"] == "ValueError", task  # keras-team/keras#20585
+        assert "PerReplica" in result["error_message"], task
+    mwms.ensure_running(fresh="all")
+    single = mwms.run(
+        mf.fit_with_backup_and_restore,
+        kwargs={"backup_dir": str(tmp_path / "one")},
+        on="worker:0",
+        timeout=120,
+    )["worker:0"]
+    assert single == {
+        "first_run_epochs": [1, 2],
+        "second_run_epochs": [3, 4],
+        "lost_epochs": 0,
+        "backup_left": False,
+    }
