@@ -38,6 +38,8 @@ RERUNS: dict[str, list[tuple[str, str | None]]] = {
     "07_": [("## Part 1", None), ("### Kill a worker", None)],
     "09_": [("## Part 2", "## Part 3")],  # Part 3 closes the cluster Part 2 needs
     "10_": [("## 3.", None)],  # kills worker:1 on its Ray node and restarts it there
+    # each section starts its cluster, makes tasks fail (killed, timed out, SIGTERM) and closes it
+    "12_": [("## 2.", None), ("## 3.", None), ("## 4.", None)],
 }
 AGAIN = " (again)"
 

@@ -36,7 +36,9 @@ CHAPTERS = {
     "07_multi_worker_and_parameter_server": ["7.1", "7.2"],
     "08_sync_async_lab": ["8.1", "8.2"],
     "09_ps_vs_ring_allreduce": ["9.1", "9.2"],
+    "10_beyond_one_machine": ["10.1", "10.2"],
     "11_communication_up_close": ["11.1", "11.2"],
+    "12_when_things_go_wrong": ["12.1", "12.2"],
 }
 CHECK_CELL = re.compile(r"^# check exercise (\d+\.\d+)")
 

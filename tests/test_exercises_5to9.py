@@ -33,6 +33,7 @@ CHAPTER = {
     "9": "09_ps_vs_ring_allreduce",
     "10": "10_beyond_one_machine",  # its tests: tests/test_exercises_10.py, with the helpers below
     "11": "11_communication_up_close",  # its tests: tests/test_exercises_11.py
+    "12": "12_when_things_go_wrong",  # its tests: tests/test_exercises_12*.py
 }
 # Words that would hand the learner the answer: no feedback of a wrong answer may contain them.
 GIVEAWAYS = {
