@@ -222,3 +222,30 @@ def test_echo_sends_the_output_where_asked(cluster, capsys):
     assert "line" not in capsys.readouterr().out
     with pytest.raises(DtfkitError, match="echo must be a function"):
         cluster.echo = "stdout"
+
+
+def test_a_task_counts_as_ready_only_once_what_it_printed_while_starting_is_in():
+    # The task prints in `setup`, just before it says Ready, on another channel than its
+    # output: the cluster is up only once those lines are in the log book (and its file).
+    def announce():  # many lines: the reader of the output is still busy with them when Ready comes
+        pid = __import__("os").getpid()
+        for k in range(3000):
+            print(f"setting up {k}")
+        print("set up in pid", pid, flush=True)
+
+    with dtfkit.LocalCluster(
+        workers=2, launcher=FakeLauncher(), setup=announce, progress=False, name=None
+    ) as cluster:
+        for task, pid in cluster.pids().items():
+            assert f"set up in pid {pid}" in str(cluster.logs(task, everything=True)), task
+            log_file = os.path.join(cluster.log_dir, task.replace(":", "-") + ".log")
+            with open(log_file) as f:
+                assert f"set up in pid {pid}\n" in f.read(), task
+
+
+def test_a_task_that_printed_nothing_has_an_empty_log_file():
+    with dtfkit.LocalCluster(ps=1, workers=1, launcher=FakeLauncher(), progress=False, name=None) as cluster:
+        files = {
+            task: os.path.join(cluster.log_dir, task.replace(":", "-") + ".log") for task in cluster.tasks
+        }
+        assert {task: os.path.getsize(path) for task, path in files.items()} == {"ps:0": 0, "worker:0": 0}

@@ -31,7 +31,7 @@ ENTRY = REPO / "dtfkit" / "kube" / "tfjob_entry.py"
 # A stdlib-only stand-in for a replica's script: prints what it was given, then behaves as told.
 ECHO_SCRIPT = textwrap.dedent(
     """
-    import json, os, sys, threading
+    import json, os, sys, threading, time
     args = sys.argv[1:]
     print("ARGV=" + json.dumps(args), flush=True)
     print("TF_CONFIG=" + os.environ.get("TF_CONFIG", ""), flush=True)
@@ -42,6 +42,13 @@ ECHO_SCRIPT = textwrap.dedent(
     print(f"READY {job}{index} pid={os.getpid()}", flush=True)
     if os.environ.get("ECHO_ONLY"):  # only show the arguments
         sys.exit(0)
+    ps_printed = os.environ.get("ECHO_PS_PRINTED")  # a file the ps creates once it printed
+    if ps_printed and job == "ps":
+        open(ps_printed, "w").close()
+    elif ps_printed:  # the others wait for it (bounded): the launcher ends the ps once they are done
+        deadline = time.monotonic() + 120
+        while not os.path.exists(ps_printed) and time.monotonic() < deadline:
+            time.sleep(0.05)
     if what == "hang":
         threading.Event().wait()
     sys.exit(int(what[4:]))
@@ -447,7 +454,11 @@ def test_entry_point_gives_the_flags_of_dtfkit_layout_without_a_chief(tmp_path):
 def test_entry_point_gives_the_flags_dtfkit_launch_gives_with_a_chief(tmp_path):
     script = tmp_path / "echo.py"
     script.write_text(ECHO_SCRIPT)
-    result = dtfkit.launch(str(script), ps=1, workers=2, chief=1, args=["--on_ps=hang", "--x=1"], timeout=240)
+    # Under load the workers can be done before the ps ran a line, and the launcher ends the ps then.
+    env = {"ECHO_PS_PRINTED": str(tmp_path / "ps-printed")}
+    result = dtfkit.launch(
+        str(script), ps=1, workers=2, chief=1, args=["--on_ps=hang", "--x=1"], env=env, timeout=240
+    )
     assert result.ok, result.summary()
     logs = Path(result.log_dir)
     launched = {

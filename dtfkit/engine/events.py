@@ -127,6 +127,10 @@ class Events:
     def _read_output(self, proc: TaskProcess) -> None:
         name = proc.task.name
         logbook = self.output.logbook
+        try:
+            logbook.start_file(name)
+        except OSError:  # the task's first line meets the same trouble, where it is handled today
+            pass
         while True:
             try:
                 raw = proc.handle.read_line()
@@ -246,11 +250,15 @@ class Events:
         if isinstance(message, protocol.Port):
             proc.port = message.port
         elif isinstance(message, protocol.Ready):
-            proc.ready = True
+            proc.said_ready = True
+            proc.ready = proc.startup_output_in
         elif isinstance(message, (protocol.Result, protocol.Error)):
             inbox = self._calls.get(message.call_id)
             if inbox is not None:  # else a call given up on: its late answer is dropped
                 inbox.replies[proc.task] = message
+        elif isinstance(message, protocol.OutputDone) and message.call_id == protocol.STARTUP_OUTPUT_ID:
+            proc.startup_output_in = True
+            proc.ready = proc.said_ready
         elif isinstance(message, protocol.OutputDone):
             inbox = self._calls.get(message.call_id)
             if inbox is not None:

@@ -258,6 +258,22 @@ class LogBook:
             if listener is not None and (self.show_noise or not noise):
                 listener(seq, task, line)
 
+    def start_file(self, task: str) -> None:
+        """Create the task's log file now, so that a task that prints nothing has one too."""
+        if not self.directory:
+            return
+        with self._lock:
+            if task not in self._files:
+                self._open(task)
+
+    def _open(self, task: str):
+        # Never through a link someone planted in place of the file.
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+        fd = os.open(self.path(task), flags, 0o600)
+        f = self._files[task] = os.fdopen(fd, "a", encoding="utf-8", errors="replace")
+        self._file_sizes[task] = os.fstat(fd).st_size
+        return f
+
     def _write(self, task: str, line: str) -> None:
         f = self._files.get(task)
         if f is not None and self._file_sizes.get(task, 0) >= self._file_bytes:
@@ -266,11 +282,7 @@ class LogBook:
             self.rotated[task] = self.rotated.get(task, 0) + 1
             f = None
         if f is None:
-            # Never through a link someone planted in place of the file.
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-            fd = os.open(self.path(task), flags, 0o600)
-            f = self._files[task] = os.fdopen(fd, "a", encoding="utf-8", errors="replace")
-            self._file_sizes[task] = os.fstat(fd).st_size
+            f = self._open(task)
         data = line + "\n"
         f.write(data)
         f.flush()

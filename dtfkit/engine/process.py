@@ -96,7 +96,9 @@ class TaskProcess:
         self.port = port
         self.conn = handle.connection
         self.send_lock = threading.Lock()
-        self.ready = False
+        self.ready = False  # said Ready, and what it printed while starting is in the log book
+        self.said_ready = False
+        self.startup_output_in = False
         self.busy_with: int | None = None
         self.calls = 0  # calls sent to this process (ensure_running(fresh=) starts a used one again)
         self.killed = False

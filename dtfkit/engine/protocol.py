@@ -193,6 +193,12 @@ SCRIPT_DONE_MARK = OUTPUT_DONE_MARK + "script "  # a launched script ended; its 
 DONE_MARK_RE = re.compile(re.escape(OUTPUT_DONE_MARK) + r"(script )?(\d{1,18})$")
 
 
+# The done mark a task writes just before it sends ``Ready``: the owner counts the task as
+# ready only once every line it printed while starting (TensorFlow's "Started server"
+# included) is in the log book. Calls are numbered from 1, so 0 is free.
+STARTUP_OUTPUT_ID = 0
+
+
 def output_done_line(call_id: int) -> bytes:
     return f"{OUTPUT_DONE_MARK}{call_id}\n".encode()
 

@@ -418,6 +418,7 @@ def main() -> None:
     from dtfkit import taskapi
 
     taskapi.STATE.context = taskapi.TaskContext(job, index, cluster, target, server)
+    _mark_output_done(protocol.STARTUP_OUTPUT_ID)
     channel.send(protocol.Ready(target, os.getpid()))
 
     if mode == "script":
