@@ -173,11 +173,17 @@ def test_state_is_never_written_through_a_planted_link(home, tmp_path):
 def _marked_sleeper(cluster_id: str, **extra: str) -> psutil.Process:
     env = subprocess_env(**{state.CLUSTER_ENV: cluster_id, **extra})
     popen = subprocess.Popen(
-        [sys.executable, "-c", "import threading; threading.Event().wait()"],
+        [sys.executable, "-c", "import threading; print('up', flush=True); threading.Event().wait()"],
         env=env,
         stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         start_new_session=True,
     )
+    # Popen returns once exec began, when /proc/<pid>/environ can still read empty (the
+    # kernel fills it in a moment later): wait until the program runs, or cleanup would
+    # not see the mark.
+    assert popen.stdout.readline() == b"up\n"
+    popen.stdout.close()
     return psutil.Process(popen.pid)
 
 
