@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import signal
 import subprocess
 import sys
@@ -16,26 +17,38 @@ STUCK = textwrap.dedent(
     import re, sys, threading
     from dtfkit.engine import dumps
     dumps.arm(sys.argv[1])
+    ready = threading.Event()
 
-    def helper():
-        threading.Event().wait()  # HELPER-WAITS
+    def helper():  # one line: whenever the signal comes, the thread is on it
+        ready.set(); threading.Event().wait()  # HELPER-WAITS
 
     threading.Thread(target=helper, name="helper").start()
-    print("armed", flush=True)
+    ready.wait()
 
-    def stuck():
-        return re.match(r"(a+)+$", "a" * 64 + "b")  # STUCK-HERE
+    def stuck():  # "armed" is printed from inside, on the line that then gets stuck
+        print("armed", flush=True); return re.match(r"(a+)+$", "a" * 64 + "b")  # STUCK-HERE
 
     stuck()
     """
 )
 
 
+def allow_core_files() -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+
+
 def dump_of(tmp_path) -> tuple[str, int]:
     script = tmp_path / "stuck.py"
     script.write_text(STUCK)
     path = tmp_path / "stacks.txt"
-    proc = subprocess.Popen([sys.executable, str(script), str(path)], stdout=subprocess.PIPE, text=True)
+    # As on a machine with `ulimit -c unlimited`: arm() must turn core files off itself.
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        preexec_fn=allow_core_files if can_allow_core_files() else None,
+    )
     try:
         assert proc.stdout.readline() == "armed\n"
         proc.send_signal(signal.SIGABRT)
@@ -47,16 +60,23 @@ def dump_of(tmp_path) -> tuple[str, int]:
     return path.read_text(), code
 
 
+def can_allow_core_files() -> bool:
+    return resource.getrlimit(resource.RLIMIT_CORE)[1] == resource.RLIM_INFINITY
+
+
 def test_a_dump_on_sigabrt_reads_as_a_tasks_own_stacks(tmp_path):
     raw, code = dump_of(tmp_path)
     assert code == -signal.SIGABRT
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("core")] == []  # no core file left
     assert raw.startswith("Fatal Python error: Aborted"), raw
     threads = dumps.parse_dump(raw)
     assert sorted(t.current for t in threads) == [False, True]
     running = next(t for t in threads if t.current)
     # Outermost call first, as Python's tracebacks read (faulthandler writes innermost first).
     functions = [name for _, _, name in running.frames]
-    assert functions[-2:] == ["stuck", "match"] and functions[0] == "<module>", functions
+    assert functions[:2] == ["<module>", "stuck"], (
+        functions
+    )  # then re.match's frame, unless the signal came first
     text = dumps.format_dump(raw)
     assert text.startswith("Thread 0x") and "(the one that was running)" in text
     assert "in stuck\n" in text and "# STUCK-HERE" in text  # the line of code, from the file

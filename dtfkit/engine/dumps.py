@@ -64,8 +64,17 @@ def stack_file(directory: str, task: str, gen: int) -> str:
 
 def arm(path: str | None) -> None:
     """In a task: write every thread's stack to ``path`` on SIGABRT or a crash (stderr
-    when ``path`` is None or cannot be opened, e.g. on another machine)."""
+    when ``path`` is None or cannot be opened, e.g. on another machine).
+
+    Also turns core files off: after writing, the signal ends the process as usual, and
+    a TensorFlow process's core file (hundreds of MB, in the cluster's working
+    directory, where ``ulimit -c`` allows it) must not be what a timeout leaves behind."""
     import faulthandler
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    if soft != 0:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
 
     target = sys.stderr
     if path:
