@@ -135,6 +135,46 @@ def test_a_timeout_kills_the_stuck_tasks_and_carries_their_stacks(cluster):
     assert cluster.run(name, on="worker:1") == {"worker:1": "worker:1"}
 
 
+def stuck_without_letting_go_of_the_interpreter():
+    import re
+
+    # The regex engine backtracks for ages in C without releasing the interpreter lock,
+    # as TensorFlow's C++ does while MultiWorkerMirroredStrategy waits for a missing peer.
+    return re.match(r"(a+)+$", "a" * 64 + "b")  # HOLDS-THE-LOCK
+
+
+def test_a_task_that_cannot_answer_shows_faulthandlers_stacks(cluster, monkeypatch):
+    from dtfkit.engine import calls
+
+    monkeypatch.setattr(calls, "STACK_DUMP_WAIT", 1.0)  # no Python thread of the task can run
+    with pytest.raises(TaskTimeout) as info:
+        cluster.run(stuck_without_letting_go_of_the_interpreter, on="worker:0", timeout=0.5)
+    where = info.value.stacks["worker:0"]
+    assert where.startswith(calls.NO_ANSWER_NOTE), where
+    # Outermost call first, each with its line of code, as a task's own stack reads.
+    lines = where.splitlines()
+    call = next(i for i, line in enumerate(lines) if "in stuck_without_letting_go_of_the_interpreter" in line)
+    assert lines[call + 1].strip().endswith("# HOLDS-THE-LOCK"), where
+    assert "task_main.py" in where.split("in stuck_without_letting_go")[0]  # the engine's frames come first
+    assert "Thread dtfkit-control" not in where and where.count("Thread 0x") == 1, where  # plumbing left out
+    assert cluster.status()["worker:0"] == "killed"
+    assert "killed" in str(info.value) or "were killed" in str(info.value)
+
+
+def abort_here():
+    os.abort()  # as TensorFlow does on a failed check: SIGABRT, no Python exception
+
+
+def test_a_task_that_crashes_shows_where_it_was(cluster):
+    with pytest.raises(TaskExited) as info:
+        cluster.run(abort_here, on="worker:1", timeout=30)
+    text = str(info.value)
+    assert "worker:1 exited with code -6 while running abort_here" in text, text
+    where = text.split("Where it was when it died (faulthandler's stacks):\n", 1)[1]
+    assert "in abort_here\n    os.abort()" in where, where
+    assert "Next step:" in where
+
+
 def test_a_stopped_process_is_named_as_stopped_not_stuck(cluster):
     handle = cluster.submit(block_here, on="worker:0", timeout=1.0)
     os.kill(cluster.pids()["worker:0"], 19)  # SIGSTOP: it cannot answer the stack request

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 
 ERROR_POLICIES = ("interrupt", "wait")
 STACK_DUMP_WAIT = 5.0
+NO_ANSWER_NOTE = (
+    "(it could not answer: code outside Python, TensorFlow's C++ most often, held the interpreter; "
+    "these stacks are faulthandler's, written as it was ended with SIGABRT)"
+)
 
 
 class RunHandle:
@@ -182,10 +186,12 @@ class RunHandle:
                     text = f"{task} was killed while running {self.fn_name}; {self._restart_hint(task)}."
                 else:
                     # Only this call's lines: earlier calls' output would mislead.
+                    crash = call.crash_stacks(task)
                     text = (
                         f"{task} exited with code {proc.exit_code} while running {self.fn_name}; "
                         f"its last lines during this call:\n{self._rt.last_lines([task.name], since=self._log_start)}\n"
-                        f"Next step: fix the cause above; {self._restart_hint(task)}."
+                        + (f"Where it was when it died (faulthandler's stacks):\n{crash}\n" if crash else "")
+                        + f"Next step: fix the cause above; {self._restart_hint(task)}."
                     )
                 self._fail(task, TaskExited(text))
 
@@ -251,6 +257,11 @@ class RunHandle:
         # A stopped process (state T) cannot answer: do not wait for its stack.
         self._rt.wait_until(lambda: len(call.answers().stacks) >= len(self._pending) - len(frozen), end)
         stacks = dict(call.answers().stacks)
+        # No answer: TensorFlow's C++ code holds the interpreter. faulthandler still can.
+        silent = [task for task in self._pending if task not in stacks and task not in frozen]
+        dumped = call.stacks_by_abort(silent, time.monotonic() + STACK_DUMP_WAIT) if silent else {}
+        for task, text in dumped.items():
+            stacks[task] = f"{NO_ANSWER_NOTE}\n{text}"
         names = ", ".join(t.name for t in self._pending)
         text = [
             f"{names} did not return from {self.fn_name} within {self._timeout:g} s. The stuck task(s) "

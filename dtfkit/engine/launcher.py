@@ -177,6 +177,11 @@ class TaskHandle(ABC):
         """True when the process is stopped (SIGSTOP, Ctrl-Z) and so cannot answer."""
         return False
 
+    def abort(self) -> bool:
+        """End the task with SIGABRT, on which it writes its stacks (``dumps``); False
+        where that cannot be done (a task on another machine)."""
+        return False
+
 
 class Launcher(ABC):
     """Starts the task processes of one cluster. One launcher per cluster."""

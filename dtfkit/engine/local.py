@@ -88,6 +88,12 @@ class LocalProcess(TaskHandle):
     def close_output(self) -> None:
         self.popen.stdout.close()
 
+    def abort(self) -> bool:
+        if self.popen.poll() is not None:
+            return False
+        self.popen.send_signal(signal.SIGABRT)  # the leader only: kill() ends its group after
+        return True
+
     def stopped(self) -> bool:
         import psutil
 

@@ -15,11 +15,12 @@ Example::
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from dtfkit.engine import protocol
+from dtfkit.engine import dumps, protocol
 from dtfkit.engine.launcher import TaskHandle
 from dtfkit.engine.layout import ClusterLayout, TaskId
 from dtfkit.errors import TaskNotRunning
@@ -89,8 +90,9 @@ class ClusterView:
 class TaskProcess:
     """One task, as its owner sees it: a launcher's handle plus what the protocol said."""
 
-    def __init__(self, task: TaskId, gen: int, handle: TaskHandle, port: int | None):
+    def __init__(self, task: TaskId, gen: int, handle: TaskHandle, port: int | None, *, stacks_file=None):
         self.task = task
+        self.stacks_file: str | None = stacks_file  # faulthandler's dump (dumps.py)
         self.gen = gen
         self.handle = handle
         self.port = port
@@ -231,6 +233,34 @@ class TaskCall:
     def stopped(self, task: TaskId) -> bool:
         """Whether the process is stopped (state T: SIGSTOP, Ctrl-Z, a debugger)."""
         return self._procs[task].handle.stopped()
+
+    def crash_stacks(self, task: TaskId) -> str:
+        """faulthandler's stacks of a task that died of a signal (a crash, or TensorFlow's
+        ``abort()`` on a failed check); ``""`` when it did not, or left none."""
+        proc = self._procs[task]
+        code = proc.handle.poll()
+        return dumps.read_dump(proc.stacks_file) if code is not None and code < 0 else ""
+
+    def stacks_by_abort(self, tasks: Iterable[TaskId], deadline: float) -> dict[TaskId, str]:
+        """End ``tasks`` with SIGABRT, on which each writes its stacks from a C handler
+        (``dumps``), and read them once it is gone (waiting until ``deadline`` at most).
+
+        For tasks that cannot answer ``DumpStacks``: TensorFlow's C++ code holds the
+        interpreter. Each one counts as killed; a task that cannot be aborted, or is
+        not gone by the deadline, is left out."""
+        aborted = []
+        for task in tasks:
+            proc = self._procs[task]
+            if proc.handle.abort():
+                proc.killed = True
+                aborted.append(proc)
+        found = {}
+        for proc in aborted:
+            if proc.handle.wait(max(0.0, deadline - time.monotonic())) is not None:
+                text = dumps.read_dump(proc.stacks_file)
+                if text:
+                    found[proc.task] = text
+        return found
 
     def close(self) -> None:
         """Stop routing answers to this call (a late one is dropped)."""

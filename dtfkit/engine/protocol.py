@@ -51,6 +51,7 @@ class TaskConfig:
     script_args: tuple[str, ...] = ()
     linger: bool = False  # a finished script stays (serving) until the launcher ends it
     cwd: str | None = None  # the cluster's working directory
+    stacks_file: str | None = None  # where faulthandler writes the task's stacks (dumps.py)
     # The task's whole environment, GPU settings included. The owner's side only: the
     # process gets it as its environment, so to_json() leaves it out.
     env: dict[str, str] = field(default_factory=dict, compare=False)

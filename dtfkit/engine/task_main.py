@@ -21,7 +21,7 @@ import threading
 import time
 import traceback
 
-from dtfkit.engine import lifeline, protocol, sources
+from dtfkit.engine import dumps, lifeline, protocol, sources
 from dtfkit.engine.protocol import TaskConfig
 
 
@@ -358,6 +358,7 @@ def main() -> None:
     _whole_lines_out()
     cfg = TaskConfig.from_json(os.environ[protocol.CONFIG_ENV])
     lifeline.die_with_parent()
+    dumps.arm(cfg.stacks_file)  # a warm task learns its file at adoption
     signal.signal(signal.SIGINT, signal.default_int_handler)  # until the channel is up
     netns_pid, ready_fd = cfg.launch.get("netns_pid"), cfg.launch.get("netns_ready_fd")
     if ready_fd is not None:
@@ -380,6 +381,7 @@ def main() -> None:
             netns.enter(netns_pid)
     if cfg.mode == "warm":
         cfg, channel, reserved, tf = _wait_for_adoption(cfg)  # now the task it was adopted as
+        dumps.arm(cfg.stacks_file)
     else:
         channel, reserved, tf = _start_cold(cfg, conn)
     job, index = cfg.job, cfg.index

@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from dtfkit.engine import protocol, state
+from dtfkit.engine import dumps, protocol, state
 from dtfkit.engine.events import Events
 from dtfkit.engine.launcher import Launcher, LauncherDescription
 from dtfkit.engine.layout import ClusterLayout, TaskId, cluster_dict, tf_config
@@ -97,6 +97,8 @@ class Tasks:
         self._client_ids = itertools.count(0)
         self.authkey = secrets.token_bytes(16)
         self.control_address = os.path.join(directory, "control.sock")
+        self.stacks_dir = os.path.join(directory, "stacks")
+        os.makedirs(self.stacks_dir, mode=0o700, exist_ok=True)
         events.listen(self.control_address, self.authkey, self)
 
     # ------------------------------------------------------------------ views
@@ -204,6 +206,7 @@ class Tasks:
             authkey=self.authkey.hex(),
             port=port,
             cwd=self.cwd,
+            stacks_file=dumps.stack_file(self.stacks_dir, task.name, gen),
             env=env,
         )
         if mode == "script":
@@ -221,8 +224,9 @@ class Tasks:
             env["CUDA_VISIBLE_DEVICES"] = visible
             if growth:
                 env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
-        handle = self.launcher.start(self._config(task, gen, port, env))
-        proc = TaskProcess(task, gen, handle, port)
+        config = self._config(task, gen, port, env)
+        handle = self.launcher.start(config)
+        proc = TaskProcess(task, gen, handle, port, stacks_file=config.stacks_file)
         self.procs[task] = proc
         self.events.watch(proc)
         return proc
