@@ -12,7 +12,8 @@ import pytest
 from conftest import share_cluster
 
 import dtfkit
-from dtfkit.errors import TaskExited, TaskTimeout
+from dtfkit.engine.fake import FakeLauncher
+from dtfkit.errors import TaskExited, TaskFailed, TaskTimeout
 from dtfkit.recipes import mwms_fault as mf
 
 K = 8  # the step after which a peer fails
@@ -151,19 +152,11 @@ def test_a_hung_peer_blocks_the_survivor_until_the_call_times_out(mwms, tmp_path
 
 
 @pytest.mark.slow
-def test_a_collective_timeout_turns_the_hang_into_deadline_exceeded(mwms, tmp_path):
-    results = mwms.run(
-        mf.train_until_a_peer_fails,
-        kwargs={
-            "progress_dir": str(tmp_path),
-            "fail_at": K,
-            "steps": 20,
-            "failure": "hang",
-            "collective_timeout": 3.0,
-        },
-        timeout=120,
-    )
-    survivor, hung = results["worker:0"], results["worker:1"]
+def test_a_collective_timeout_turns_the_hang_into_deadline_exceeded(mwms):
+    seen = mf.hang_with_collective_timeout(mwms, fail_at=K, steps=20, collective_timeout=3.0)
+    # A crash of TensorFlow's while it aborts is run again, and only that: each one died of a signal.
+    assert all("exited with code -" in crash for crash in seen["crashes"]), seen["crashes"]
+    survivor, hung = seen["results"]["worker:0"], seen["results"]["worker:1"]
     assert hung["hung"] and hung["steps_done"] == K
     assert survivor["steps_done"] == K
     assert survivor["error_class"] == "DeadlineExceededError"
@@ -240,3 +233,26 @@ def test_backup_and_restore_fit_fails_under_mwms_but_resumes_on_one_worker(mwms,
         "lost_epochs": 0,
         "backup_left": False,
     }
+
+
+def test_a_crash_while_aborting_is_run_again_and_a_python_error_is_not(monkeypatch, tmp_path):
+    marker = str(tmp_path / "crashed-once")
+
+    def crash_once_on_worker_0(**kwargs):  # a stand-in: TensorFlow's crash is a SIGSEGV too
+        import os
+        import signal
+
+        if dtfkit.this_task().name == "worker:0" and not os.path.exists(marker):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return {"steps_done": kwargs["fail_at"]}
+
+    monkeypatch.setattr(mf, "train_until_a_peer_fails", crash_once_on_worker_0)
+    with dtfkit.LocalCluster(workers=2, launcher=FakeLauncher(), progress=False, name=None) as cluster:
+        seen = mf.hang_with_collective_timeout(cluster, fail_at=3)
+        assert seen["results"] == {"worker:0": {"steps_done": 3}, "worker:1": {"steps_done": 3}}
+        [crash] = seen["crashes"]
+        assert "worker:0 exited with code -11" in crash and "in crash_once_on_worker_0" in crash, crash
+        monkeypatch.setattr(mf, "train_until_a_peer_fails", lambda **kwargs: 1 / 0)
+        with pytest.raises(TaskFailed):
+            mf.hang_with_collective_timeout(cluster)
