@@ -249,6 +249,7 @@ class Events:
         """What a protocol message from ``proc`` changes: its state, or a call's inbox."""
         if isinstance(message, protocol.Port):
             proc.port = message.port
+            proc.port_reported = True
         elif isinstance(message, protocol.Ready):
             proc.said_ready = True
             proc.ready = proc.startup_output_in

@@ -100,6 +100,7 @@ class TaskProcess:
         self.send_lock = threading.Lock()
         self.ready = False  # said Ready, and what it printed while starting is in the log book
         self.said_ready = False
+        self.port_reported = False  # it bound its port (a restarted task is given its old one)
         self.startup_output_in = False
         self.busy_with: int | None = None
         self.calls = 0  # calls sent to this process (ensure_running(fresh=) starts a used one again)

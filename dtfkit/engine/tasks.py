@@ -267,9 +267,11 @@ class Tasks:
                     }
                     self.cluster = cluster_dict(self.addresses)
                 else:
+                    # Its old port, once it says it bound it: a task that could not (another
+                    # program took the port) says so instead, before it is sent anything.
                     self._wait(
                         lambda: all(
-                            p.conn is not None and (p.port is not None or t.job == "client")
+                            p.conn is not None and (p.port_reported or t.job == "client")
                             for t, p in pending.items()
                         ),
                         deadline,
