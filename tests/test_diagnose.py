@@ -247,11 +247,12 @@ HELD_OUT = [
         {},
         {("bad-task-index", "TF_CONFIG #1"), ("missing-cluster", "worker:1")},
     ),
-    # sparse job with a gap: index 2 is out of range of the given indices
+    # sparse job with a gap: TensorFlow refuses index 2, as the job has 2 tasks
+    # (multi_worker_util._validate_cluster_spec: task_id >= task_count, and num_tasks is len(job))
     (
         [tf_config({"worker": {"0": "a:1", "2": "c:1"}}, "worker", i) for i in (0, 2)],
         {},
-        set(),
+        {("task-index-out-of-range", "worker:2")},
     ),
 ]
 

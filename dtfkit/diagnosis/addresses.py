@@ -3,6 +3,7 @@
 Example::
 
     address_problem("localhost")          # ('address-no-port', "has no port ...")
+    address_problem("::1:2222")           # ('address-not-dialable', "... brackets ...")
     host_of("[::1]:2222")                  # '::1'
 """
 
@@ -11,7 +12,13 @@ from __future__ import annotations
 import re
 
 LOOPBACK = {"localhost", "127.0.0.1", "::1", "ip6-localhost"}
+# The "any address" a server listens on: a peer that dials it reaches its own machine.
+WILDCARD = {"0.0.0.0", "::"}
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+# What a DNS name or an IPv4 address is made of (RFC 1123 letters, digits, hyphens and dots; the
+# underscore too, which resolvers accept in /etc/hosts names).
+_HOSTNAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?")
+_IPV6 = re.compile(r"[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?")
 
 
 def split(address: str) -> tuple[str, str | None]:
@@ -32,6 +39,11 @@ def is_loopback(address: str) -> bool:
     return host in LOOPBACK or host.startswith("127.")
 
 
+def is_this_machine(address: str) -> bool:
+    """Loopback, or the wildcard 0.0.0.0/[::]: a peer that dials it reaches its own machine."""
+    return is_loopback(address) or host_of(address) in WILDCARD
+
+
 def same_place(address: str) -> str:
     """A key under which two addresses of one machine's port are equal (localhost == 127.0.0.1)."""
     host, port = split(address)
@@ -45,10 +57,32 @@ def address_problem(address: object) -> tuple[str, str] | None:
         return "address-bad-port", f"is {address!r}, not a 'host:port' string"
     if _SCHEME.match(address):
         # The cluster holds plain gRPC targets; the protocol is the server's (rpc_layer), not the address's.
-        return "address-scheme", f"{address!r} starts with a scheme; cluster addresses are plain host:port"
+        return (
+            "address-scheme",
+            f"{address[:80]!r} starts with a scheme; cluster addresses are plain host:port",
+        )
+    if address != address.strip():
+        # gRPC resolves the host as written: " node-a" is no name a resolver knows.
+        return (
+            "address-not-dialable",
+            f"{address[:80]!r} has spaces around it, which gRPC keeps in the host name",
+        )
+    if not address.startswith("[") and address.count(":") > 1:
+        # gRPC's SplitHostPort reads a bare IPv6 address with more than one colon as a host without a port.
+        return (
+            "address-not-dialable",
+            f"{address[:80]!r} is an IPv6 address without brackets, which gRPC reads as a host with no port",
+        )
     host, port = split(address)
     if port is None or not host:
-        return "address-no-port", f"{address!r} has no {'host' if port is not None else 'port'}"
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        return "address-bad-port", f"{address!r} has port {port!r}, not a number from 1 to 65535"
+        return "address-no-port", f"{address[:80]!r} has no {'host' if port is not None else 'port'}"
+    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+        return "address-bad-port", f"{address[:80]!r} has port {port[:20]!r}, not a number from 1 to 65535"
+    valid = _IPV6.fullmatch(host) if address.startswith("[") else _HOSTNAME.fullmatch(host)
+    if not valid:
+        return (
+            "address-not-dialable",
+            f"{address[:80]!r} has the host {host[:60]!r}, which is no hostname or IP address a resolver "
+            "knows (hostnames are ASCII letters, digits, '-' and '.')",
+        )
     return None

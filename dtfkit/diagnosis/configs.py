@@ -2,22 +2,54 @@
 ClusterSpec dict) into ``Process`` records, with a finding for each one TensorFlow could
 not read at all.
 
+A cluster is read as ``{job: {index: address}}``: a sparse job ``{"1000000000": "a:1"}`` stays
+one entry. An address that is not a string is kept as a ``NotAnAddress`` (its short repr), so
+no rule ever recurses into what it was given.
+
 Example::
 
-    processes, findings = read_configs(['{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}'])
-    processes[0].name          # 'worker:0'
+    given, findings = read_configs(['{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}'])
+    given.processes[0].name          # 'worker:0'
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from dtfkit.diagnosis import inputs
 from dtfkit.diagnosis.findings import Finding
+from dtfkit.diagnosis.inputs import describe
 
 # multi_worker_util._validate_cluster_spec: allowed_task_types = ("chief", "worker", "evaluator", "ps", None)
 KNOWN_JOBS = ("chief", "worker", "ps", "evaluator")
+# What TensorFlow reads of a TF_CONFIG (tfconfig_cluster_resolver, distribute_coordinator): any other key
+# is ignored, so a misspelt one is as good as missing.
+TOP_KEYS = ("cluster", "task", "rpc_layer", "environment")
+TASK_KEYS = ("type", "index")
+# Names other tools use for the two task keys (Kubeflow's replica type and index, torch's rank ...).
+_TASK_ALIASES = {
+    "type": ("job", "job_name", "task_type", "replica_type", "role", "name"),
+    "index": ("id", "task_id", "task_index", "idx", "rank", "replica_index", "number"),
+}
+_ASCII_INDEX = re.compile(r"[0-9]+")
+
+
+@dataclass(frozen=True)
+class NotAnAddress:
+    """A cluster entry that is not a string: ``shown`` is its short repr."""
+
+    shown: str
+
+    def __repr__(self) -> str:
+        return self.shown
+
+
+Job = dict[int, Any]  # index -> address (a str, or a NotAnAddress)
 
 
 @dataclass(frozen=True)
@@ -27,7 +59,7 @@ class Process:
 
     position: int
     label: str
-    cluster: dict[str, list[Any]] | None
+    cluster: dict[str, Job] | None
     task_type: str | None
     task_index: int | None
 
@@ -59,7 +91,11 @@ def read_configs(tf_config: Any) -> tuple[Given, list[Finding]]:
     if isinstance(tf_config, dict) and looks_like_cluster_spec(tf_config):
         cluster = _cluster_of(tf_config, "cluster", findings)
         return Given((Process(0, "cluster", cluster, None, None),), complete=False), findings
-    items = list(tf_config) if isinstance(tf_config, (list, tuple)) else [tf_config]
+    if isinstance(tf_config, (list, tuple)):
+        inputs.check_count("tf_config", len(tf_config), inputs.MAX_PROCESSES, "TF_CONFIGs")
+        items = list(tf_config)
+    else:
+        items = [tf_config]
     processes = []
     for position, item in enumerate(items):
         process = _read_one(position, item, len(items) > 1, findings)
@@ -72,60 +108,131 @@ def read_configs(tf_config: Any) -> tuple[Given, list[Finding]]:
     return Given(tuple(processes), complete=complete and len(processes) == len(items)), findings
 
 
-def _read_one(position: int, item: Any, several: bool, findings: list[Finding]) -> Process | None:
-    label = f"TF_CONFIG #{position}" if several else "TF_CONFIG"
-    if isinstance(item, (str, bytes)):
+def _not_json(label: str, why: str, fix: str) -> Finding:
+    # TFConfigClusterResolver._load_tf_config: json.loads(os.environ['TF_CONFIG']) raises here.
+    return Finding("tf-config-not-json", label, f"{label} is not valid JSON ({why}).", fix)
+
+
+_JSON_FIX = (
+    "Build it as a dict and set os.environ['TF_CONFIG'] = json.dumps(config); "
+    "JSON needs double quotes and no trailing commas."
+)
+
+
+def _parse(item: str | bytes | bytearray, label: str, findings: list[Finding]) -> Any:
+    """The JSON value of a TF_CONFIG text, or ``_UNREADABLE`` (with a finding)."""
+    inputs.check_text_size("tf_config", item)
+    if isinstance(item, (bytes, bytearray)):
         try:
-            item = json.loads(item)
-        except ValueError as exc:
-            # TFConfigClusterResolver._load_tf_config: json.loads(os.environ['TF_CONFIG']) raises here.
+            item = bytes(item).decode("utf-8")
+        except UnicodeDecodeError as exc:
             findings.append(
-                Finding(
-                    "tf-config-not-json",
+                _not_json(
                     label,
-                    f"{label} is not valid JSON ({exc.msg} at character {exc.pos}).",
-                    "Build it as a dict and set os.environ['TF_CONFIG'] = json.dumps(config); "
-                    "JSON needs double quotes and no trailing commas.",
+                    f"its bytes are not UTF-8 text: byte {exc.start} is {item[exc.start]:#04x}",
+                    "Pass the TF_CONFIG as text (str), or bytes encoded as UTF-8; " + _JSON_FIX,
                 )
             )
+            return _UNREADABLE
+    try:
+        return json.loads(item)
+    except RecursionError:
+        findings.append(
+            _not_json(label, "it nests arrays or objects deeper than Python's json module reads", _JSON_FIX)
+        )
+    except ValueError as exc:
+        where = f"{exc.msg} at character {exc.pos}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        findings.append(_not_json(label, where, _JSON_FIX))
+    return _UNREADABLE
+
+
+_UNREADABLE = object()
+
+
+def _read_one(position: int, item: Any, several: bool, findings: list[Finding]) -> Process | None:
+    label = f"TF_CONFIG #{position}" if several else "TF_CONFIG"
+    if isinstance(item, (str, bytes, bytearray)):
+        item = _parse(item, label, findings)
+        if item is _UNREADABLE:
             return None
     if not isinstance(item, dict):
         findings.append(
             Finding(
                 "tf-config-not-dict",
                 label,
-                f"{label} is a {type(item).__name__}, not a JSON object with 'cluster' and 'task'.",
+                f"{label} is a {type(item).__name__} ({describe(item)}), not a JSON object with 'cluster' "
+                "and 'task'.",
                 'Write {"cluster": {"worker": [...]}, "task": {"type": "worker", "index": 0}}.',
             )
         )
         return None
-    task_type, task_index = _task_of(item, label, findings)
+    misspelt = {} if looks_like_cluster_spec(item) else _misspelt_keys(item, TOP_KEYS, {}, label, "")
+    findings += misspelt.values()
+    task_type, task_index = _task_of(item, label, findings, task_misspelt="task" in misspelt)
     if task_type is not None and task_index is not None:
         label = f"{task_type}:{task_index}"
     if "cluster" not in item:
-        # tfconfig_cluster_resolver.cluster_spec(): no 'cluster' key gives an empty ClusterSpec,
-        # which strategies treat as a single local process.
-        shape = " (it looks like a ClusterSpec: wrap it)" if looks_like_cluster_spec(item) else ""
-        findings.append(
-            Finding(
-                "missing-cluster",
-                label,
-                f"{label} has no 'cluster' key{shape}, so TensorFlow sees an empty cluster and runs alone.",
-                "Put every job's addresses under 'cluster', the same in every process's TF_CONFIG.",
+        if "cluster" not in misspelt:
+            # tfconfig_cluster_resolver.cluster_spec(): no 'cluster' key gives an empty ClusterSpec,
+            # which strategies treat as a single local process.
+            shape = " (it looks like a ClusterSpec: wrap it)" if looks_like_cluster_spec(item) else ""
+            findings.append(
+                Finding(
+                    "missing-cluster",
+                    label,
+                    f"{label} has no 'cluster' key{shape}, so TensorFlow sees an empty cluster and runs alone.",
+                    "Put every job's addresses under 'cluster', the same in every process's TF_CONFIG.",
+                )
             )
-        )
         cluster = None
     else:
         cluster = _cluster_of(item["cluster"], label, findings)
     return Process(position, label, cluster, task_type, task_index)
 
 
-def _task_of(item: dict, label: str, findings: list[Finding]) -> tuple[str | None, int | None]:
+def _misspelt_keys(
+    item: dict, known: tuple[str, ...], aliases: dict[str, tuple[str, ...]], label: str, where: str
+) -> dict[str, Finding]:
+    """A finding per key TensorFlow does not read that stands where a missing known key should be,
+    by the key it stands for."""
+    found: dict[str, Finding] = {}
+    for key in item:
+        if key in known or not isinstance(key, str):
+            continue
+        lowered = key.strip().lower()
+        missing = [k for k in known if k not in item]
+        guess = [k for k in missing if lowered == k or lowered in aliases.get(k, ())]
+        guess = guess or difflib.get_close_matches(lowered, missing, n=1, cutoff=0.6)
+        if not guess:
+            continue
+        found.setdefault(
+            guess[0],
+            Finding(
+                "misspelt-key",
+                label,
+                f"{label}{where} has the key {describe(key)}, which TensorFlow does not read: it reads "
+                f"{guess[0]!r}, and that key is missing, so TensorFlow acts as if it were not set.",
+                f"Rename {describe(key)} to {guess[0]!r}.",
+            ),
+        )
+    return found
+
+
+def _task_of(
+    item: dict, label: str, findings: list[Finding], task_misspelt: bool
+) -> tuple[str | None, int | None]:
     task = item.get("task")
+    if isinstance(task, dict):
+        misspelt = _misspelt_keys(task, TASK_KEYS, _TASK_ALIASES, label, "'s task")
+        if misspelt:
+            findings += misspelt.values()
+            return None, None
     # tfconfig_cluster_resolver.task_type/task_id: None when 'type'/'index' is missing;
     # collective_all_reduce_strategy._initialize_multi_worker then raises
     # "When `cluster_spec` is given, you must also specify `task_type` and `task_id`."
     if not isinstance(task, dict) or "type" not in task or "index" not in task:
+        if task is None and task_misspelt:
+            return None, None  # the misspelt key's finding says it
         missing = "no 'task'" if not isinstance(task, dict) else "a 'task' without 'type' or 'index'"
         findings.append(
             Finding(
@@ -136,45 +243,72 @@ def _task_of(item: dict, label: str, findings: list[Finding]) -> tuple[str | Non
             )
         )
         return None, None
-    task_type = str(task["type"])
-    try:
-        # task_id is int(task_info['index']): "1" works, "one" or 1.5 does not mean an index.
-        index = int(task["index"])
-        if isinstance(task["index"], float) and index != task["index"]:
-            raise ValueError
-    except (TypeError, ValueError):
-        index = -1
-    if index < 0:
+    raw_type = task["type"]
+    if not isinstance(raw_type, str) or not raw_type:
+        findings.append(
+            Finding(
+                "bad-task-type",
+                label,
+                f"{label}'s task type {describe(raw_type)} is not a job name.",
+                "Set task.type to one of the cluster's job names as a string: 'chief', 'worker', 'ps' or "
+                "'evaluator'.",
+            )
+        )
+        return None, None
+    index = _index(task["index"])
+    if index is None:
         findings.append(
             Finding(
                 "bad-task-index",
                 label,
-                f"{label}'s task index {task['index']!r} is not a task number (0, 1, 2, ...).",
+                f"{label}'s task index {describe(task['index'])} is not a task number (0, 1, 2, ...).",
                 "Use the task's position in its job's address list, counting from 0.",
             )
         )
-        return task_type, None
-    return task_type, index
+        return raw_type, None
+    return raw_type, index
 
 
-def _cluster_of(cluster: Any, label: str, findings: list[Finding]) -> dict[str, list[Any]] | None:
-    """The cluster as {job: [address, ...]}, or None (with a finding) when ClusterSpec would refuse it."""
-    # server_lib.ClusterSpec.__init__: a job's tasks must be a list or a dict {int: str}.
+def _index(value: Any) -> int | None:
+    """The task number TensorFlow's ``int(task['index'])`` reads, or None when it is not one: "1" and
+    1.0 work; "one", 1.5, inf, NaN, True and negative numbers do not mean an index."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and value.is_integer() and value >= 0 else None
+    if isinstance(value, str) and _ASCII_INDEX.fullmatch(value.strip()) and len(value) <= 18:
+        return int(value)
+    return None
+
+
+def _cluster_of(cluster: Any, label: str, findings: list[Finding]) -> dict[str, Job] | None:
+    """The cluster as {job: {index: address}}, or None (with a finding) when ClusterSpec would refuse it."""
+    # server_lib.ClusterSpec.__init__: a job's tasks must be a list or a dict {int(index): address}.
     problem = ""
-    jobs: dict[str, list[Any]] = {}
+    jobs: dict[str, Job] = {}
     if not isinstance(cluster, dict) or not cluster:
-        problem = f"its cluster is {cluster!r}, not a dict of job names to address lists"
+        problem = f"its cluster is {describe(cluster)}, not a dict of job names to address lists"
     else:
+        size = 0
         for job, tasks in cluster.items():
-            if isinstance(tasks, (list, tuple)):
-                jobs[str(job)] = list(tasks)
-            elif isinstance(tasks, dict) and all(str(k).isdigit() for k in tasks):
-                # A sparse job {index: address}; the missing indices have no address.
-                by_index = {int(k): v for k, v in tasks.items()}
-                jobs[str(job)] = [by_index.get(i) for i in range(max(by_index, default=-1) + 1)]
-            else:
-                problem = f"job {job!r} is {tasks!r}, not a list of 'host:port' addresses"
+            if not isinstance(job, str) or not job:
+                problem = f"the job name {describe(job)} is not a name"
                 break
+            if isinstance(tasks, (list, tuple)):
+                jobs[job] = {i: _address(a) for i, a in enumerate(tasks)}
+            elif isinstance(tasks, dict) and all(_index_key(k) is not None for k in tasks):
+                # A sparse job {index: address}: only the given indices exist.
+                jobs[job] = {_index_key(k): _address(a) for k, a in tasks.items()}
+                if len(jobs[job]) != len(tasks):
+                    problem = f"job {job!r} gives one index twice ({describe(tasks)})"
+                    break
+            else:
+                problem = f"job {job!r} is {describe(tasks)}, not a list of 'host:port' addresses"
+                break
+            size += len(jobs[job])
+            inputs.check_count("tf_config's cluster", size, inputs.MAX_TASKS, "tasks")
     if problem:
         findings.append(
             Finding(
@@ -186,3 +320,17 @@ def _cluster_of(cluster: Any, label: str, findings: list[Finding]) -> dict[str, 
         )
         return None
     return jobs
+
+
+def _index_key(key: Any) -> int | None:
+    if isinstance(key, bool):
+        return None
+    if isinstance(key, int):
+        return key if key >= 0 else None
+    if isinstance(key, str) and _ASCII_INDEX.fullmatch(key) and len(key) <= 18:
+        return int(key)
+    return None
+
+
+def _address(value: Any) -> Any:
+    return value if isinstance(value, str) else NotAnAddress(describe(value))

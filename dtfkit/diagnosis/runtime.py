@@ -25,6 +25,7 @@ class LogRule:
     message: str  # what is wrong; {peer} is the task named in the matching line, if any
     fix: str
     see: str = ""
+    cluster_task_only: bool = False  # fires only on the log of a task of a cluster ("worker:1")
 
 
 _RULES = (
@@ -72,12 +73,40 @@ _RULES = (
     ),
     LogRule(
         "collective-aborted",
-        # libtensorflow_cc.so.2 strings: "Collective ops is aborted by: "; DEADLINE_EXCEEDED is the gRPC status
-        # a collective gets when a peer stops answering in time.
-        re.compile(r"Collective ops is aborted by|DEADLINE_EXCEEDED|DeadlineExceeded"),
-        "A collective (all-reduce) was aborted: a peer{peer} stopped taking part, so every worker's step failed.",
-        "Find the task that died or hung first (its log, cluster.status()), restart it, and resume every "
-        "worker from the last checkpoint.",
+        # What a MultiWorkerMirroredStrategy worker logs when a peer dies or hangs mid all-reduce (TF 2.21,
+        # chapter 12's runs): "ring_alg.cc:291] Aborting RingReduce with UNAVAILABLE: Socket closed",
+        # "base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort UNAVAILABLE: Socket closed",
+        # "BaseCollectiveExecutor::StartAbort DEADLINE_EXCEEDED: Collective has timed out during execution.",
+        # and the error: "Collective ops is aborted by: ... The error could be from a previous operation.
+        # Restart your program to reset." (tensorflow/core/common_runtime/base_collective_executor.cc,
+        # ring_alg.cc; strings of libtensorflow_framework.so.2). StartAbort with other statuses (an input's
+        # "End of sequence") is no peer's fault, so only UNAVAILABLE and DEADLINE_EXCEEDED count.
+        re.compile(
+            r"Collective ops is aborted by|Restart your program to reset|"
+            r"(?:BaseCollectiveExecutor::StartAbort|Aborting Ring\w+ with) (?:UNAVAILABLE|DEADLINE_EXCEEDED)|"
+            r"Collective has timed out during execution|DEADLINE_EXCEEDED|DeadlineExceeded"
+        ),
+        "A collective (all-reduce) was aborted: a peer{peer} died or stopped taking part, so this worker's "
+        "step failed, and TensorFlow cannot run collectives again in this process "
+        '("Restart your program to reset").',
+        "Restart every worker, not only the one that failed (cluster.ensure_running(fresh='all')), and let "
+        "all of them resume from the last checkpoint (tf.train.CheckpointManager, or Keras' "
+        "BackupAndRestore); first read the log of the task that died or hung (cluster.status(), "
+        "cluster.logs(task)).",
+    ),
+    LogRule(
+        "tf-config-after-strategy",
+        # collective_all_reduce_strategy._initialize_local logs this when the strategy was built with an
+        # empty cluster (TF_CONFIG unset or without 'cluster'): the strategy reads TF_CONFIG only once, when
+        # it is created. TensorFlow's logger shows INFO lines in interactive shells, or after
+        # tf.get_logger().setLevel("INFO").
+        re.compile(r"Single-worker MultiWorkerMirroredStrategy with local_devices"),
+        "This task built MultiWorkerMirroredStrategy as a single worker (TensorFlow logged "
+        '"Single-worker MultiWorkerMirroredStrategy"): TF_CONFIG was not set, or had no cluster, when the '
+        "strategy was created, so the task trains alone instead of with its cluster.",
+        "Set os.environ['TF_CONFIG'] before creating the strategy (the strategy reads it once, when it is "
+        "built), then start the task again.",
+        cluster_task_only=True,
     ),
     LogRule(
         "peer-unavailable",
@@ -103,6 +132,9 @@ _PEER = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
 _REMOTE = re.compile(r"remote target /job:(\w+)/replica:\d+/task:(\d+)")
 
 
+_CLUSTER_TASK = re.compile(r"(chief|worker|ps|evaluator|master):\d+")
+
+
 def as_logs(logs: Any) -> dict[str, str]:
     """``{"worker:0": text}`` from a mapping of texts (or exceptions), from one error that names its
     task (``TaskFailed``: ``.task``) or its stuck tasks' stacks (``TaskTimeout``: ``.stacks``); any
@@ -118,6 +150,8 @@ def as_logs(logs: Any) -> dict[str, str]:
 def _text(value: Any) -> str:
     if isinstance(value, BaseException):
         return f"{type(value).__name__}: {value}"
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", errors="replace")
     return str(value)
 
 
@@ -128,6 +162,8 @@ def log_findings(logs: Any) -> list[Finding]:
         matched = set()
         for rule in _RULES:
             if rule.code in _EXCLUSIVE and matched & set(_EXCLUSIVE):
+                continue
+            if rule.cluster_task_only and not _CLUSTER_TASK.fullmatch(task):
                 continue
             match = rule.pattern.search(text)
             if match is None:
@@ -160,8 +196,20 @@ def _peer_near(text: str, match: re.Match[str], task: str) -> str:
     return ""
 
 
-def state_findings(status: Mapping[str, str], last_lines: Mapping[str, str]) -> list[Finding]:
-    """Findings from ``cluster.status()``: tasks that are gone or never came up."""
+# A MultiWorkerMirroredStrategy cluster cannot take one restarted worker back: the survivors' collectives
+# are aborted for good ("Restart your program to reset"), so every worker restarts from a checkpoint.
+_RESTART_ALL = (
+    "Read its log (cluster.logs('{task}')) for the cause, fix it, then restart every worker "
+    "(cluster.ensure_running(fresh='all')) so all resume from the last checkpoint: the others' collectives "
+    "were aborted and cannot run again in their processes."
+)
+
+
+def state_findings(
+    status: Mapping[str, str], last_lines: Mapping[str, str], collectives_aborted: bool = False
+) -> list[Finding]:
+    """Findings from ``cluster.status()``: tasks that are gone or never came up
+    (``collectives_aborted``: another task's collectives were aborted, so all must restart)."""
     found = []
     for task, state in status.items():
         tail = last_lines.get(task, "").strip()
@@ -172,7 +220,9 @@ def state_findings(status: Mapping[str, str], last_lines: Mapping[str, str]) -> 
                     "task-died",
                     task,
                     f"{task} was killed (SIGKILL); tasks that talk to it fail or wait.{said}",
-                    f"Restart it (cluster.restart('{task}')) and let the others resume from a checkpoint.",
+                    _RESTART_ALL.format(task=task)
+                    if collectives_aborted
+                    else f"Restart it (cluster.restart('{task}')) and let the others resume from a checkpoint.",
                 )
             )
         elif state.startswith("exited"):
@@ -182,7 +232,9 @@ def state_findings(status: Mapping[str, str], last_lines: Mapping[str, str]) -> 
                     "task-died",
                     task,
                     f"{task}'s process exited with code {code}; tasks that talk to it fail or wait.{said}",
-                    f"Read its log (cluster.logs('{task}')) for the cause, fix it, then cluster.restart('{task}').",
+                    _RESTART_ALL.format(task=task)
+                    if collectives_aborted
+                    else f"Read its log (cluster.logs('{task}')) for the cause, fix it, then cluster.restart('{task}').",
                 )
             )
         elif state == "starting":
@@ -204,4 +256,6 @@ def cluster_findings(cluster: Any) -> list[Finding]:
     status = cluster.status()
     last = {task: str(cluster.logs(task, tail=3)) for task in status}
     logs = {task: str(cluster.logs(task, everything=True)) for task in status}
-    return state_findings(status, last) + log_findings(logs)
+    from_logs = log_findings(logs)
+    aborted = any(f.code == "collective-aborted" for f in from_logs)
+    return state_findings(status, last, collectives_aborted=aborted) + from_logs

@@ -11,12 +11,11 @@ Example::
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any
 
-from dtfkit.diagnosis import addresses
-from dtfkit.diagnosis.configs import KNOWN_JOBS, Given, Process
+from dtfkit.diagnosis import addresses, inputs
+from dtfkit.diagnosis.configs import KNOWN_JOBS, Given, Job, Process
 from dtfkit.diagnosis.findings import Finding
 
 MWMS = "multi_worker_mirrored"
@@ -32,21 +31,23 @@ STRATEGIES = {
 }
 
 
-def strategy_name(strategy: str | None) -> str | None:
+def strategy_name(strategy: Any) -> str | None:
     """``"mwms"``/``"MultiWorkerMirroredStrategy"`` -> MWMS, ``"ps"`` -> PSS; None stays None."""
     if strategy is None:
         return None
+    inputs.check_strategy(strategy)
     key = strategy.replace("tf.distribute.", "").replace("experimental.", "").lower()
     if key not in STRATEGIES:
-        raise ValueError(
-            f"strategy={strategy!r} is not one diagnose knows: use 'mwms' (MultiWorkerMirroredStrategy) "
+        raise inputs.DiagnoseInputError(
+            f"strategy={inputs.describe(strategy)} is not one diagnose knows: use 'mwms' (MultiWorkerMirroredStrategy) "
             "or 'ps' (ParameterServerStrategy)"
         )
     return STRATEGIES[key]
 
 
-def config_findings(given: Given, *, machines: Any = None, strategy: str | None = None) -> list[Finding]:
-    """Every static finding about the processes ``given`` (see the module docstring)."""
+def config_findings(given: Given, *, machines: int = 0, strategy: str | None = None) -> list[Finding]:
+    """Every static finding about the processes ``given`` (see the module docstring); ``machines``:
+    how many machines the cluster spans (0: not said)."""
     found: list[Finding] = []
     for process in given.processes:
         found += _task_in_cluster(process)
@@ -65,8 +66,8 @@ def _name(job: str, index: int) -> str:
     return f"{job}:{index}"
 
 
-def _distinct_clusters(given: Given) -> list[dict[str, list[Any]]]:
-    seen: list[dict[str, list[Any]]] = []
+def _distinct_clusters(given: Given) -> list[dict[str, Job]]:
+    seen: list[dict[str, Job]] = []
     for process in given.processes:
         if process.cluster is not None and process.cluster not in seen:
             seen.append(process.cluster)
@@ -93,19 +94,32 @@ def _task_in_cluster(process: Process) -> list[Finding]:
                 "Set task.type to one of the cluster's job names, spelled exactly as in 'cluster'.",
             )
         ]
-    # _validate_cluster_spec: "The `task_id` %d exceeds the maximum id of %s."
-    if index >= len(cluster[job]):
-        count = len(cluster[job])
+    # _validate_cluster_spec: "The `task_id` %d exceeds the maximum id of %s." (task_id >= the job's
+    # task count; a sparse job's count is how many indices it gives).
+    tasks = cluster[job]
+    if index not in tasks or index >= len(tasks):
+        count = len(tasks)
+        dense = set(tasks) == set(range(count))
+        which = f"indices 0 to {count - 1}" if dense else f"indices {_some(sorted(tasks))}"
+        what = (
+            f"TensorFlow refuses task index {index}: a task's index must be below its job's task count, and "
+            if index in tasks
+            else f"Task index {index} does not exist: "
+        )
         return [
             Finding(
                 "task-index-out-of-range",
                 process.label,
-                f"Task index {index} does not exist: job {job!r} has {count} task{'s' if count != 1 else ''} "
-                f"(indices 0 to {count - 1}).",
+                f"{what}job {job!r} has {count} task{'s' if count != 1 else ''} ({which}).",
                 f"Count task indices from 0: {_indices(job, count)}, or add {job} addresses to the cluster.",
             )
         ]
     return []
+
+
+def _some(indices: list[int]) -> str:
+    shown = ", ".join(map(str, indices[:5]))
+    return shown + (f", ... ({len(indices) - 5} more)" if len(indices) > 5 else "")
 
 
 def _indices(job: str, count: int) -> str:
@@ -114,6 +128,11 @@ def _indices(job: str, count: int) -> str:
         if count == 1
         else f"the {count} {job} tasks are {job}:0 to {job}:{count - 1}"
     )
+
+
+def _cluster_key(cluster: dict[str, Job]) -> str:
+    """The same text for equal clusters (an address that is not a string compares by its short repr)."""
+    return repr(sorted((job, sorted(tasks.items())) for job, tasks in cluster.items()))
 
 
 def _duplicate_tasks(given: Given) -> list[Finding]:
@@ -140,12 +159,12 @@ def _disagreeing_clusters(given: Given) -> list[Finding]:
     if len(with_cluster) < 2:
         return []
     # Compare with the cluster most processes hold (the first of them on a tie): the odd ones out are named.
-    votes = Counter(json.dumps(p.cluster, sort_keys=True) for p in with_cluster)
-    common = votes.most_common(1)[0][0]
-    first = next(p for p in with_cluster if json.dumps(p.cluster, sort_keys=True) == common)
+    keys = {p.position: _cluster_key(p.cluster) for p in with_cluster}
+    common = Counter(keys.values()).most_common(1)[0][0]
+    first = next(p for p in with_cluster if keys[p.position] == common)
     found = []
     for other in with_cluster:
-        if other.cluster == first.cluster:
+        if keys[other.position] == common:
             continue
         found.append(
             Finding(
@@ -161,19 +180,24 @@ def _disagreeing_clusters(given: Given) -> list[Finding]:
     return found
 
 
-def _difference(a: dict[str, list[Any]], b: dict[str, list[Any]]) -> str:
+def _difference(a: dict[str, Job], b: dict[str, Job]) -> str:
     for job in sorted(set(a) | set(b)):
         if job not in a or job not in b:
             return f"job {job!r} is in only one of them"
         if len(a[job]) != len(b[job]):
             return f"job {job!r} has {len(a[job])} tasks in one and {len(b[job])} in the other"
-        for i, (x, y) in enumerate(zip(a[job], b[job], strict=True)):
-            if x != y:
-                return f"{_name(job, i)} is {x!r} in one and {y!r} in the other"
+        for i in sorted(set(a[job]) | set(b[job])):
+            x, y = a[job].get(i), b[job].get(i)
+            if repr(x) != repr(y):
+                return f"{_name(job, i)} is {_short(x)} in one and {_short(y)} in the other"
     return "the jobs are in a different order"
 
 
-def _job_names(cluster: dict[str, list[Any]]) -> list[Finding]:
+def _short(address: Any) -> str:
+    return inputs.describe(address) if isinstance(address, str) else repr(address)
+
+
+def _job_names(cluster: dict[str, Job]) -> list[Finding]:
     found = []
     for job in cluster:
         if job in KNOWN_JOBS or job == "master":
@@ -184,8 +208,8 @@ def _job_names(cluster: dict[str, list[Any]]) -> list[Finding]:
         found.append(
             Finding(
                 "unknown-job",
-                job,
-                f"Job {job!r} is not one TensorFlow's strategies accept{hint}: they allow chief, worker, ps "
+                job[:80],
+                f"Job {inputs.describe(job)} is not one TensorFlow's strategies accept{hint}: they allow chief, worker, ps "
                 "and evaluator.",
                 "Rename the job to 'chief', 'worker', 'ps' or 'evaluator' (lower case).",
             )
@@ -203,7 +227,7 @@ def _job_names(cluster: dict[str, list[Any]]) -> list[Finding]:
     return found
 
 
-def _chiefs(cluster: dict[str, list[Any]]) -> list[Finding]:
+def _chiefs(cluster: dict[str, Job]) -> list[Finding]:
     found = []
     if "chief" in cluster and "master" in cluster:
         found.append(
@@ -229,15 +253,13 @@ def _chiefs(cluster: dict[str, list[Any]]) -> list[Finding]:
     return found
 
 
-def _address_rules(cluster: dict[str, list[Any]], machines: Any) -> list[Finding]:
+def _address_rules(cluster: dict[str, Job], machines: int) -> list[Finding]:
     found: list[Finding] = []
     good: dict[str, str] = {}
     places: dict[str, list[str]] = {}
     for job, tasks in cluster.items():
-        for index, address in enumerate(tasks):
+        for index, address in tasks.items():
             task = _name(job, index)
-            if address is None:  # a sparse job's gap: that index has no task
-                continue
             problem = addresses.address_problem(address)
             if problem is not None:
                 code, what = problem
@@ -265,36 +287,29 @@ _ADDRESS_FIX = {
     "address-bad-port": "Use a port number from 1 to 65535 after the colon, e.g. 'host:2222'.",
     "address-scheme": "Drop the 'grpc://' prefix: the cluster holds host:port, and the protocol is set "
     "separately (rpc_layer).",
+    "address-not-dialable": "Write each address as the exact hostname or IP address and port a peer dials: "
+    "no spaces, IPv6 in brackets ('[fe80::1]:2222').",
 }
 
 
-def _machine_count(machines: Any) -> int:
-    if machines is None:
-        return 0
-    if isinstance(machines, int):
-        return machines
-    return len(set(machines))
-
-
-def _loopback_rules(good: dict[str, str], machines: Any) -> list[Finding]:
-    loopback = [task for task, address in good.items() if addresses.is_loopback(address)]
+def _loopback_rules(good: dict[str, str], machines: int) -> list[Finding]:
+    loopback = [task for task, address in good.items() if addresses.is_this_machine(address)]
     if not loopback:
         return []
-    other_hosts = {addresses.host_of(a) for a in good.values() if not addresses.is_loopback(a)}
-    spans = _machine_count(machines) > 1 or bool(other_hosts)
+    other_hosts = {addresses.host_of(a) for a in good.values() if not addresses.is_this_machine(a)}
+    spans = machines > 1 or bool(other_hosts)
     if not spans:
         return []
-    why = (
-        f"the cluster spans {_machine_count(machines)} machines"
-        if _machine_count(machines) > 1
-        else f"other tasks are on {', '.join(sorted(other_hosts))}"
-    )
+    shown = sorted(other_hosts)
+    hosts = ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
+    why = f"the cluster spans {machines} machines" if machines > 1 else f"other tasks are on {hosts}"
     return [
         Finding(
             "localhost-multi-machine",
             task,
-            f"{task}'s address {good[task]} is this machine's loopback, but {why}: a task on another "
-            "machine that dials it reaches itself, not this task.",
+            f"{task}'s address {good[task]} is this machine's "
+            f"{'loopback' if addresses.is_loopback(good[task]) else 'any-address (where a server listens)'}"
+            f", but {why}: a task on another machine that dials it reaches itself, not this task.",
             "Use each machine's hostname or network IP in the cluster (the same list on every machine).",
             see="tensorflow/tensorflow#57372",
         )
@@ -302,7 +317,7 @@ def _loopback_rules(good: dict[str, str], machines: Any) -> list[Finding]:
     ]
 
 
-def _strategy_rules(cluster: dict[str, list[Any]], strategy: str | None) -> list[Finding]:
+def _strategy_rules(cluster: dict[str, Job], strategy: str | None) -> list[Finding]:
     if strategy == MWMS and cluster.get("ps"):
         # multi_worker_util.worker_count: a ps task raises "Unexpected `task_type` 'ps'"; the collective
         # group is chief + workers only, so the ps tasks have nothing to do.
@@ -345,8 +360,8 @@ def _never_launched(given: Given) -> list[Finding]:
         # The evaluator is outside the training: nothing waits for it (multi_worker_util.worker_count,
         # and MWMS's coordination service coordinates only chief and worker).
         if job != "evaluator"
-        for index, address in enumerate(tasks)
-        if address is not None and (job, index) not in run
+        for index in tasks
+        if (job, index) not in run
     ]
     return [
         Finding(
