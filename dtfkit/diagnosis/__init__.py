@@ -73,8 +73,11 @@ def diagnose(
     """
     chosen = strategy_name(strategy)
     machine_count = inputs.machine_count(machines)
-    if tf_config is None and cluster is None and logs is None:
-        raise inputs.nothing_to_diagnose()
+    if cluster is None and logs is None:
+        if tf_config is None:
+            raise inputs.nothing_to_diagnose()
+        if isinstance(tf_config, (list, tuple)) and not tf_config:
+            raise inputs.nothing_to_diagnose(f"tf_config is an empty {type(tf_config).__name__}")
     if cluster is not None:
         inputs.check_cluster(cluster)
     if logs is not None:

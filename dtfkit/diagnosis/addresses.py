@@ -54,7 +54,7 @@ def address_problem(address: object) -> tuple[str, str] | None:
     """``(code, what is wrong)`` for an address a TensorFlow server could not be reached at, else None."""
     if not isinstance(address, str):
         # server_lib.ClusterSpec._make_cluster_def: "Task address %r must be bytes or unicode".
-        return "address-bad-port", f"is {address!r}, not a 'host:port' string"
+        return "address-not-dialable", f"is {address!r}, not a 'host:port' string"
     if _SCHEME.match(address):
         # The cluster holds plain gRPC targets; the protocol is the server's (rpc_layer), not the address's.
         return (

@@ -23,7 +23,7 @@ from typing import Any
 
 from dtfkit.diagnosis import inputs
 from dtfkit.diagnosis.findings import Finding
-from dtfkit.diagnosis.inputs import describe
+from dtfkit.diagnosis.inputs import a_type, describe
 
 # multi_worker_util._validate_cluster_spec: allowed_task_types = ("chief", "worker", "evaluator", "ps", None)
 KNOWN_JOBS = ("chief", "worker", "ps", "evaluator")
@@ -62,6 +62,7 @@ class Process:
     cluster: dict[str, Job] | None
     task_type: str | None
     task_index: int | None
+    cluster_key: str = ""  # equal for equal clusters (see cluster_key)
 
 
 @dataclass(frozen=True)
@@ -88,9 +89,11 @@ def read_configs(tf_config: Any) -> tuple[Given, list[Finding]]:
     findings: list[Finding] = []
     if callable(getattr(tf_config, "as_dict", None)):  # a tf.train.ClusterSpec (or a resolver's)
         tf_config = tf_config.as_dict()
+    budget = [inputs.MAX_ADDRESSES]  # addresses left to read in this call
     if isinstance(tf_config, dict) and looks_like_cluster_spec(tf_config):
-        cluster = _cluster_of(tf_config, "cluster", findings)
-        return Given((Process(0, "cluster", cluster, None, None),), complete=False), findings
+        cluster = _cluster_of(tf_config, "cluster", findings, budget)
+        process = Process(0, "cluster", cluster, None, None, cluster_key(cluster))
+        return Given((process,), complete=False), findings
     if isinstance(tf_config, (list, tuple)):
         inputs.check_count("tf_config", len(tf_config), inputs.MAX_PROCESSES, "TF_CONFIGs")
         items = list(tf_config)
@@ -98,7 +101,7 @@ def read_configs(tf_config: Any) -> tuple[Given, list[Finding]]:
         items = [tf_config]
     processes = []
     for position, item in enumerate(items):
-        process = _read_one(position, item, len(items) > 1, findings)
+        process = _read_one(position, item, len(items) > 1, findings, budget)
         if process is not None:
             processes.append(process)
     # Only a list of readable TF_CONFIGs, each naming its task, says which tasks nobody runs.
@@ -149,7 +152,9 @@ def _parse(item: str | bytes | bytearray, label: str, findings: list[Finding]) -
 _UNREADABLE = object()
 
 
-def _read_one(position: int, item: Any, several: bool, findings: list[Finding]) -> Process | None:
+def _read_one(
+    position: int, item: Any, several: bool, findings: list[Finding], budget: list[int]
+) -> Process | None:
     label = f"TF_CONFIG #{position}" if several else "TF_CONFIG"
     if isinstance(item, (str, bytes, bytearray)):
         item = _parse(item, label, findings)
@@ -160,8 +165,7 @@ def _read_one(position: int, item: Any, several: bool, findings: list[Finding]) 
             Finding(
                 "tf-config-not-dict",
                 label,
-                f"{label} is a {type(item).__name__} ({describe(item)}), not a JSON object with 'cluster' "
-                "and 'task'.",
+                f"{label} is {a_type(item)} ({describe(item)}), not a JSON object with 'cluster' and 'task'.",
                 'Write {"cluster": {"worker": [...]}, "task": {"type": "worker", "index": 0}}.',
             )
         )
@@ -186,8 +190,15 @@ def _read_one(position: int, item: Any, several: bool, findings: list[Finding]) 
             )
         cluster = None
     else:
-        cluster = _cluster_of(item["cluster"], label, findings)
-    return Process(position, label, cluster, task_type, task_index)
+        cluster = _cluster_of(item["cluster"], label, findings, budget)
+    return Process(position, label, cluster, task_type, task_index, cluster_key(cluster))
+
+
+def cluster_key(cluster: dict[str, Job] | None) -> str:
+    """The same text for equal clusters (an address that is not a string compares by its short repr)."""
+    if cluster is None:
+        return ""
+    return repr(sorted((job, sorted(tasks.items())) for job, tasks in cluster.items()))
 
 
 def _misspelt_keys(
@@ -283,7 +294,9 @@ def _index(value: Any) -> int | None:
     return None
 
 
-def _cluster_of(cluster: Any, label: str, findings: list[Finding]) -> dict[str, Job] | None:
+def _cluster_of(
+    cluster: Any, label: str, findings: list[Finding], budget: list[int]
+) -> dict[str, Job] | None:
     """The cluster as {job: {index: address}}, or None (with a finding) when ClusterSpec would refuse it."""
     # server_lib.ClusterSpec.__init__: a job's tasks must be a list or a dict {int(index): address}.
     problem = ""
@@ -296,6 +309,14 @@ def _cluster_of(cluster: Any, label: str, findings: list[Finding]) -> dict[str, 
             if not isinstance(job, str) or not job:
                 problem = f"the job name {describe(job)} is not a name"
                 break
+            if isinstance(tasks, (list, tuple, dict)):
+                size += len(tasks)
+                budget[0] -= len(tasks)
+                inputs.check_count(f"tf_config ({label}'s cluster)", size, inputs.MAX_TASKS, "tasks")
+                if budget[0] < 0:
+                    inputs.check_count(
+                        "tf_config", inputs.MAX_ADDRESSES - budget[0], inputs.MAX_ADDRESSES, "addresses"
+                    )
             if isinstance(tasks, (list, tuple)):
                 jobs[job] = {i: _address(a) for i, a in enumerate(tasks)}
             elif isinstance(tasks, dict) and all(_index_key(k) is not None for k in tasks):
@@ -307,8 +328,6 @@ def _cluster_of(cluster: Any, label: str, findings: list[Finding]) -> dict[str, 
             else:
                 problem = f"job {job!r} is {describe(tasks)}, not a list of 'host:port' addresses"
                 break
-            size += len(jobs[job])
-            inputs.check_count("tf_config's cluster", size, inputs.MAX_TASKS, "tasks")
     if problem:
         findings.append(
             Finding(

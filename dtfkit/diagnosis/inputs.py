@@ -19,7 +19,8 @@ from dtfkit.errors import DtfkitError
 # Bounds far above any real cluster, low enough that reading stays well under a second.
 MAX_TEXT = 16 * 1024 * 1024  # characters (or bytes) of one TF_CONFIG text or one log
 MAX_PROCESSES = 10_000  # TF_CONFIGs in one list
-MAX_TASKS = 100_000  # tasks in one cluster
+MAX_TASKS = 20_000  # tasks in one cluster (and in all the distinct clusters the rules check)
+MAX_ADDRESSES = 200_000  # addresses read in all the TF_CONFIGs of one call
 MAX_MACHINES = 100_000
 MAX_LOGS = 10_000  # tasks in one logs mapping
 
@@ -52,9 +53,15 @@ def describe(value: Any) -> str:
         return f"<{type(value).__name__}>"
 
 
-def nothing_to_diagnose() -> DiagnoseInputError:
+def a_type(value: Any) -> str:
+    """``'an int'``, ``'a str'``: the type of ``value`` with its article."""
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
+def nothing_to_diagnose(given: str = "tf_config is None") -> DiagnoseInputError:
     return DiagnoseInputError(
-        "diagnose was given nothing to diagnose: tf_config is None and neither cluster= nor logs= was "
+        f"diagnose was given nothing to diagnose: {given} and neither cluster= nor logs= was "
         "given. (os.environ.get('TF_CONFIG') is None when TF_CONFIG is not set in this process: then "
         "TensorFlow runs the process alone, as a cluster of one.) Next: set TF_CONFIG and pass it "
         "(its dict or JSON text, or a list: one per process), or pass cluster=your_LocalCluster or "
@@ -74,8 +81,9 @@ def check_text_size(argument: str, text: str | bytes) -> None:
 def check_count(argument: str, count: int, limit: int, what: str) -> None:
     if count > limit:
         raise DiagnoseInputError(
-            f"{argument} has {count:,} {what}; diagnose reads at most {limit:,}, more than any cluster "
-            f"it knows. Next: pass the {what} of the cluster you run."
+            f"{argument} has {count:,} {what}; diagnose reads at most {limit:,}, more than a real cluster "
+            "has. Next: pass what describes the cluster you run (its TF_CONFIGs, its hostnames, its "
+            "tasks' logs); if it really is this large, check a part of it at a time."
         )
 
 
@@ -85,7 +93,7 @@ def machine_count(machines: Any) -> int:
         return 0
     if isinstance(machines, bool) or isinstance(machines, float):
         raise DiagnoseInputError(
-            f"machines={machines!r} is a {type(machines).__name__}, not a count of machines. Next: pass a "
+            f"machines={machines!r} is {a_type(machines)}, not a count of machines. Next: pass a "
             "whole number (machines=2) or the machines' hostnames (machines=['node-a', 'node-b'])."
         )
     if isinstance(machines, int):
@@ -103,7 +111,7 @@ def machine_count(machines: Any) -> int:
         )
     if isinstance(machines, Mapping) or not isinstance(machines, Iterable):
         raise DiagnoseInputError(
-            f"machines={describe(machines)} is a {type(machines).__name__}, not a count or a list of "
+            f"machines={describe(machines)} is {a_type(machines)}, not a count or a list of "
             "hostnames. Next: pass machines=2 or machines=['node-a', 'node-b']."
         )
     names = []
@@ -126,7 +134,7 @@ def machine_count(machines: Any) -> int:
 def check_strategy(strategy: Any) -> None:
     if strategy is not None and not isinstance(strategy, str):
         raise DiagnoseInputError(
-            f"strategy={describe(strategy)} is a {type(strategy).__name__}, not a strategy's name. Next: pass "
+            f"strategy={describe(strategy)} is {a_type(strategy)}, not a strategy's name. Next: pass "
             "strategy='mwms' (MultiWorkerMirroredStrategy) or strategy='ps' (ParameterServerStrategy)."
         )
 
@@ -140,7 +148,7 @@ def check_cluster(cluster: Any) -> None:
             else ""
         )
         raise DiagnoseInputError(
-            f"cluster={describe(cluster)} is a {type(cluster).__name__}, not a LocalCluster.{hint} Next: pass "
+            f"cluster={describe(cluster)} is {a_type(cluster)}, not a LocalCluster.{hint} Next: pass "
             "cluster=the LocalCluster you started (diagnose reads its tasks' states and logs)."
         )
 
@@ -154,7 +162,7 @@ def check_logs(logs: Any) -> None:
         return
     if not isinstance(logs, Mapping):
         raise DiagnoseInputError(
-            f"logs={describe(logs)} is a {type(logs).__name__}, not task logs. Next: pass "
+            f"logs={describe(logs)} is {a_type(logs)}, not task logs. Next: pass "
             "logs={'worker:0': text, ...}, one log text, or the error cluster.run raised."
         )
     check_count("logs", len(logs), MAX_LOGS, "tasks")
@@ -168,6 +176,6 @@ def check_logs(logs: Any) -> None:
             check_text_size(f"logs[{task!r}]", text)
         elif not isinstance(text, BaseException):
             raise DiagnoseInputError(
-                f"logs[{describe(task)}] is a {type(text).__name__}, not a log text. Next: pass what the task "
+                f"logs[{describe(task)}] is {a_type(text)}, not a log text. Next: pass what the task "
                 "printed as a str (cluster.logs(task, everything=True)) or the exception it raised."
             )

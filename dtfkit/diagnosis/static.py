@@ -49,11 +49,12 @@ def config_findings(given: Given, *, machines: int = 0, strategy: str | None = N
     """Every static finding about the processes ``given`` (see the module docstring); ``machines``:
     how many machines the cluster spans (0: not said)."""
     found: list[Finding] = []
+    distinct = _distinct_clusters(given)  # first: it refuses clusters too large to check
     for process in given.processes:
         found += _task_in_cluster(process)
     found += _duplicate_tasks(given)
     found += _disagreeing_clusters(given)
-    for cluster in _distinct_clusters(given):
+    for cluster in distinct:
         found += _job_names(cluster)
         found += _chiefs(cluster)
         found += _address_rules(cluster, machines)
@@ -67,11 +68,19 @@ def _name(job: str, index: int) -> str:
 
 
 def _distinct_clusters(given: Given) -> list[dict[str, Job]]:
-    seen: list[dict[str, Job]] = []
+    seen: dict[str, dict[str, Job]] = {}
     for process in given.processes:
-        if process.cluster is not None and process.cluster not in seen:
-            seen.append(process.cluster)
-    return seen
+        if process.cluster is not None:
+            seen.setdefault(process.cluster_key, process.cluster)
+    distinct = list(seen.values())
+    inputs.check_count(
+        "tf_config", sum(map(_task_count, distinct)), inputs.MAX_TASKS, "tasks in its clusters"
+    )
+    return distinct
+
+
+def _task_count(cluster: dict[str, Job]) -> int:
+    return sum(len(tasks) for tasks in cluster.values())
 
 
 def _task_in_cluster(process: Process) -> list[Finding]:
@@ -111,7 +120,9 @@ def _task_in_cluster(process: Process) -> list[Finding]:
                 "task-index-out-of-range",
                 process.label,
                 f"{what}job {job!r} has {count} task{'s' if count != 1 else ''} ({which}).",
-                f"Count task indices from 0: {_indices(job, count)}, or add {job} addresses to the cluster.",
+                f"Count task indices from 0: {_indices(job, count)}, or add {job} addresses to the cluster."
+                if dense
+                else f"Give job {job!r}'s tasks the indices 0 to {count - 1} (or write its addresses as a list).",
             )
         ]
     return []
@@ -128,11 +139,6 @@ def _indices(job: str, count: int) -> str:
         if count == 1
         else f"the {count} {job} tasks are {job}:0 to {job}:{count - 1}"
     )
-
-
-def _cluster_key(cluster: dict[str, Job]) -> str:
-    """The same text for equal clusters (an address that is not a string compares by its short repr)."""
-    return repr(sorted((job, sorted(tasks.items())) for job, tasks in cluster.items()))
 
 
 def _duplicate_tasks(given: Given) -> list[Finding]:
@@ -159,7 +165,7 @@ def _disagreeing_clusters(given: Given) -> list[Finding]:
     if len(with_cluster) < 2:
         return []
     # Compare with the cluster most processes hold (the first of them on a tie): the odd ones out are named.
-    keys = {p.position: _cluster_key(p.cluster) for p in with_cluster}
+    keys = {p.position: p.cluster_key for p in with_cluster}
     common = Counter(keys.values()).most_common(1)[0][0]
     first = next(p for p in with_cluster if keys[p.position] == common)
     found = []
@@ -269,11 +275,16 @@ def _address_rules(cluster: dict[str, Job], machines: int) -> list[Finding]:
             places.setdefault(addresses.same_place(address), []).append(task)
     for tasks in places.values():
         if len(tasks) > 1:
+            named = (
+                " and ".join(tasks)
+                if len(tasks) <= 5
+                else f"{', '.join(tasks[:5])} and {len(tasks) - 5} more"
+            )
             found.append(
                 Finding(
                     "duplicate-address",
                     tasks[1],
-                    f"{' and '.join(tasks)} have the same address ({good[tasks[0]]}): two servers cannot "
+                    f"{named} have the same address ({good[tasks[0]]}): two servers cannot "
                     "listen on one port of one machine.",
                     "Give every task its own host:port.",
                 )
@@ -287,8 +298,8 @@ _ADDRESS_FIX = {
     "address-bad-port": "Use a port number from 1 to 65535 after the colon, e.g. 'host:2222'.",
     "address-scheme": "Drop the 'grpc://' prefix: the cluster holds host:port, and the protocol is set "
     "separately (rpc_layer).",
-    "address-not-dialable": "Write each address as the exact hostname or IP address and port a peer dials: "
-    "no spaces, IPv6 in brackets ('[fe80::1]:2222').",
+    "address-not-dialable": "Write each address as a string: the exact hostname or IP address and the port "
+    "a peer dials, no spaces, IPv6 in brackets ('[fe80::1]:2222').",
 }
 
 
