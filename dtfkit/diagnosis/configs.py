@@ -36,7 +36,9 @@ _TASK_ALIASES = {
     "type": ("job", "job_name", "task_type", "replica_type", "role", "name"),
     "index": ("id", "task_id", "task_index", "idx", "rank", "replica_index", "number"),
 }
-_ASCII_INDEX = re.compile(r"[0-9]+")
+_ASCII_INDEX = re.compile(r"[0-9]{1,10}")
+# ServerDef.task_index and JobDef's task keys are int32: no task number is larger.
+MAX_INDEX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -171,10 +173,11 @@ def _read_one(
         )
         return None
     misspelt = {} if looks_like_cluster_spec(item) else _misspelt_keys(item, TOP_KEYS, {}, label, "")
-    findings += misspelt.values()
     task_type, task_index = _task_of(item, label, findings, task_misspelt="task" in misspelt)
     if task_type is not None and task_index is not None:
         label = f"{task_type}:{task_index}"
+        misspelt = _misspelt_keys(item, TOP_KEYS, {}, label, "") if misspelt else misspelt
+    findings += misspelt.values()
     if "cluster" not in item:
         if "cluster" not in misspelt:
             # tfconfig_cluster_resolver.cluster_spec(): no 'cluster' key gives an empty ClusterSpec,
@@ -285,12 +288,12 @@ def _index(value: Any) -> int | None:
     1.0 work; "one", 1.5, inf, NaN, True and negative numbers do not mean an index."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, float):
-        return int(value) if math.isfinite(value) and value.is_integer() and value >= 0 else None
-    if isinstance(value, str) and _ASCII_INDEX.fullmatch(value.strip()) and len(value) <= 18:
-        return int(value)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and _ASCII_INDEX.fullmatch(value.strip()):
+        value = int(value)
+    if isinstance(value, int) and 0 <= value <= MAX_INDEX:
+        return value
     return None
 
 
@@ -344,10 +347,10 @@ def _cluster_of(
 def _index_key(key: Any) -> int | None:
     if isinstance(key, bool):
         return None
-    if isinstance(key, int):
-        return key if key >= 0 else None
-    if isinstance(key, str) and _ASCII_INDEX.fullmatch(key) and len(key) <= 18:
-        return int(key)
+    if isinstance(key, str) and _ASCII_INDEX.fullmatch(key):
+        key = int(key)
+    if isinstance(key, int) and 0 <= key <= MAX_INDEX:
+        return key
     return None
 
 

@@ -93,13 +93,13 @@ def machine_count(machines: Any) -> int:
         return 0
     if isinstance(machines, bool) or isinstance(machines, float):
         raise DiagnoseInputError(
-            f"machines={machines!r} is {a_type(machines)}, not a count of machines. Next: pass a "
+            f"machines={describe(machines)} is {a_type(machines)}, not a count of machines. Next: pass a "
             "whole number (machines=2) or the machines' hostnames (machines=['node-a', 'node-b'])."
         )
     if isinstance(machines, int):
         if not 1 <= machines <= MAX_MACHINES:
             raise DiagnoseInputError(
-                f"machines={machines!r} is not a number of machines (1 to {MAX_MACHINES:,}). Next: pass "
+                f"machines={describe(machines)} is not a number of machines (1 to {MAX_MACHINES:,}). Next: pass "
                 "how many machines the cluster's tasks run on, e.g. machines=2."
             )
         return machines

@@ -40,7 +40,8 @@ def strategy_name(strategy: Any) -> str | None:
     if key not in STRATEGIES:
         raise inputs.DiagnoseInputError(
             f"strategy={inputs.describe(strategy)} is not one diagnose knows: use 'mwms' (MultiWorkerMirroredStrategy) "
-            "or 'ps' (ParameterServerStrategy)"
+            "or 'ps' (ParameterServerStrategy). Next: pass one of these names, or leave strategy out to "
+            "check only the rules every strategy shares."
         )
     return STRATEGIES[key]
 
