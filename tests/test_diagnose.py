@@ -326,6 +326,77 @@ def test_log_rules_name_the_task_and_the_peer(text, code, peer):
     assert peer in d.findings[0].message
 
 
+# A MultiWorkerMirroredStrategy survivor whose peer worker:1 died after step 12 (chapter 12, section 4.1,
+# as TensorFlow 2.21 logged it on worker:0).
+PEER_CRASHED = """E0000 00:00:1795675601.505837   11800 ring_alg.cc:291] Aborting RingReduce with UNAVAILABLE: Socket closed
+Additional GRPC error information from remote target /job:worker/replica:0/task:1 while calling /tensorflow.WorkerService/RecvBuf:
+:UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:"Socket closed"}
+E0000 00:00:1795675601.505906   11800 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort UNAVAILABLE: Socket closed
+Additional GRPC error information from remote target /job:worker/replica:0/task:1 while calling /tensorflow.WorkerService/RecvBuf:
+:UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:"Socket closed"}"""
+# The survivor of a hung peer, with a 3 s collective timeout (chapter 12, section 4.2).
+PEER_HUNG = """E0000 00:00:1795675619.546691   12834 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort DEADLINE_EXCEEDED: Collective has timed out during execution.
+E0000 00:00:1795675619.546794   12834 ring_alg.cc:291] Aborting RingReduce with DEADLINE_EXCEEDED: Collective ops is aborted by: Collective has timed out during execution.
+The error could be from a previous operation. Restart your program to reset. [type.googleapis.com/tensorflow.DerivedStatus='']"""
+# TensorFlow 2.21's INFO line for MultiWorkerMirroredStrategy() built while TF_CONFIG was unset (it was
+# set on the next line of the script; tf.get_logger().setLevel("INFO")).
+SINGLE_WORKER = (
+    "INFO:tensorflow:Single-worker MultiWorkerMirroredStrategy with local_devices = ('/device:CPU:0',), "
+    "communication = CommunicationImplementation.AUTO"
+)
+# A bad embedding index, as TF 2.x logged it (a learner's log in a public repository): StartAbort of
+# a local error, no peer's fault.
+LOCAL_ABORT = (
+    "2020-06-12 13:41:59.760226: W tensorflow/core/common_runtime/base_collective_executor.cc:216] "
+    "BaseCollectiveExecutor::StartAbort Invalid argument: indices[0,2] = 12444 is not in [0, 10000)"
+)
+
+
+@pytest.mark.parametrize("text", [PEER_CRASHED, PEER_HUNG], ids=["crashed", "hung"])
+def test_an_aborted_collective_is_named_from_the_lines_tensorflow_logs(text):
+    d = dtfkit.diagnose(logs={"worker:0": text})
+    assert codes_and_tasks(d) == {("collective-aborted", "worker:0")}, str(d)
+    (finding,) = d.findings
+    # TF's own word: the process's collectives stay aborted; every worker restarts from a checkpoint.
+    assert "Restart your program to reset" in finding.message
+    assert "Restart every worker" in finding.fix and "last checkpoint" in finding.fix
+    assert "retry the step" not in finding.fix
+    if text is PEER_CRASHED:
+        assert "(worker:1)" in finding.message
+
+
+def test_a_local_error_aborting_a_collective_is_no_peers_fault():
+    assert not dtfkit.diagnose(logs={"worker:0": LOCAL_ABORT})
+
+
+def test_a_strategy_built_before_tf_config_is_named_on_a_cluster_task():
+    d = dtfkit.diagnose(logs={"worker:1": "step 1\n" + SINGLE_WORKER + "\nstep 2"})
+    assert codes_and_tasks(d) == {("tf-config-after-strategy", "worker:1")}, str(d)
+    assert "before creating the strategy" in d.findings[0].fix
+    # one process on its own may mean to be a single worker: no cluster task, no finding
+    assert not dtfkit.diagnose(logs=SINGLE_WORKER)
+
+
+class _CrashedMWMS:
+    """What a LocalCluster shows after chapter 12's section 4.1: worker:1 exited, worker:0 aborted."""
+
+    closed = False
+
+    def status(self):
+        return {"worker:0": "running", "worker:1": "exited (17)"}
+
+    def logs(self, task, tail=None, everything=False):
+        return PEER_CRASHED if task == "worker:0" else ""
+
+
+def test_a_crashed_mwms_peer_means_every_worker_restarts():
+    d = dtfkit.diagnose(cluster=_CrashedMWMS())
+    assert codes_and_tasks(d) == {("task-died", "worker:1"), ("collective-aborted", "worker:0")}, str(d)
+    died = next(f for f in d.findings if f.code == "task-died")
+    assert "restart every worker" in died.fix and "cluster.ensure_running(fresh='all')" in died.fix
+    assert "then cluster.restart('worker:1')" not in died.fix
+
+
 def test_a_cluster_spec_object_is_read_as_its_dict():
     class ClusterSpecLike:
         def as_dict(self):
@@ -445,6 +516,30 @@ def test_a_server_on_a_taken_port_is_named():
     assert out.returncode == 3, out.stdout + out.stderr
     d = dtfkit.diagnose(logs={"worker:0": out.stdout + out.stderr})
     assert codes_and_tasks(d) == {("address-in-use", "worker:0")}, str(d)
+
+
+@pytest.mark.slow
+def test_a_crashed_mwms_peer_is_named_from_the_survivors_real_log(tmp_path):
+    from dtfkit.errors import TaskExited
+    from dtfkit.recipes import mwms_fault
+
+    with dtfkit.LocalCluster(workers=2, start_servers=False, progress=False, name="") as cluster:
+        calls = {
+            task: cluster.submit(
+                mwms_fault.train_with_checkpoints,
+                kwargs={"checkpoint_dir": str(tmp_path), "steps": 10, "save_every": 2, "die_at": 4},
+                on=task,
+                timeout=120,
+            )
+            for task in ("worker:0", "worker:1")
+        }
+        survivor = calls["worker:0"].result()["worker:0"]
+        with pytest.raises(TaskExited):
+            calls["worker:1"].result()
+        d = dtfkit.diagnose(cluster=cluster)
+    assert survivor["error_class"] == "UnavailableError", survivor
+    assert codes_and_tasks(d) == {("task-died", "worker:1"), ("collective-aborted", "worker:0")}, str(d)
+    assert all("every worker" in f.fix for f in d.findings), str(d)
 
 
 def _join():
