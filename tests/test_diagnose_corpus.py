@@ -168,6 +168,12 @@ BROKEN = [
         {("address-not-dialable", "worker:0")},
     ),
     (
+        "IPv4 in brackets",
+        every_process({"worker": ["[10.0.0.1]:2222", "10.0.0.2:2222"]}),
+        {},
+        {("address-not-dialable", "worker:0")},
+    ),
+    (
         "a space before the host",
         every_process({"worker": [" node-a:2222", "node-b:2222"]}),
         {},

@@ -68,7 +68,8 @@ def address_problem(address: object) -> tuple[str, str] | None:
             f"{address[:80]!r} has spaces around it, which gRPC keeps in the host name",
         )
     if not address.startswith("[") and address.count(":") > 1:
-        # gRPC's SplitHostPort reads a bare IPv6 address with more than one colon as a host without a port.
+        # gRPC's DoSplitHostPort (src/core/lib/gprpp/host_port.cc): "0 or 2+ colons. Bare hostname or IPv6
+        # literal" -- the whole text is the host, and there is no port.
         return (
             "address-not-dialable",
             f"{address[:80]!r} is an IPv6 address without brackets, which gRPC reads as a host with no port",
@@ -78,7 +79,10 @@ def address_problem(address: object) -> tuple[str, str] | None:
         return "address-no-port", f"{address[:80]!r} has no {'host' if port is not None else 'port'}"
     if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
         return "address-bad-port", f"{address[:80]!r} has port {port[:20]!r}, not a number from 1 to 65535"
-    valid = _IPV6.fullmatch(host) if address.startswith("[") else _HOSTNAME.fullmatch(host)
+    # DoSplitHostPort: "Require all bracketed hosts to contain a colon, because a hostname or IPv4 address
+    # should never use brackets."
+    bracketed = address.startswith("[")
+    valid = (_IPV6.fullmatch(host) and ":" in host) if bracketed else _HOSTNAME.fullmatch(host)
     if not valid:
         return (
             "address-not-dialable",
