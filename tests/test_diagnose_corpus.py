@@ -289,6 +289,12 @@ BROKEN = [
         {},
         {("clusters-disagree", "worker:1")},
     ),
+    (
+        "a ClusterSpec with a job TF cannot read, where a TF_CONFIG goes",
+        {"master": "a:1", "worker": ["b:1"]},
+        {},
+        {("missing-task", "TF_CONFIG"), ("missing-cluster", "TF_CONFIG")},
+    ),
     ("no cluster at all", {"task": {"type": "worker", "index": 0}}, {}, {("missing-cluster", "worker:0")}),
     # --- texts TensorFlow cannot read
     (

@@ -214,6 +214,8 @@ def _misspelt_keys(
         if key in known or not isinstance(key, str):
             continue
         lowered = key.strip().lower()
+        if lowered.rstrip("s") in (*KNOWN_JOBS, "master"):
+            continue  # a job name: a ClusterSpec's key, written where the TF_CONFIG's top level is
         missing = [k for k in known if k not in item]
         guess = [k for k in missing if lowered == k or lowered in aliases.get(k, ())]
         guess = guess or difflib.get_close_matches(lowered, missing, n=1, cutoff=0.6)
