@@ -210,6 +210,18 @@ BROKEN = [
         {("address-not-dialable", "worker:1")},
     ),
     (
+        "a host of 10 MB",
+        every_process({"worker": ["a" * 10_000_000 + ":2222", "node-b:2222"]}),
+        {},
+        {("address-not-dialable", "worker:0")},
+    ),
+    (
+        "a port of 10 MB",
+        every_process({"worker": ["node-a:" + "2" * 10_000_000, "node-b:2222"]}),
+        {},
+        {("address-bad-port", "worker:0")},
+    ),
+    (
         "a slash after the port",
         every_process({"worker": ["node-a:2222/", "node-b:2222"]}),
         {},
@@ -421,8 +433,11 @@ def test_a_sparse_job_of_index_10_to_the_9_stays_one_entry():
 
 
 def test_ten_megabytes_of_json_is_read():
-    cluster = {"worker": [f"w{i}.{'x' * 490}.lab:2222" for i in range(20_000)]}
-    text = json.dumps(tf_config(cluster, "worker", 0))
+    # the largest cluster diagnose checks (20,000 tasks, 200-character hostnames), and an 'environment'
+    # (a key TensorFlow reads as text) long enough to make the TF_CONFIG 10 MB
+    label = "x" * 60
+    cluster = {"worker": [f"w{i}.{label}.{label}.{label}.lab:2222" for i in range(20_000)]}
+    text = json.dumps({**tf_config(cluster, "worker", 0), "environment": "e" * 6_000_000})
     assert len(text) > 10_000_000
     assert dtfkit.diagnose(text).findings == ()
 

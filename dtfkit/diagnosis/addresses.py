@@ -77,13 +77,13 @@ def address_problem(address: object) -> tuple[str, str] | None:
     host, port = split(address)
     if port is None or not host:
         return "address-no-port", f"{address[:80]!r} has no {'host' if port is not None else 'port'}"
-    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+    if not (port.isascii() and port.isdigit() and len(port) <= 5) or not 1 <= int(port) <= 65535:
         return "address-bad-port", f"{address[:80]!r} has port {port[:20]!r}, not a number from 1 to 65535"
     # DoSplitHostPort: "Require all bracketed hosts to contain a colon, because a hostname or IPv4 address
     # should never use brackets."
     bracketed = address.startswith("[")
     valid = (_IPV6.fullmatch(host) and ":" in host) if bracketed else _HOSTNAME.fullmatch(host)
-    if not valid:
+    if not valid or len(host) > 253:  # RFC 1035: a name is at most 253 characters written out
         return (
             "address-not-dialable",
             f"{address[:80]!r} has the host {host[:60]!r}, which is no hostname or IP address a resolver "

@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import math
 import re
@@ -210,9 +211,8 @@ def _misspelt_keys(
     """A finding per key TensorFlow does not read that stands where a missing known key should be,
     by the key it stands for."""
     found: dict[str, Finding] = {}
-    for key in item:
-        if key in known or not isinstance(key, str):
-            continue
+    unknown = (key for key in item if key not in known and isinstance(key, str))
+    for key in itertools.islice(unknown, 100):  # a real TF_CONFIG has a handful of keys
         lowered = key.strip().lower()
         if lowered.rstrip("s") in (*KNOWN_JOBS, "master"):
             continue  # a job name: a ClusterSpec's key, written where the TF_CONFIG's top level is
@@ -315,8 +315,10 @@ def _cluster_of(
                 problem = f"the job name {describe(job)} is not a name"
                 break
             if isinstance(tasks, (list, tuple, dict)):
-                size += len(tasks)
-                budget[0] -= len(tasks)
+                size += max(
+                    1, len(tasks)
+                )  # a job counts as a task at least: a million empty jobs are work too
+                budget[0] -= max(1, len(tasks))
                 inputs.check_count(f"tf_config ({label}'s cluster)", size, inputs.MAX_TASKS, "tasks")
                 if budget[0] < 0:
                     inputs.check_count(
