@@ -9,7 +9,7 @@ no rule ever recurses into what it was given.
 Example::
 
     given, findings = read_configs(['{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}'])
-    given.processes[0].name          # 'worker:0'
+    given.processes[0].label         # 'worker:0'
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ the next step, at once and in bounded memory.
 
 Example::
 
-    check_machines("node-a")     # DiagnoseInputError: machines='node-a' is one hostname ...
+    machine_count("node-a")      # DiagnoseInputError: machines='node-a' is one hostname ...
     describe([[[[1]]]])          # '[[[[...]]]]' (never deeper than a few levels)
 """
 

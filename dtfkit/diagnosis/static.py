@@ -6,7 +6,7 @@ Each rule names the TensorFlow source it follows (TF 2.21, tensorflow/python/...
 Example::
 
     given, _ = read_configs([config_0, config_1])
-    config_findings(given, machines=None, strategy=None)    # [Finding(...), ...]
+    config_findings(given, machines=2, strategy=None)    # [Finding(...), ...]
 """
 
 from __future__ import annotations
