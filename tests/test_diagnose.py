@@ -396,6 +396,16 @@ def test_a_crashed_mwms_peer_means_every_worker_restarts():
     assert "restart every worker" in died.fix and "cluster.ensure_running(fresh='all')" in died.fix
     assert "then cluster.restart('worker:1')" not in died.fix
 
+    # before any survivor logged the abort, saying the strategy is enough
+    class _JustDied(_CrashedMWMS):
+        def logs(self, task, tail=None, everything=False):
+            return ""
+
+    (alone,) = dtfkit.diagnose(cluster=_JustDied(), strategy="mwms").findings
+    assert alone.code == "task-died" and "restart every worker" in alone.fix
+    (ps_style,) = dtfkit.diagnose(cluster=_JustDied()).findings
+    assert "then cluster.restart('worker:1')" in ps_style.fix
+
 
 def test_a_cluster_spec_object_is_read_as_its_dict():
     class ClusterSpecLike:

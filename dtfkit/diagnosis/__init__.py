@@ -27,7 +27,7 @@ from dtfkit.diagnosis.configs import read_configs
 from dtfkit.diagnosis.findings import NOTHING_FOUND, Diagnosis, Finding
 from dtfkit.diagnosis.inputs import DiagnoseInputError
 from dtfkit.diagnosis.runtime import cluster_findings, log_findings
-from dtfkit.diagnosis.static import config_findings, strategy_name
+from dtfkit.diagnosis.static import MWMS, config_findings, strategy_name
 
 __all__ = ["NOTHING_FOUND", "DiagnoseInputError", "Diagnosis", "Finding", "diagnose"]
 
@@ -87,7 +87,7 @@ def diagnose(
         given, unreadable = read_configs(tf_config)
         findings += unreadable + config_findings(given, machines=machine_count, strategy=chosen)
     if cluster is not None:
-        findings += cluster_findings(cluster)
+        findings += cluster_findings(cluster, all_reduce=chosen == MWMS)
     if logs is not None:
         findings += log_findings(logs)
     return Diagnosis(tuple(findings))

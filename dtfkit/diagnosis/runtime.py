@@ -249,13 +249,14 @@ def state_findings(
     return found
 
 
-def cluster_findings(cluster: Any) -> list[Finding]:
-    """Findings from a ``LocalCluster``'s public state: its tasks' states and logs."""
+def cluster_findings(cluster: Any, all_reduce: bool = False) -> list[Finding]:
+    """Findings from a ``LocalCluster``'s public state: its tasks' states and logs (``all_reduce``:
+    it trains with MultiWorkerMirroredStrategy, so a lost worker means every worker restarts)."""
     if cluster.closed:
         return []
     status = cluster.status()
     last = {task: str(cluster.logs(task, tail=3)) for task in status}
     logs = {task: str(cluster.logs(task, everything=True)) for task in status}
     from_logs = log_findings(logs)
-    aborted = any(f.code == "collective-aborted" for f in from_logs)
+    aborted = all_reduce or any(f.code == "collective-aborted" for f in from_logs)
     return state_findings(status, last, collectives_aborted=aborted) + from_logs
