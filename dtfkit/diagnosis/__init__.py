@@ -43,7 +43,7 @@ def diagnose(
     """Find the known mistakes in a cluster's configuration, state and logs.
 
     Args:
-        tf_config: a TF_CONFIG (dict or JSON text), a list of them (one per process, as you
+        tf_config: a TF_CONFIG (dict, or JSON as str or UTF-8 bytes), a list of them (one per process, as you
             would set them: then a task none of them runs is reported), or a ClusterSpec dict
             ``{"worker": [...], "ps": [...]}``. None: only ``cluster``/``logs`` are read.
         cluster: a ``LocalCluster``: its tasks' states (killed, exited, not started) and logs.
@@ -52,7 +52,8 @@ def diagnose(
         machines: how many machines the cluster spans (or their hostnames): with more than
             one, localhost addresses are a mistake.
         strategy: ``"mwms"`` or ``"ps"``, to check the rules of that strategy too
-            (MultiWorkerMirroredStrategy has no ps; ParameterServerStrategy needs ps and workers).
+            (MultiWorkerMirroredStrategy has no ps; ParameterServerStrategy needs ps and workers;
+            with ``cluster``, a dead worker of MultiWorkerMirroredStrategy means every worker restarts).
 
     Returns a ``Diagnosis``: ``bool(d)`` is True when something was found; ``d.codes`` the codes;
     ``print(d)`` one line per finding; in a notebook, a table. A TF_CONFIG that TensorFlow could not
@@ -63,7 +64,7 @@ def diagnose(
             with what to pass instead: nothing to diagnose at all (``diagnose(None)``, as
             ``diagnose(os.environ.get("TF_CONFIG"))`` is when TF_CONFIG is not set), a wrong type
             (``strategy=42``, ``machines="node-a"``, ``cluster="x"``), or a size no cluster has (a text
-            over 16 MB, more than 10,000 TF_CONFIGs or 100,000 tasks).
+            over 16 MB, more than 10,000 TF_CONFIGs, 20,000 tasks in a cluster or 200,000 addresses in all).
 
     Example::
 
