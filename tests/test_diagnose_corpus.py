@@ -65,6 +65,7 @@ BROKEN = [
     ("index past int32", tf_config(W2, "worker", 2**40), {}, {("bad-task-index", "TF_CONFIG")}),
     ("type is a number", tf_config(W2, 7, 0), {}, {("bad-task-type", "TF_CONFIG")}),
     ("type is empty", tf_config(W2, "", 0), {}, {("bad-task-type", "TF_CONFIG")}),
+    ("type is a megabyte long", tf_config(W2, "w" * 1_000_000, 0), {}, {("bad-task-type", "TF_CONFIG")}),
     # --- wrong shapes of the cluster
     ("cluster is a list", tf_config(["node-a:2222"], "worker", 0), {}, {("bad-cluster", "worker:0")}),
     (
@@ -75,6 +76,12 @@ BROKEN = [
     ),
     ("cluster is empty", tf_config({}, "worker", 0), {}, {("bad-cluster", "worker:0")}),
     ("job name is empty", tf_config({"": ["a:1"]}, "worker", 0), {}, {("bad-cluster", "worker:0")}),
+    (
+        "job name is a megabyte long",
+        tf_config({"w" * 1_000_000: ["a:1"]}, "worker", 0),
+        {},
+        {("bad-cluster", "worker:0")},
+    ),
     (
         "sparse key is not a number",
         tf_config({"worker": {"w0": "a:1"}}, "worker", 0),
@@ -462,6 +469,7 @@ def _cycle() -> list:
 # Built once: making 100,000 levels for every case would cost the test more than diagnosing them.
 DEEP = {(depth, kind): _deep(depth, kind) for depth in (50, 5_000, 100_000) for kind in ("list", "dict")}
 CYCLE = _cycle()
+LONG = "w" * 100_000 + ":2222"  # past every name and host limit
 
 
 class _Garbage:
@@ -485,6 +493,7 @@ class _Garbage:
                 ),
                 "".join(chr(r.randint(0, 0x2FFF)) for _ in range(r.randint(0, 12))),
                 bytes(r.randint(0, 255) for _ in range(r.randint(0, 12))),
+                LONG,
             ]
         )
 
@@ -585,7 +594,7 @@ def test_garbage_gets_a_diagnosis_or_a_clear_error():
         assert isinstance(d, Diagnosis), case
         for f in d.findings:
             assert all(isinstance(x, str) and x for x in (f.code, f.message, f.fix)), (case, f)
-            assert len(f.message) < 2_000, (case, f.message[:300])
+            assert len(f.message) < 2_000 and len(f.task) < 300, (case, f.message[:300], f.task[:300])
         str(d), d._repr_html_()
         outcomes["diagnosis"] += 1
     # both paths were taken many times: the generator reaches the rules and the argument checks

@@ -38,6 +38,7 @@ _TASK_ALIASES = {
     "index": ("id", "task_id", "task_index", "idx", "rank", "replica_index", "number"),
 }
 _ASCII_INDEX = re.compile(r"[0-9]{1,10}")
+MAX_NAME = 100  # characters of a job name: "chief", "worker", "ps", "evaluator" and the like
 # ServerDef.task_index and JobDef's task keys are int32: no task number is larger.
 MAX_INDEX = 2**31 - 1
 
@@ -260,7 +261,7 @@ def _task_of(
         )
         return None, None
     raw_type = task["type"]
-    if not isinstance(raw_type, str) or not raw_type:
+    if not isinstance(raw_type, str) or not raw_type or len(raw_type) > MAX_NAME:
         findings.append(
             Finding(
                 "bad-task-type",
@@ -311,7 +312,7 @@ def _cluster_of(
     else:
         size = 0
         for job, tasks in cluster.items():
-            if not isinstance(job, str) or not job:
+            if not isinstance(job, str) or not job or len(job) > MAX_NAME:
                 problem = f"the job name {describe(job)} is not a name"
                 break
             if isinstance(tasks, (list, tuple, dict)):

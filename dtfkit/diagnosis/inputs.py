@@ -167,7 +167,7 @@ def check_logs(logs: Any) -> None:
         )
     check_count("logs", len(logs), MAX_LOGS, "tasks")
     for task, text in logs.items():
-        if not isinstance(task, str):
+        if not isinstance(task, str) or len(task) > 200:
             raise DiagnoseInputError(
                 f"logs has the key {describe(task)}, not a task name. Next: key each log by its task, "
                 "e.g. logs={'worker:0': text}."
