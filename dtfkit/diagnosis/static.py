@@ -110,7 +110,11 @@ def _task_in_cluster(process: Process) -> list[Finding]:
     if index not in tasks or index >= len(tasks):
         count = len(tasks)
         dense = set(tasks) == set(range(count))
-        which = f"indices 0 to {count - 1}" if dense else f"indices {_some(sorted(tasks))}"
+        which = (
+            f"indices 0 to {count - 1}"
+            if dense
+            else f"{'index' if count == 1 else 'indices'} {_some(sorted(tasks))}"
+        )
         what = (
             f"TensorFlow refuses task index {index}: a task's index must be below its job's task count, and "
             if index in tasks
@@ -123,7 +127,11 @@ def _task_in_cluster(process: Process) -> list[Finding]:
                 f"{what}job {job!r} has {count} task{'s' if count != 1 else ''} ({which}).",
                 f"Count task indices from 0: {_indices(job, count)}, or add {job} addresses to the cluster."
                 if dense
-                else f"Give job {job!r}'s tasks the indices 0 to {count - 1} (or write its addresses as a list).",
+                else (
+                    f"Number the {job} job's tasks 0 to {count - 1} (or write its addresses as a list)."
+                    if count > 1
+                    else f"Give the {job} job's only task the index 0 (or write its address as a list)."
+                ),
             )
         ]
     return []
