@@ -35,6 +35,7 @@ from dtfkit.engine.sources import PickledCall, pickle_call
 from dtfkit.errors import DtfkitError, TaskNotRunning
 from dtfkit.htmltable import html_table
 from dtfkit.progress import start_display
+from dtfkit.shown import shown
 
 _BY_NAME: dict[str, LocalCluster] = {}
 
@@ -166,11 +167,14 @@ class LocalCluster:
             raise DtfkitError(DELAY_REFUSED_MODES["noserve"])
         if launcher is None:
             launcher = _local_spec(network, pool, link, len(layout.tasks), delay)
+            _check_link_keys(launcher.options.get("link"), launcher.options.get("delay"), layout)
         if isinstance(launcher, LauncherSpec):
             self._launcher_spec = launcher
             launcher = launcher.build()
         elif not isinstance(launcher, Launcher):
-            raise DtfkitError(f"launcher must be a dtfkit.engine.launcher.Launcher, not {launcher!r}")
+            raise DtfkitError(f"launcher must be a dtfkit.engine.launcher.Launcher, not {shown(launcher)}")
+        else:  # a LocalLauncher of yours: its link= and delay= must name tasks of this cluster too
+            _check_link_keys(getattr(launcher, "links", None), getattr(launcher, "delays", None), layout)
         self._runtime_options = dict(
             mode="serve" if start_servers else "noserve",
             gpus=gpus,
@@ -586,6 +590,15 @@ def _link_words(described: LauncherDescription, task: str) -> str:
     return words
 
 
+def _check_link_keys(links, delays, layout: ClusterLayout) -> None:
+    """Refuse ``link=``/``delay=`` keys naming no task of ``layout``, before anything starts."""
+    from dtfkit.engine.local import check_plan_tasks
+
+    names = [task.name for task in layout.tasks]
+    check_plan_tasks("link", links, names)
+    check_plan_tasks("delay", delays, names)
+
+
 def _local_spec(network: str, pool, link, tasks: int, delay=None) -> LauncherSpec:
     """How to build this cluster's local launcher, ``link=`` and ``delay=`` checked once (see
     ``_local_launcher``)."""
@@ -623,7 +636,7 @@ def _local_launcher(network: str, pool, link=None, tasks: int = 0, delay=None) -
         return LocalLauncher(network, link, delay=delay)
     if isinstance(pool, pools.TaskPool):
         return pools.PoolLauncher(pool, network, link, tasks=tasks, delay=delay)
-    raise DtfkitError(f"pool must be True, False, None or a dtfkit.engine.pool.TaskPool, not {pool!r}")
+    raise DtfkitError(f"pool must be True, False, None or a dtfkit.engine.pool.TaskPool, not {shown(pool)}")
 
 
 def _counts(layout: ClusterLayout) -> str:
