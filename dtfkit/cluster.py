@@ -215,6 +215,11 @@ class LocalCluster:
         return self._rt.closed
 
     @property
+    def serves(self) -> bool:
+        """True when dtfkit started each task's TensorFlow server (``start_servers=True``)."""
+        return self._rt.mode == "serve"
+
+    @property
     def id(self) -> str:
         return self._rt.id
 

@@ -10,11 +10,16 @@ memory error here, not pass.
 
 from __future__ import annotations
 
+import re
+from types import SimpleNamespace
+
 import pytest
 
 import dtfkit
+from dtfkit.engine.fake import FakeLauncher
 from dtfkit.engine.local import LocalLauncher, check_plan_tasks, plan_delays, plan_links
 from dtfkit.errors import DtfkitError
+from dtfkit.recipes import allreduce
 
 HUGE = "9" * 10_000_000  # 10 MB: a message quoting it must stay short
 
@@ -141,3 +146,109 @@ def test_keys_naming_the_clusters_tasks_and_jobs_are_accepted():
     check_plan_tasks("delay", plan_delays("20ms"), ["worker:0"])
     with pytest.raises(DtfkitError, match="key 'worker:1' names no task of this cluster"):
         check_plan_tasks("link", plan, ["ps:0", "worker:0"])
+
+
+# ------------------------------------------------------------ allreduce.trace_steps
+class _NoCluster:
+    """Stands in for a cluster that must never be asked to run anything."""
+
+    def __init__(self, ps: int = 1, workers: int = 3, status: dict | None = None, serves: bool = True):
+        self.cluster_spec = {"ps": ["h:1"] * ps, "worker": ["h:2"] * workers}
+        self.serves = serves
+        self.closed = False
+        names = [f"ps:{i}" for i in range(ps)] + [f"worker:{i}" for i in range(workers)]
+        self._status = {name: "running" for name in names} | (status or {})
+
+    def status(self) -> dict:
+        return dict(self._status)
+
+    def run(self, *args, **kwargs):
+        raise AssertionError("trace_steps ran something on a cluster it should have refused")
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "named"),
+    [
+        (("ring", 2, 10**12), {}, "floats=1,000,000,000,000 is too large: the ring method sends 1/2"),
+        (("ps", 1, allreduce.MAX_FLOATS + 1), {}, "sends its whole gradient in one gRPC message"),
+        (("sharded_ps", 2, 2 * allreduce.MAX_FLOATS + 2), {}, "2 GiB"),
+        (("ring", 2, 2.0), {}, "floats"),
+        (("ring", 2, "1200"), {}, "floats"),
+        (("ring", 2, -2), {}, "floats"),
+        (("ring", 2, 0), {}, "floats"),
+        (("ring", 2, True), {}, "floats"),
+        (("ring", 2, 1201), {}, "equal chunks"),
+        (("ring", 0, 1200), {}, "n (how many workers"),
+        (("ring", -1, 1200), {}, "n (how many workers"),
+        (("ring", 2.0, 1200), {}, "n (how many workers"),
+        (("ring", None, 1200), {}, "n (how many workers"),
+        (("ring", 4, 1200), {}, "n=4 synchronises 4 workers but the cluster has 3"),
+        (("ring", 10**12, 1200), {}, "do not split into 1000000000000 equal chunks"),
+        (("ring", 10**12, 10**12), {}, "n=1000000000000 synchronises 1000000000000 workers but"),
+        (("Ring", 2, 1200), {}, "method must be one of"),
+        ((["ring"], 2, 1200), {}, "method must be one of"),
+        ((HUGE, 2, 1200), {}, "method must be one of"),
+        (("ring", 2, 1200), {"steps": 0}, "steps"),
+        (("ring", 2, 1200), {"steps": 10**9}, "steps"),
+        (("ring", 2, 1200), {"steps": 2.5}, "steps"),
+        (("ring", 2, 1200), {"seed": 2**64}, "seed"),
+        (("ring", 2, 1200), {"seed": "0"}, "seed"),
+        (("ring", 2, 1200), {"seed": 1.5}, "seed"),
+        (("ring", 2, 1200), {"timeout": 0}, "timeout"),
+        (("ring", 2, 1200), {"timeout": -1}, "timeout"),
+        (("ring", 2, 1200), {"timeout": float("nan")}, "timeout"),
+        (("ring", 2, 1200), {"timeout": float("inf")}, "timeout"),
+        (("ring", 2, 1200), {"timeout": 1e300}, "timeout"),
+        (("ring", 2, 1200), {"timeout": "60"}, "timeout"),
+        (("ring", 2, 1200), {"timeout": True}, "timeout"),
+    ],
+)
+def test_trace_steps_refuses_bad_arguments_naming_them(args, kwargs, named):
+    with pytest.raises(ValueError) as info:
+        allreduce.trace_steps(_NoCluster(), *args, **kwargs)
+    text = str(info.value)
+    assert named in text, text
+    assert len(text) < 600, text
+
+
+@pytest.mark.parametrize(
+    ("cluster", "named"),
+    [
+        (_NoCluster(status={"worker:1": "killed"}), "worker:1 is killed"),
+        (_NoCluster(status={"worker:0": "exited (1)"}), "worker:0 is exited (1)"),
+        (_NoCluster(status={"ps:0": "starting"}), "ps:0 is starting"),
+        (_NoCluster(ps=0), 'method "ps" needs a ps task'),
+        (_NoCluster(serves=False), "start_servers=False"),
+        ("localhost:2222", "cluster must be a running dtfkit cluster"),
+        (None, "cluster must be a running dtfkit cluster"),
+        ({"worker": ["localhost:2222"]}, "cluster must be a running dtfkit cluster"),
+    ],
+)
+def test_trace_steps_refuses_a_cluster_it_would_wait_on(cluster, named):
+    with pytest.raises(ValueError, match=re.escape(named)):
+        allreduce.trace_steps(cluster, "ps", 2, 1200)
+
+
+def test_trace_steps_refuses_a_synchronisation_larger_than_free_memory(monkeypatch):
+    import psutil
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=2**30))
+    # 3 workers, 5 copies of 4-byte floats each, in half of 1 GiB: 8,947,848 floats (divisible by 3).
+    with pytest.raises(ValueError, match=r"needs about 1\.7 GiB .* 1\.0 GiB .* pick floats <= 8,947,848"):
+        allreduce.trace_steps(_NoCluster(), "ring", 3, 30_000_000)
+    allreduce._check_memory(3, 8_947_848)  # what it proposes fits
+
+
+def test_trace_steps_on_a_cluster_with_a_killed_worker_or_no_servers_refuses_at_once():
+    """The same, on a real cluster of processes (FakeLauncher: no TensorFlow)."""
+    with dtfkit.LocalCluster(ps=1, workers=2, launcher=FakeLauncher(), progress=False, name=None) as cluster:
+        cluster.kill("worker", 1)
+        with pytest.raises(ValueError, match=r"worker:1 is killed.*cluster\.restart\(\)"):
+            allreduce.trace_steps(cluster, "ring", 2, 1200)
+        assert cluster.tasks == ["ps:0", "worker:0", "worker:1"]  # no client was added
+    with dtfkit.LocalCluster(
+        workers=2, launcher=FakeLauncher(), start_servers=False, progress=False, name=None
+    ) as cluster:
+        assert cluster.serves is False
+        with pytest.raises(ValueError, match="start_servers=False"):
+            allreduce.trace_steps(cluster, "ring", 2, 1200)
