@@ -20,6 +20,8 @@ _REPR = reprlib.Repr()
 _REPR.maxstring = 64
 _REPR.maxother = 64
 _REPR.maxlevel = 3
+_REPR.maxdict = 10  # a trace event or a record has about ten keys
+_REPR.maxlist = 10
 
 
 def shown(value: object) -> str:

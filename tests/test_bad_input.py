@@ -252,3 +252,167 @@ def test_trace_steps_on_a_cluster_with_a_killed_worker_or_no_servers_refuses_at_
         assert cluster.serves is False
         with pytest.raises(ValueError, match="start_servers=False"):
             allreduce.trace_steps(cluster, "ring", 2, 1200)
+
+
+# ------------------------------------------------------------ timeline and chrome_trace
+GOOD = [
+    {"step": 0, "kind": "compute", "task": "ps:0", "name": "sum", "op": "AddN", "start_us": 5, "end_us": 9},
+    {
+        "step": 0,
+        "kind": "transfer",
+        "from": "worker:0",
+        "to": "ps:0",
+        "tensor": "g",
+        "bytes": 48,
+        "ready_us": 0,
+        "start_us": 1,
+        "end_us": 4,
+    },
+]
+
+
+def _with(index: int, **changes) -> list[dict]:
+    records = [dict(r) for r in GOOD]
+    for key, value in changes.items():
+        if value is _DROP:
+            records[index].pop(key)
+        else:
+            records[index][key] = value
+    return records
+
+
+_DROP = object()
+BAD_RECORDS = [
+    ({"client:0": GOOD}, "not a dict keyed by task ('client:0')"),  # what cluster.run(trace_sync) returns
+    (GOOD[0], "not one record"),
+    ("records.json", "records must be a list"),
+    (HUGE, "records must be a list"),
+    (b"[]", "records must be a list"),
+    (None, "records must be a list"),
+    (42, "records must be a list"),
+    ([None], "records[0] (None): it is not a dict"),
+    ([[1, 2]], "it is not a dict"),
+    (_with(0, kind=_DROP), "'kind' must be 'compute' or 'transfer'"),
+    (_with(0, kind="op"), "'kind' must be 'compute' or 'transfer'"),
+    (_with(0, task=_DROP), "a compute record needs 'task'"),
+    (_with(1, to=_DROP), "a transfer record needs 'to'"),
+    (_with(1, **{"from": 3}), "a transfer record needs 'from'"),
+    (_with(0, step=_DROP), "'step' must be an integer >= 0"),
+    (_with(0, step=-1), "'step' must be an integer >= 0"),
+    (_with(0, step="0"), "'step' must be an integer >= 0"),
+    (_with(0, step=True), "'step' must be an integer >= 0"),
+    (_with(0, end_us=_DROP), "'end_us' must be a finite number"),
+    (_with(1, start_us=None), "'start_us' must be a finite number"),
+    (_with(1, start_us=float("nan")), "'start_us' must be a finite number"),
+    (_with(0, end_us=float("inf")), "'end_us' must be a finite number"),
+    (_with(0, end_us=1), "'end_us' (1) is before 'start_us' (5)"),
+    (_with(1, bytes=_DROP), "'bytes' must be an integer >= 0"),
+    (_with(1, bytes=-4), "'bytes' must be an integer >= 0"),
+    (_with(1, bytes="48"), "'bytes' must be an integer >= 0"),
+]
+
+
+def _records_apis():
+    from dtfkit.recipes import chrome_trace, timeline
+
+    return {
+        "to_chrome_trace": chrome_trace.to_chrome_trace,
+        "link_usage": timeline.link_usage,
+        "plot_timeline": timeline.plot_timeline,
+        "step_layout": timeline.step_layout,
+    }
+
+
+@pytest.mark.parametrize("api", ["to_chrome_trace", "link_usage", "plot_timeline", "step_layout"])
+@pytest.mark.parametrize(("records", "named"), BAD_RECORDS)
+def test_functions_of_records_refuse_what_is_not_records_naming_it(api, records, named):
+    if api == "step_layout" and "bytes" in named:
+        pytest.skip("step_layout reads no sizes: a bad 'bytes' is not its to refuse")
+    with pytest.raises(ValueError) as info:
+        _records_apis()[api](records)
+    text = str(info.value)
+    assert "records" in text and named in text, text
+    assert "allreduce.trace_steps" in text or "cluster.run" in text or "[record]" in text, text
+    assert len(text) < 1000, text
+
+
+@pytest.mark.parametrize(("records", "named"), [b for b in BAD_RECORDS if "step" not in b[1]])
+def test_tasks_of_and_link_bytes_refuse_what_they_cannot_read(records, named):
+    from dtfkit.recipes import timeline
+
+    for api in (timeline.tasks_of, timeline.link_bytes):
+        if api is timeline.tasks_of and ("bytes" in named or "_us" in named):
+            continue
+        if api is timeline.link_bytes and "_us" in named:
+            continue  # link_bytes reads no times
+        with pytest.raises(ValueError, match=re.escape(named)):
+            api(records)
+
+
+def test_a_long_task_name_is_accepted_and_other_arguments_are_checked(tmp_path):
+    from dtfkit.recipes import chrome_trace, timeline
+
+    assert chrome_trace.check_chrome_trace(chrome_trace.to_chrome_trace(_with(0, task="w" * 1000)))["events"]
+    for bad in (-1, float("nan"), "0.1", None):
+        with pytest.raises(ValueError, match="gap must be a finite number >= 0"):
+            timeline.step_layout(GOOD, gap=bad)
+    for bad in (-1, "0", 1.0, True):
+        with pytest.raises(ValueError, match="step must be None"):
+            timeline.plot_timeline(GOOD, step=bad)
+    with pytest.raises(ValueError, match="title must be a string"):
+        timeline.plot_timeline(GOOD, title=3)
+    for bad in (None, 3, "", b"x.json"):
+        with pytest.raises(ValueError, match="path must be a file name"):
+            chrome_trace.write_chrome_trace(GOOD, bad)
+    for bad in (None, -1, "x", 1.0):
+        with pytest.raises(ValueError, match="step must be an integer >= 0"):
+            timeline.step_records(SimpleNamespace(step_stats=None), bad)
+    with pytest.raises(ValueError, match="run_metadata must be the tf.compat.v1.RunMetadata"):
+        timeline.step_records({"step_stats": []})
+
+
+def test_check_chrome_trace_takes_json_text_and_says_what_it_expects(tmp_path):
+    import json
+
+    from dtfkit.recipes import chrome_trace
+
+    trace = chrome_trace.to_chrome_trace(GOOD)
+    text = json.dumps(trace)
+    from_text = chrome_trace.check_chrome_trace(text)  # JSON text, as json.dumps wrote it
+    path = chrome_trace.write_chrome_trace(GOOD, tmp_path / "t.json")
+    assert from_text == chrome_trace.check_chrome_trace(path) == chrome_trace.check_chrome_trace(str(path))
+    assert (
+        chrome_trace.check_chrome_trace("  " + json.dumps(trace["traceEvents"]))["events"]
+        == from_text["events"]
+    )
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00")
+    (tmp_path / "bad.json").write_text("{'single': 'quotes'}")
+    cases = [
+        (text[:-1], "the JSON text given is not JSON"),
+        ('{"a": ' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ("x" * 10_000_000, "is none of them"),
+        (str(tmp_path / "missing.json"), "there is no file"),
+        (str(tmp_path), "cannot be read"),
+        (str(tmp_path / "binary.json"), "is not a text file"),
+        (str(tmp_path / "bad.json"), "bad.json is not JSON"),
+        ("a\0b", "is none of them"),
+        ("", "is none of them"),
+        (b"{}", "not bytes: decode them first"),
+        (None, "trace must be a Chrome trace"),
+        (42, "trace must be a Chrome trace"),
+        ({"traceEvents": "x" * 10_000_000}, "a Chrome trace is an object with a 'traceEvents' list"),
+        ({"traceEvents": [{"ph": "X", "name": "x" * 10_000_000}]}, "Chrome trace event 0"),
+        ([{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": float("nan")}], "plain JSON"),
+    ]
+    for bad, named in cases:
+        with pytest.raises(ValueError) as info:
+            chrome_trace.check_chrome_trace(bad)
+        message = str(info.value)
+        assert named in message, (named, message[:300])
+        assert len(message) < 1000, message[:300]
+    nested: list = []
+    for _ in range(100_000):
+        nested = [nested]
+    with pytest.raises(ValueError, match="nested too deeply"):
+        chrome_trace.check_chrome_trace({"traceEvents": [], "otherData": nested})
