@@ -416,3 +416,61 @@ def test_check_chrome_trace_takes_json_text_and_says_what_it_expects(tmp_path):
         nested = [nested]
     with pytest.raises(ValueError, match="nested too deeply"):
         chrome_trace.check_chrome_trace({"traceEvents": [], "otherData": nested})
+
+
+# ------------------------------------------------------------ restart on a taken port
+class _IsolatedFake(FakeLauncher):
+    """FakeLauncher's tasks, described as an isolated cluster's (its own network namespace):
+    the owner's restart logic for an isolated cluster, on processes without TensorFlow."""
+
+    def describe(self):
+        from dtfkit.engine.launcher import LauncherDescription
+
+        return LauncherDescription(network="namespace", namespace="net:[fake]")
+
+
+def test_restart_on_a_port_taken_in_an_isolated_cluster_names_task_port_and_next_step():
+    import socket
+
+    from dtfkit.errors import ClusterStartError
+
+    with dtfkit.LocalCluster(workers=1, launcher=_IsolatedFake(), progress=False, name=None) as cluster:
+        port = int(cluster.address("worker", 0).rsplit(":", 1)[1])
+        cluster.kill("worker", 0)
+        squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            squatter.bind(("", port))
+            squatter.listen()
+            with pytest.raises(ClusterStartError) as info:
+                cluster.restart("worker", 0)
+            text = str(info.value)
+            assert "worker:0 could not be started again" in text and f":{port}" in text, text
+            assert "Next step" in text and "restart('worker:0')" in text, text
+            assert "Traceback" not in text, text
+            # Ended by the owner, or by itself once it said why: not "starting" for ever.
+            assert cluster.status()["worker:0"] in ("killed", "exited (3)"), cluster.status()
+        finally:
+            squatter.close()
+        cluster.restart("worker", 0)  # the port is free again
+        assert cluster.run(lambda: 7, timeout=60) == {"worker:0": 7}
+
+
+def _fail_when_marked(path: str) -> None:
+    import os
+
+    if os.path.exists(path):
+        raise RuntimeError("setup refused (the test marked it)")
+
+
+def test_a_restart_that_fails_while_starting_leaves_the_task_exited_not_starting(tmp_path):
+    from dtfkit.errors import ClusterStartError
+
+    mark = str(tmp_path / "fail")
+    with dtfkit.LocalCluster(
+        workers=1, launcher=FakeLauncher(), setup=lambda: _fail_when_marked(mark), progress=False, name=None
+    ) as cluster:
+        cluster.kill("worker", 0)
+        open(mark, "w").close()
+        with pytest.raises(ClusterStartError, match="worker:0 failed while starting"):
+            cluster.restart("worker", 0)
+        assert cluster.status()["worker:0"].startswith("exited"), cluster.status()
