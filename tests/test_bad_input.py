@@ -474,3 +474,60 @@ def test_a_restart_that_fails_while_starting_leaves_the_task_exited_not_starting
         with pytest.raises(ClusterStartError, match="worker:0 failed while starting"):
             cluster.restart("worker", 0)
         assert cluster.status()["worker:0"].startswith("exited"), cluster.status()
+
+
+# ------------------------------------------------------------ the same, on real TensorFlow tasks
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_trace_steps_on_a_real_cluster_with_a_killed_worker_refuses_instead_of_waiting(cluster):
+    cluster.kill("worker", 1)
+    before = cluster.tasks
+    with pytest.raises(ValueError, match=r"worker:1 is killed.*Next step: cluster\.restart\(\)"):
+        allreduce.trace_steps(cluster, "ring", 2, 1200, timeout=240)
+    assert cluster.tasks == before  # refused before a client task was started
+    cluster.restart("worker", 1)
+    records = allreduce.trace_steps(cluster, "ring", 2, 1200, timeout=240)
+    # Each of the 2 workers sends 2 (N - 1) / N = 1 gradient's worth (4800 bytes) around the ring.
+    assert sum(r["bytes"] for r in records if r["kind"] == "transfer") == 2 * 4800
+
+
+def _hold_port(port: int) -> bool:
+    """In a task: bind ``port`` and keep the socket (in builtins, to outlive the call)."""
+    import builtins
+    import socket
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the killed task's port may be in TIME_WAIT
+    sock.bind(("", port))
+    sock.listen()
+    builtins._dtfkit_test_held_port = sock
+    return True
+
+
+def _release_port() -> bool:
+    import builtins
+
+    builtins._dtfkit_test_held_port.close()
+    del builtins._dtfkit_test_held_port
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_restart_on_a_port_a_task_of_the_isolated_cluster_holds_is_a_clear_error(cluster):
+    from dtfkit.errors import ClusterStartError
+
+    if not cluster.isolated:
+        pytest.skip("the shared cluster is not in a network namespace of its own here")
+    port = int(cluster.address("ps", 0).rsplit(":", 1)[1])
+    cluster.kill("ps", 0)
+    assert cluster.run(_hold_port, args=(port,), on="worker:0", timeout=60) == {"worker:0": True}
+    with pytest.raises(ClusterStartError) as info:
+        cluster.restart("ps", 0)
+    text = str(info.value)
+    assert "ps:0 could not be started again" in text and f":{port}" in text and "Next step" in text, text
+    assert "Traceback" not in text, text
+    assert cluster.status()["ps:0"] in ("killed", "exited (3)"), cluster.status()
+    cluster.run(_release_port, on="worker:0", timeout=60)
+    cluster.restart("ps", 0)
+    assert cluster.status()["ps:0"] == "running"
