@@ -69,7 +69,8 @@ class LocalCluster:
             receives: a transfer between two tasks runs at the slower one's rate).
             Per job or per task: ``{"ps": "50mbit", "worker": "200mbit"}``,
             ``{"worker:1": "10mbit", "default": "1gbit"}``; a task no key names has no
-            limit. Rates as tc writes them (``kbit``, ``mbit``, ``gbit``), 8kbit to 10gbit.
+            limit. A key naming no task or job of this cluster (``"worker:7"`` with two
+            workers, ``"evaluator"`` without one, ``"worker:01"``) is refused. Rates as tc writes them (``kbit``, ``mbit``, ``gbit``), 8kbit to 10gbit.
             A restarted task keeps its address and link. Tasks with
             links never come from the warm pool. ``None`` (default): every task shares one
             namespace over loopback. Refused with ``network="host"`` or where network
