@@ -218,7 +218,7 @@ class LocalCluster:
     @property
     def serves(self) -> bool:
         """True when dtfkit started each task's TensorFlow server (``start_servers=True``)."""
-        return self._rt.mode == "serve"
+        return self._runtime_options["mode"] == "serve"
 
     @property
     def id(self) -> str:
