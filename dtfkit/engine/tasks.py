@@ -47,7 +47,7 @@ class Script:
 
 
 # How long a task that sent StartFailed may take to exit (it calls os._exit at once).
-_EXIT_AFTER_START_ERROR = 5.0
+_EXIT_AFTER_START_ERROR = 10.0
 
 
 class PortTaken(Exception):
