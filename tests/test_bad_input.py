@@ -364,6 +364,9 @@ def test_a_long_task_name_is_accepted_and_other_arguments_are_checked(tmp_path):
     for bad in (None, 3, "", b"x.json"):
         with pytest.raises(ValueError, match="path must be a file name"):
             chrome_trace.write_chrome_trace(GOOD, bad)
+    for bad in (tmp_path / "no-such-folder" / "t.json", tmp_path, "x" * 5000):
+        with pytest.raises(ValueError, match="path: cannot write .* pick a file in a folder that exists"):
+            chrome_trace.write_chrome_trace(GOOD, bad)
     for bad in (None, -1, "x", 1.0):
         with pytest.raises(ValueError, match="step must be an integer >= 0"):
             timeline.step_records(SimpleNamespace(step_stats=None), bad)

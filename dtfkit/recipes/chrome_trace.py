@@ -148,7 +148,13 @@ def write_chrome_trace(records: Iterable[dict[str, Any]], path: str | os.PathLik
     trace = to_chrome_trace(records)
     check_chrome_trace(trace)
     path = Path(path)
-    path.write_text(json.dumps(trace, allow_nan=False))
+    try:
+        path.write_text(json.dumps(trace, allow_nan=False))
+    except OSError as err:
+        raise ValueError(
+            f"path: cannot write {shown(os.fspath(path))} ({err.strerror or err}); pick a file in a folder "
+            "that exists and that you may write to, such as 'ring_steps.json'"
+        ) from None
     return path
 
 
