@@ -234,14 +234,16 @@ def _load(trace: Any) -> Any:
             text, source = Path(name).read_text(encoding="utf-8"), name
         except FileNotFoundError:
             raise ValueError(
-                f"trace: there is no file {name!r}; pass {TRACE_FORM} "
+                f"trace: there is no file {shown(name)}; pass {TRACE_FORM} "
                 "(chrome_trace.write_chrome_trace(records, path) writes one)"
             ) from None
         except UnicodeDecodeError:
-            raise ValueError(f"trace: {name!r} is not a text file; a Chrome trace is JSON text") from None
+            raise ValueError(
+                f"trace: {shown(name)} is not a text file; a Chrome trace is JSON text"
+            ) from None
         except OSError as err:
             raise ValueError(
-                f"trace: {name!r} cannot be read ({err.strerror or err}); pass {TRACE_FORM}"
+                f"trace: {shown(name)} cannot be read ({err.strerror or err}); pass {TRACE_FORM}"
             ) from None
     try:
         return json.loads(text)
