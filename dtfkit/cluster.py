@@ -35,6 +35,7 @@ from dtfkit.engine.sources import PickledCall, pickle_call
 from dtfkit.errors import DtfkitError, TaskNotRunning
 from dtfkit.htmltable import html_table
 from dtfkit.progress import start_display
+from dtfkit.shown import shown
 
 _BY_NAME: dict[str, LocalCluster] = {}
 
@@ -68,7 +69,8 @@ class LocalCluster:
             receives: a transfer between two tasks runs at the slower one's rate).
             Per job or per task: ``{"ps": "50mbit", "worker": "200mbit"}``,
             ``{"worker:1": "10mbit", "default": "1gbit"}``; a task no key names has no
-            limit. Rates as tc writes them (``kbit``, ``mbit``, ``gbit``), 8kbit to 10gbit.
+            limit. A key naming no task or job of this cluster (``"worker:7"`` with two
+            workers, ``"evaluator"`` without one, ``"worker:01"``) is refused. Rates as tc writes them (``kbit``, ``mbit``, ``gbit``), 8kbit to 10gbit.
             A restarted task keeps its address and link. Tasks with
             links never come from the warm pool. ``None`` (default): every task shares one
             namespace over loopback. Refused with ``network="host"`` or where network
@@ -166,11 +168,14 @@ class LocalCluster:
             raise DtfkitError(DELAY_REFUSED_MODES["noserve"])
         if launcher is None:
             launcher = _local_spec(network, pool, link, len(layout.tasks), delay)
+            _check_link_keys(launcher.options.get("link"), launcher.options.get("delay"), layout)
         if isinstance(launcher, LauncherSpec):
             self._launcher_spec = launcher
             launcher = launcher.build()
         elif not isinstance(launcher, Launcher):
-            raise DtfkitError(f"launcher must be a dtfkit.engine.launcher.Launcher, not {launcher!r}")
+            raise DtfkitError(f"launcher must be a dtfkit.engine.launcher.Launcher, not {shown(launcher)}")
+        else:  # a LocalLauncher of yours: its link= and delay= must name tasks of this cluster too
+            _check_link_keys(getattr(launcher, "links", None), getattr(launcher, "delays", None), layout)
         self._runtime_options = dict(
             mode="serve" if start_servers else "noserve",
             gpus=gpus,
@@ -209,6 +214,11 @@ class LocalCluster:
     @property
     def closed(self) -> bool:
         return self._rt.closed
+
+    @property
+    def serves(self) -> bool:
+        """True when dtfkit started each task's TensorFlow server (``start_servers=True``)."""
+        return self._runtime_options["mode"] == "serve"
 
     @property
     def id(self) -> str:
@@ -586,6 +596,15 @@ def _link_words(described: LauncherDescription, task: str) -> str:
     return words
 
 
+def _check_link_keys(links, delays, layout: ClusterLayout) -> None:
+    """Refuse ``link=``/``delay=`` keys naming no task of ``layout``, before anything starts."""
+    from dtfkit.engine.local import check_plan_tasks
+
+    names = [task.name for task in layout.tasks]
+    check_plan_tasks("link", links, names)
+    check_plan_tasks("delay", delays, names)
+
+
 def _local_spec(network: str, pool, link, tasks: int, delay=None) -> LauncherSpec:
     """How to build this cluster's local launcher, ``link=`` and ``delay=`` checked once (see
     ``_local_launcher``)."""
@@ -623,7 +642,7 @@ def _local_launcher(network: str, pool, link=None, tasks: int = 0, delay=None) -
         return LocalLauncher(network, link, delay=delay)
     if isinstance(pool, pools.TaskPool):
         return pools.PoolLauncher(pool, network, link, tasks=tasks, delay=delay)
-    raise DtfkitError(f"pool must be True, False, None or a dtfkit.engine.pool.TaskPool, not {pool!r}")
+    raise DtfkitError(f"pool must be True, False, None or a dtfkit.engine.pool.TaskPool, not {shown(pool)}")
 
 
 def _counts(layout: ClusterLayout) -> str:

@@ -33,6 +33,7 @@ ENGINE = "dtfkit.engine"
 BOTTOM = {
     "dtfkit.errors": "the exception types every layer raises",
     "dtfkit.taskapi": "this_task()/report(), the task-side API the task bootstrap fills in",
+    "dtfkit.shown": "shown(value): a bad argument quoted in an error, cut to a readable length",
 }
 # Edges that break the rules and are on their way out; a listed edge that no longer exists is fine.
 # Imports that break a rule on purpose, with the reason (none today).

@@ -338,6 +338,9 @@ class _NoCluster:
 
     cluster_spec = {"ps": ["localhost:1"], "worker": ["localhost:2", "localhost:3"]}
 
+    def status(self) -> dict:
+        return {"ps:0": "running", "worker:0": "running", "worker:1": "running"}
+
     def run(self, *args, **kwargs):
         raise AssertionError("trace_steps started work on the cluster")
 
@@ -346,8 +349,8 @@ class _NoCluster:
     ("args", "kwargs", "complaint"),
     [
         (("tree", 2, FLOATS), {}, "method must be one of"),
-        (("ring", 2, FLOATS), {"steps": 0}, "steps must be an integer >= 1, not 0"),
-        (("ring", 2, FLOATS), {"steps": 1.5}, "steps must be an integer >= 1, not 1.5"),
+        (("ring", 2, FLOATS), {"steps": 0}, "steps must be an integer >= 1 .*, not 0"),
+        (("ring", 2, FLOATS), {"steps": 1.5}, "steps must be an integer >= 1 .*, not 1.5"),
         (("ring", 0, FLOATS), {}, "n .* must be an integer >= 1, not 0"),
         (("ring", 2, 1201), {}, "1201 floats do not split into 2 equal chunks"),
         (("ring", 3, FLOATS), {}, "n=3 synchronises 3 workers but the cluster has 2"),

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import select
 import signal
 import subprocess
@@ -39,6 +40,7 @@ from dtfkit.engine.launcher import Launcher, LauncherDescription, PoolStart, Tas
 from dtfkit.engine.logs import read_line
 from dtfkit.engine.protocol import CONFIG_ENV, TaskConfig
 from dtfkit.errors import ClusterStartError, DtfkitError
+from dtfkit.shown import shown
 
 NETWORK_MODES = ("auto", "isolated", "host")
 ANCHOR_READY_SECONDS = 30.0
@@ -331,17 +333,60 @@ def _plan(option: str, given, parse, example: str) -> dict:
     if isinstance(given, str):
         given = {"default": given}
     if not isinstance(given, dict) or not given:
-        raise DtfkitError(f"{option} must be {example}, not {given!r}")
+        raise DtfkitError(f"{option} must be {example}, not {shown(given)}")
     plan = {}
     for key, value in given.items():
-        job, colon, index = key.partition(":") if isinstance(key, str) else ("", "", "")
-        if not (key == "default" or (job in LINK_JOBS and (not colon or index.isdigit()))):
-            raise DtfkitError(f"{option} key {key!r} names no task: use {_LINK_KEY_FORM}")
+        _check_key(option, key)
         try:
             plan[key] = parse(value)
         except ValueError as exc:
-            raise DtfkitError(f"{option}[{key!r}]: {exc}") from None
+            raise DtfkitError(f"{option}[{shown(key)}]: {exc}") from None
     return plan
+
+
+# A task index as the cluster writes it: "worker:1", never "worker:01" or "worker:¹".
+_INDEX = re.compile(r"0|[1-9][0-9]{0,5}")
+
+
+def _check_key(option: str, key) -> None:
+    """Refuse a key that cannot name a task of any cluster, and say how keys are written."""
+    job, colon, index = key.partition(":") if isinstance(key, str) else ("", "", "")
+    if key == "default" or (job in LINK_JOBS and (not colon or _INDEX.fullmatch(index))):
+        return
+    hint = ""
+    if job in LINK_JOBS and re.fullmatch(r"\s*[0-9]{1,6}\s*", index):
+        hint = f" (write '{job}:{int(index)}', as the cluster names its tasks)"
+    raise DtfkitError(f"{option} key {shown(key)} names no task{hint}: use {_LINK_KEY_FORM}")
+
+
+def check_plan_tasks(option: str, plan, tasks: list[str]) -> None:
+    """Refuse keys of a checked ``link=``/``delay=`` plan that name no task of ``tasks``.
+
+    A key for a task or job the cluster does not have would be ignored in silence (a
+    typo, or a cluster started with fewer tasks than the plan assumed). ``"client"``
+    keys stay: clients join later (``cluster.run(..., on="client")``).
+
+    Example::
+
+        >>> check_plan_tasks("delay", {"worker:7": 0.02}, ["ps:0", "worker:0"])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        dtfkit.errors.DtfkitError: delay key 'worker:7' names no task of this cluster: its tasks are ps:0, worker:0. ...
+    """
+    if not plan:
+        return
+    jobs = {task.partition(":")[0] for task in tasks}
+    for key in plan:
+        job = key.partition(":")[0]
+        if key == "default" or job == "client" or key in tasks or (key == job and job in jobs):
+            continue
+        listed = ", ".join(repr(job) for job in sorted(jobs))
+        names = ", ".join(tasks[:12]) + (f" and {len(tasks) - 12} more" if len(tasks) > 12 else "")
+        raise DtfkitError(
+            f"{option} key {key!r} names no task of this cluster: its tasks are {names}. "
+            f"Next step: use 'default', one of its jobs ({listed}) or one of its tasks "
+            f"(such as {tasks[-1]!r}), or start the cluster with the task the key names"
+        )
 
 
 class LinkPlan(dict):

@@ -53,6 +53,8 @@ import subprocess
 import sys
 import threading
 
+from dtfkit.shown import shown
+
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS = 0x8913
@@ -163,12 +165,16 @@ RATE_FORM = "a number and kbit, mbit or gbit, as tc writes rates: '500kbit', '10
 
 def parse_rate(value) -> int:
     """A tc-style rate (``"100mbit"``) in bits per second; ``ValueError`` naming the bad value."""
-    match = _RATE.match(value) if isinstance(value, str) else None
-    bits = int(float(match.group(1)) * _RATE_UNITS[match.group(2).lower()]) if match else 0
+    # A rate is a few characters: a longer string is no rate, and is not parsed.
+    match = _RATE.match(value) if isinstance(value, str) and len(value) <= 64 else None
+    bits = float(match.group(1)) * _RATE_UNITS[match.group(2).lower()] if match else 0
     # Below 1 kB/s a link is no use; above 10 Gbit/s loopback is the better model (and
     # the token bucket's rate field, in bytes/s, holds 34 Gbit/s at most).
     if not 8000 <= bits <= 10**10:
-        raise ValueError(f"link rate {value!r} is not a rate: expected {RATE_FORM}, from 8kbit to 10gbit")
+        raise ValueError(
+            f"link rate {shown(value)} is not a rate: expected {RATE_FORM}, from 8kbit to 10gbit"
+        )
+    bits = int(bits)
     return bits
 
 
@@ -194,13 +200,13 @@ def parse_delay(value) -> float:
         >>> parse_delay("20ms"), parse_delay("1.5s"), parse_delay("0ms")
         (0.02, 1.5, 0.0)
     """
-    match = _DELAY.match(value) if isinstance(value, str) else None
+    match = _DELAY.match(value) if isinstance(value, str) and len(value) <= 64 else None
     if match is None:
-        raise ValueError(f"delay {value!r} is not a time: expected {DELAY_FORM}")
+        raise ValueError(f"delay {shown(value)} is not a time: expected {DELAY_FORM}")
     seconds = float(match.group(1)) * _DELAY_UNITS[match.group(2)]
     # Beyond seconds, gRPC's and the learner's own timeouts fire first: no lesson needs it.
     if seconds > MAX_DELAY_SECONDS:
-        raise ValueError(f"delay {value!r} is more than {MAX_DELAY_SECONDS:g} s: use 0ms to 10s")
+        raise ValueError(f"delay {shown(value)} is more than {MAX_DELAY_SECONDS:g} s: use 0ms to 10s")
     return round(seconds, 9)
 
 

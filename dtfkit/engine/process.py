@@ -96,6 +96,7 @@ class TaskProcess:
         self.gen = gen
         self.handle = handle
         self.port = port
+        self.given_port = port  # a restart's old port (None: the task picked a free one)
         self.conn = handle.connection
         self.send_lock = threading.Lock()
         self.ready = False  # said Ready, and what it printed while starting is in the log book

@@ -46,6 +46,10 @@ class Script:
     linger: bool = False  # a finished worker keeps serving until the launcher ends the cluster
 
 
+# How long a task that sent StartFailed may take to exit (it calls os._exit at once).
+_EXIT_AFTER_START_ERROR = 10.0
+
+
 class PortTaken(Exception):
     """A task could not bind the port reserved for it (another program took it)."""
 
@@ -127,8 +131,10 @@ class Tasks:
         return proc if proc is not None and proc.gen == gen else None
 
     def bind_failed(self, proc: TaskProcess) -> None:
-        """On a shared network another program may have taken the port: start everything again."""
-        if not self.describe_launcher().isolated:
+        """On a shared network another program may have taken the port: start everything again.
+        A restart asks for its old port, which another process may hold on any network (in an
+        isolated cluster, one of its own tasks): that is an error naming the port."""
+        if proc.given_port is not None or not self.describe_launcher().isolated:
             raise PortTaken(proc.task.name)
 
     # ------------------------------------------------------------------ start
@@ -299,6 +305,14 @@ class Tasks:
                 proc.kill()
             self._reap(procs)
             address = self.addresses.get(TaskId.parse(exc.task), "its old address")
+            if self.describe_launcher().isolated:
+                raise ClusterStartError(
+                    f"{exc.task} could not be started again: another process in this cluster's own "
+                    f"network holds its old address {address} (a socket a function opened on one of "
+                    "its tasks, or a server one of them started, on that port). Next step: close that "
+                    f"socket or restart the task that holds it, then call restart({exc.task!r}) again; "
+                    "or close the cluster and start a new one (it picks free ports)."
+                ) from None
             raise ClusterStartError(
                 f"{exc.task} could not be started again: another program now holds its old address "
                 f"{address} (on the host network ports are not reserved while a task is down). "
@@ -310,6 +324,11 @@ class Tasks:
             raise
         except BaseException as exc:
             bar.failed(f"failed with {type(exc).__name__}")
+            for proc in pending.values():
+                if proc.start_error is not None:
+                    # It said why and exits right after (os._exit): wait for that, so status() says
+                    # "exited", not "starting".
+                    proc.handle.wait(_EXIT_AFTER_START_ERROR)
             raise
 
     def _setup_fields(self) -> tuple[bytes | None, protocol.Sources | None]:

@@ -55,6 +55,7 @@ import numpy as np
 
 import dtfkit
 from dtfkit.recipes import placement, timeline
+from dtfkit.shown import shown
 
 __all__ = [
     "METHODS",
@@ -79,6 +80,17 @@ __all__ = [
 ]
 
 METHODS = ("ps", "sharded_ps", "ring")
+# The ps method sends a worker's whole gradient as one tensor, in one gRPC message, and
+# TensorFlow's gRPC server takes messages up to int32 max bytes (grpc_server_lib.cc,
+# builder.SetMaxMessageSize): 4-byte floats, less 1 MiB for the message's other fields.
+MAX_FLOATS = (2**31 - 1 - 2**20) // 4
+# What one synchronisation keeps in memory per worker, in gradients: its variable, its read,
+# what it receives and its sum, and a little more (the ps method holds n gradients on the ps).
+SYNC_COPIES = 5
+# A trace is for reading: a few steps. More steps are a measurement (time_sync).
+MAX_TRACED_STEPS = 1000
+# A day: RunOptions.timeout_in_ms is an int64 of milliseconds, and no trace needs longer.
+MAX_TIMEOUT = 86_400.0
 # One transfer of a schedule: (from worker, to worker, chunk index).
 Send = tuple[int, int, int]
 
@@ -245,17 +257,25 @@ def check_sync_args(method: str, n: int, floats: int) -> None:
     ...
     ValueError: 1000 floats do not split into 3 equal chunks: pick floats divisible by n (e.g. 999 or 1002)
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, not {shown(method)}")
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n (how many workers synchronise) must be an integer >= 1, not {n!r}")
+        raise ValueError(f"n (how many workers synchronise) must be an integer >= 1, not {shown(n)}")
     if not isinstance(floats, int) or isinstance(floats, bool) or floats < 1:
-        raise ValueError(f"floats (the gradient's length) must be an integer >= 1, not {floats!r}")
+        raise ValueError(f"floats (the gradient's length) must be an integer >= 1, not {shown(floats)}")
     if floats % n:
         near = [m for m in (floats - floats % n, floats - floats % n + n) if m]
         raise ValueError(
             f"{floats} floats do not split into {n} equal chunks: pick floats divisible by n "
             f"(e.g. {' or '.join(map(str, near))})"
+        )
+    parts = 1 if method == "ps" else n  # the ring and the shards send 1/n of the gradient at once
+    if floats // parts > MAX_FLOATS:
+        sent = "its whole gradient" if parts == 1 else f"1/{n} of the gradient"
+        raise ValueError(
+            f"floats={floats:,} is too large: the {method} method sends {sent} in one gRPC message "
+            f"({4 * floats // parts:,} bytes), and TensorFlow's servers take messages up to 2 GiB "
+            f"(grpc_server_lib.cc: SetMaxMessageSize(int32 max)); pick floats <= {MAX_FLOATS * parts:,}"
         )
 
 
@@ -432,7 +452,11 @@ def trace_steps(
 
     Returns plain records (``timeline.step_records``), for ``timeline.link_bytes``,
     ``timeline.plot_timeline`` and ``chrome_trace.write_chrome_trace``. Bad arguments, or a
-    cluster without the tasks the method needs, raise ``ValueError`` before anything starts.
+    cluster without the tasks the method needs serving (too few, killed, exited, or
+    ``start_servers=False``), raise ``ValueError`` before anything starts; so does a
+    gradient over gRPC's 2 GiB message limit (``MAX_FLOATS``) or one whose synchronisation
+    would not fit in half this machine's free memory (``SYNC_COPIES``). A task that dies
+    during the trace is not checked for: the trace ends with TensorFlow's error or at ``timeout``.
 
     Example::
 
@@ -440,7 +464,28 @@ def trace_steps(
         timeline.link_bytes(records)[0] == expected_link_bytes("ring", 3, 1200)    # True
     """
     check_sync_args(method, n, floats)
-    _check_steps(steps)
+    _check_steps(steps, MAX_TRACED_STEPS)
+    _check_seed(seed)
+    _check_timeout(timeout)
+    _check_serving(cluster, method, n)
+    _check_memory(n, floats)
+    kwargs = {"steps": steps, "seed": seed, "timeout_ms": int(1000 * timeout)}
+    (records,) = cluster.run(
+        trace_sync, args=(method, n, floats), kwargs=kwargs, on="client", timeout=timeout
+    ).values()
+    return records
+
+
+def _check_serving(cluster: Any, method: str, n: int) -> None:
+    """Refuse a cluster without the tasks ``method`` needs, serving; ``ValueError`` naming what
+    is missing (a trace would wait for it until its timeout)."""
+    if not all(hasattr(cluster, name) for name in ("cluster_spec", "run", "status")):
+        raise ValueError(
+            f"cluster must be a running dtfkit cluster (dtfkit.LocalCluster(ps=1, workers=3)), "
+            f"not {shown(cluster)}"
+        )
+    if getattr(cluster, "closed", False):
+        raise ValueError("the cluster is closed: start one with dtfkit.LocalCluster(ps=1, workers=3)")
     spec = cluster.cluster_spec
     have = len(spec.get("worker", []))
     if have < n:
@@ -450,16 +495,57 @@ def trace_steps(
         )
     if method == "ps" and not spec.get("ps"):
         raise ValueError('method "ps" needs a ps task: start the cluster with dtfkit.LocalCluster(ps=1, ...)')
-    kwargs = {"steps": steps, "seed": seed, "timeout_ms": int(1000 * timeout)}
-    (records,) = cluster.run(
-        trace_sync, args=(method, n, floats), kwargs=kwargs, on="client", timeout=timeout
-    ).values()
-    return records
+    if not getattr(cluster, "serves", True):
+        raise ValueError(
+            "the cluster runs no TensorFlow servers (start_servers=False), and the trace runs its "
+            "graph on the workers' servers: start one with dtfkit.LocalCluster(ps=1, workers=3)"
+        )
+    status = cluster.status()
+    needed = [f"worker:{i}" for i in range(n)] + (["ps:0"] if method == "ps" else [])
+    down = {task: status.get(task, "missing") for task in needed}
+    down = {task: state for task, state in down.items() if state not in ("running", "busy")}
+    if down:
+        words = ", ".join(f"{task} is {state}" for task, state in down.items())
+        raise ValueError(
+            f"the trace needs {', '.join(needed)} serving, and {words}: its graph would wait for "
+            f"them until the timeout. Next step: cluster.restart() starts the stopped tasks again"
+        )
 
 
-def _check_steps(steps: int) -> None:
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise ValueError(f"steps must be an integer >= 1, not {steps!r}")
+def _check_seed(seed: int) -> None:
+    if not isinstance(seed, int) or isinstance(seed, bool) or not -(2**63) <= seed < 2**63:
+        raise ValueError(f"seed must be an integer (a 64-bit one: TensorFlow's seeds), not {shown(seed)}")
+
+
+def _check_timeout(timeout: float) -> None:
+    ok = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+    if not ok or not 0 < timeout <= MAX_TIMEOUT:  # NaN fails the comparison too
+        raise ValueError(
+            f"timeout must be a number of seconds, more than 0 and at most {MAX_TIMEOUT:g} (a day), "
+            f"not {shown(timeout)}"
+        )
+
+
+def _check_memory(n: int, floats: int) -> None:
+    """Refuse a synchronisation that cannot fit in this machine's memory (all tasks share it)."""
+    import psutil
+
+    need = SYNC_COPIES * n * 4 * floats
+    available = psutil.virtual_memory().available
+    if need > available // 2:
+        fits = max(n, available // 2 // (SYNC_COPIES * n * 4) // n * n)
+        raise ValueError(
+            f"floats={floats:,} over n={n} workers needs about {need / 2**30:.1f} GiB (each worker "
+            f"holds about {SYNC_COPIES} copies of its {4 * floats:,}-byte gradient: its variable, its "
+            f"read, what it receives, its sum), more than half of the {available / 2**30:.1f} GiB "
+            f"this machine has free, and every task runs on this machine: pick floats <= {fits:,}"
+        )
+
+
+def _check_steps(steps: int, most: int | None = None) -> None:
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1 or (most and steps > most):
+        upto = f" and at most {most} (a trace is for reading; time_sync measures many steps)" if most else ""
+        raise ValueError(f"steps must be an integer >= 1{upto}, not {shown(steps)}")
 
 
 def time_sync(

@@ -32,7 +32,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from dtfkit.recipes.timeline import step_layout, tasks_of
+from dtfkit.recipes.timeline import check_records, step_layout, tasks_of
+from dtfkit.shown import shown
 
 __all__ = ["check_chrome_trace", "to_chrome_trace", "write_chrome_trace"]
 
@@ -97,7 +98,7 @@ def to_chrome_trace(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     >>> [(e["pid"], e["tid"], e["name"]) for e in trace["traceEvents"] if e["ph"] == "X"]
     [(0, 0, 'step 0'), (1, 1, 'ps_sum'), (1, 2, 'Identity (4800 B)'), (2, 1, 'Identity (4800 B)')]
     """
-    records = list(records)
+    records = check_records(records, times=True, sizes=True)
     layout = step_layout(records)
     events: list[dict[str, Any]] = []
 
@@ -142,10 +143,18 @@ def write_chrome_trace(records: Iterable[dict[str, Any]], path: str | os.PathLik
 
         write_chrome_trace(records, "ring_steps.json")    # open in https://ui.perfetto.dev
     """
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"path must be a file name such as 'ring_steps.json', not {shown(path)}")
     trace = to_chrome_trace(records)
     check_chrome_trace(trace)
     path = Path(path)
-    path.write_text(json.dumps(trace, allow_nan=False))
+    try:
+        path.write_text(json.dumps(trace, allow_nan=False))
+    except OSError as err:
+        raise ValueError(
+            f"path: cannot write {shown(os.fspath(path))} ({err.strerror or err}); pick a file in a folder "
+            "that exists and that you may write to, such as 'ring_steps.json'"
+        ) from None
     return path
 
 
@@ -197,9 +206,56 @@ def _overlap(events: list[tuple[int, dict[str, Any]]]) -> tuple[int, int] | None
     return None
 
 
+TRACE_FORM = (
+    "a Chrome trace: a dict with a 'traceEvents' list, a list of events, a JSON file's path "
+    "(what write_chrome_trace wrote) or JSON text"
+)
+# Longer than any path the system takes (PATH_MAX on Linux): text this long is no file name.
+_MAX_PATH = 4096
+
+
+def _load(trace: Any) -> Any:
+    """``trace`` as JSON data: a dict or list as it is; a string starting with ``{`` or ``[``
+    as JSON text; another string or path as a file to read. ``ValueError`` saying what is expected."""
+    if isinstance(trace, (bytes, bytearray)):
+        raise ValueError(f"trace must be {TRACE_FORM}, not bytes: decode them first (data.decode())")
+    if isinstance(trace, (dict, list)):
+        return trace
+    if not isinstance(trace, (str, os.PathLike)):
+        raise ValueError(f"trace must be {TRACE_FORM}, not {shown(trace)}")
+    text, source = None, None
+    if isinstance(trace, str) and trace.lstrip()[:1] in ("{", "["):
+        text, source = trace, "the JSON text given"
+    else:
+        name = os.fspath(trace)
+        if not isinstance(name, str) or not name or len(name) > _MAX_PATH or "\0" in name:
+            raise ValueError(f"trace must be {TRACE_FORM}; {shown(trace)} is none of them")
+        try:
+            text, source = Path(name).read_text(encoding="utf-8"), name
+        except FileNotFoundError:
+            raise ValueError(
+                f"trace: there is no file {shown(name)}; pass {TRACE_FORM} "
+                "(chrome_trace.write_chrome_trace(records, path) writes one)"
+            ) from None
+        except UnicodeDecodeError:
+            raise ValueError(
+                f"trace: {shown(name)} is not a text file; a Chrome trace is JSON text"
+            ) from None
+        except OSError as err:
+            raise ValueError(
+                f"trace: {shown(name)} cannot be read ({err.strerror or err}); pass {TRACE_FORM}"
+            ) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{source} is not JSON ({err}); write it with write_chrome_trace") from None
+    except RecursionError:
+        raise ValueError(f"{source} is JSON nested too deeply to be a Chrome trace") from None
+
+
 def check_chrome_trace(trace: dict | list | str | os.PathLike) -> dict[str, Any]:
-    """Check a Chrome trace (a dict, a list of events, or a JSON file's path) against the
-    Trace Event Format; raise ``ValueError`` naming the first bad event and why.
+    """Check a Chrome trace (a dict, a list of events, a JSON file's path, or JSON text)
+    against the Trace Event Format; raise ``ValueError`` naming the first bad event and why.
 
     Checks: the JSON shape (an object with a ``traceEvents`` list, or a list), each event's
     ``ph`` (a known phase), ``name``, integer ``pid``/``tid``, a finite ``ts``, for ``"X"``
@@ -211,32 +267,28 @@ def check_chrome_trace(trace: dict | list | str | os.PathLike) -> dict[str, Any]
     >>> check_chrome_trace({"traceEvents": [{"name": "op", "ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": -1}]})
     Traceback (most recent call last):
     ...
-    ValueError: Chrome trace event 0 ({'name': 'op', 'ph': 'X', 'pid': 1, 'tid': 1, 'ts': 0, 'dur': -1}): 'dur' must be a finite number >= 0, not -1
+    ValueError: Chrome trace event 0 ({'dur': -1, 'name': 'op', 'ph': 'X', 'pid': 1, 'tid': 1, 'ts': 0}): 'dur' must be a finite number >= 0, not -1
     """
-    if isinstance(trace, (str, os.PathLike)):
-        try:
-            trace = json.loads(Path(trace).read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(
-                f"{os.fspath(trace)} is not JSON ({err}); write it with write_chrome_trace"
-            ) from None
+    trace = _load(trace)
     events = trace.get("traceEvents") if isinstance(trace, dict) else trace
     if not isinstance(events, list):
         raise ValueError(
             "a Chrome trace is an object with a 'traceEvents' list, or a list of events; "
-            f"got {type(trace).__name__} with traceEvents={events!r:.80}"
+            f"got {type(trace).__name__} with traceEvents={shown(events)}"
         )
     try:
         json.dumps(trace, allow_nan=False)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"a Chrome trace must be plain JSON: {err}") from None
+        raise ValueError(f"a Chrome trace must be plain JSON: {shown(str(err))}") from None
+    except RecursionError:
+        raise ValueError("a Chrome trace must be plain JSON, and this one is nested too deeply") from None
     phases: dict[str, int] = {}
     processes: dict[int, str] = {}
     threads: dict[tuple[int, int], list[tuple[int, dict[str, Any]]]] = {}
     for i, event in enumerate(events):
         problem = "it is not an object" if not isinstance(event, dict) else _problem(event)
         if problem:
-            raise ValueError(f"Chrome trace event {i} ({event!r:.200}): {problem}")
+            raise ValueError(f"Chrome trace event {i} ({shown(event)}): {problem}")
         phases[event["ph"]] = phases.get(event["ph"], 0) + 1
         if event["ph"] == "M" and event["name"] == "process_name":
             processes[event["pid"]] = event["args"]["name"]
@@ -247,7 +299,7 @@ def check_chrome_trace(trace: dict | list | str | os.PathLike) -> dict[str, Any]
         if pair:
             a, b = pair
             raise ValueError(
-                f"Chrome trace event {b} ({events[b]!r:.200}) overlaps event {a} ({events[a]!r:.200}) "
+                f"Chrome trace event {b} ({shown(events[b])}) overlaps event {a} ({shown(events[a])}) "
                 f"on pid {pid}, tid {tid} without nesting in it: give one of them another tid"
             )
     return {"events": len(events), "phases": dict(sorted(phases.items())), "processes": processes}

@@ -32,12 +32,16 @@ Importing this module does not import TensorFlow.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from dtfkit.recipes import placement
+from dtfkit.shown import shown
 
 __all__ = [
+    "check_records",
     "link_bytes",
     "link_usage",
     "plot_timeline",
@@ -68,6 +72,13 @@ def step_records(run_metadata: Any, step: int = 0) -> list[dict[str, Any]]:
         sess.run(train_op, options=placement.trace_options(), run_metadata=metadata)
         records = step_records(metadata, step=0)
     """
+    if not _is_count(step):
+        raise ValueError(f"step must be an integer >= 0 (the step's number), not {shown(step)}")
+    if not hasattr(run_metadata, "step_stats"):
+        raise ValueError(
+            f"run_metadata must be the tf.compat.v1.RunMetadata a traced run filled in "
+            f"(sess.run(..., options=placement.trace_options(), run_metadata=metadata)), not {shown(run_metadata)}"
+        )
     stats = {
         (dev.device, node.node_name): node
         for dev in run_metadata.step_stats.dev_stats
@@ -148,6 +159,90 @@ def _transfer_timing(producer: Any, rpc: dict | None, used: int | None, t0: int)
 
 
 # ------------------------------------------------------- plain Python (no TensorFlow)
+# More records than any trace a notebook reads (a step of a few workers is tens of records,
+# trace_steps takes at most 1000 steps): the check stops there instead of filling memory.
+MAX_RECORDS = 1_000_000
+RECORD_FORM = (
+    "a list of the dicts allreduce.trace_steps returns (timeline.step_records): "
+    "{'step', 'kind': 'compute', 'task', 'start_us', 'end_us', ...} or "
+    "{'step', 'kind': 'transfer', 'from', 'to', 'bytes', 'start_us', 'end_us', ...}"
+)
+
+
+def check_records(
+    records: Any, *, steps: bool = True, times: bool = False, sizes: bool = False, argument: str = "records"
+) -> list[dict[str, Any]]:
+    """``records`` as a list, each one checked for what the caller reads; ``ValueError`` naming
+    the first bad record and what a record is (a dict from ``cluster.run``, a string, a
+    JSON file's path or a record without a key would fail later with a bare ``TypeError``
+    or ``KeyError``).
+
+    ``steps``: each has an integer ``step`` >= 0; ``times``: finite ``start_us`` <=
+    ``end_us``; ``sizes``: each transfer's ``bytes`` is an integer >= 0.
+
+    >>> check_records({"client:0": []})
+    Traceback (most recent call last):
+    ...
+    ValueError: records must be a list of records, not a dict keyed by task ('client:0'): cluster.run returns one; pass its value, e.g. next(iter(result.values()))
+    """
+    if isinstance(records, dict):
+        if "kind" in records:
+            raise ValueError(f"{argument} must be a list of records, not one record: pass [record]")
+        keys = ", ".join(shown(k) for k in list(records)[:3])
+        raise ValueError(
+            f"{argument} must be a list of records, not a dict keyed by task ({keys}): cluster.run "
+            "returns one; pass its value, e.g. next(iter(result.values()))"
+        )
+    if isinstance(records, (str, bytes, bytearray)) or not isinstance(records, Iterable):
+        raise ValueError(f"{argument} must be {RECORD_FORM}; not {shown(records)}")
+    checked = list(itertools.islice(records, MAX_RECORDS + 1))
+    if len(checked) > MAX_RECORDS:
+        raise ValueError(
+            f"{argument} holds more than {MAX_RECORDS:,} records, more than any trace to read: "
+            "trace fewer steps (allreduce.trace_steps(..., steps=3))"
+        )
+    for i, record in enumerate(checked):
+        problem = _record_problem(record, steps, times, sizes)
+        if problem:
+            raise ValueError(
+                f"{argument}[{i}] ({shown(record)}): {problem}; {argument} must be {RECORD_FORM}"
+            )
+    return checked
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _record_problem(record: Any, steps: bool, times: bool, sizes: bool) -> str | None:
+    """What makes one record unreadable for the caller, or None."""
+    if not isinstance(record, dict):
+        return "it is not a dict"
+    kind = record.get("kind")
+    if kind not in ("compute", "transfer"):
+        return f"'kind' must be 'compute' or 'transfer', not {shown(kind)}"
+    for key in ("task",) if kind == "compute" else ("from", "to"):
+        if not isinstance(record.get(key), str):
+            return (
+                f"a {kind} record needs {key!r}, a task name such as 'worker:0', not {shown(record.get(key))}"
+            )
+    if steps and not _is_count(record.get("step")):
+        return f"'step' must be an integer >= 0, not {shown(record.get('step'))}"
+    if times:
+        for key in ("start_us", "end_us"):
+            if not _is_number(record.get(key)):
+                return f"{key!r} must be a finite number (microseconds), not {shown(record.get(key))}"
+        if record["end_us"] < record["start_us"]:
+            return f"'end_us' ({record['end_us']}) is before 'start_us' ({record['start_us']})"
+    if sizes and kind == "transfer" and not _is_count(record.get("bytes")):
+        return f"'bytes' must be an integer >= 0, not {shown(record.get('bytes'))}"
+    return None
+
+
 def tasks_of(records: Iterable[dict[str, Any]]) -> list[str]:
     """Every task the records name (computing, sending or receiving), ps first.
 
@@ -155,7 +250,7 @@ def tasks_of(records: Iterable[dict[str, Any]]) -> list[str]:
     ['ps:0', 'worker:0', 'worker:1']
     """
     names = set()
-    for r in records:
+    for r in check_records(records, steps=False):
         names.update([r["task"]] if r["kind"] == "compute" else [r["from"], r["to"]])
 
     def order(task: str) -> tuple:
@@ -176,7 +271,7 @@ def link_bytes(records: Iterable[dict[str, Any]]) -> dict[int, dict[tuple[str, s
     {0: {('worker:0', 'ps:0'): 12}, 1: {}}
     """
     out: dict[int, dict[tuple[str, str], int]] = {}
-    for r in records:
+    for r in check_records(records, sizes=True):
         per_link = out.setdefault(r["step"], {})
         if r["kind"] == "transfer":
             link = (r["from"], r["to"])
@@ -200,11 +295,14 @@ def step_layout(records: Iterable[dict[str, Any]], gap: float = 0.1) -> dict[int
     Each step's times start at its own origin; laid out one after another with a gap
     of ``gap`` times the longest step between them.
 
-    >>> step_layout([{"step": 0, "start_us": 0, "end_us": 50}, {"step": 1, "start_us": 0, "end_us": 100}])
+    >>> op = {"kind": "compute", "task": "ps:0", "start_us": 0}
+    >>> step_layout([dict(op, step=0, end_us=50), dict(op, step=1, end_us=100)])
     {0: (0.0, 50.0), 1: (60.0, 100.0)}
     """
+    if not _is_number(gap) or gap < 0:
+        raise ValueError(f"gap must be a finite number >= 0 (times the longest step), not {shown(gap)}")
     spans: dict[int, float] = {}
-    for r in records:
+    for r in check_records(records, times=True):
         spans[r["step"]] = max(spans.get(r["step"], 0.0), float(r["end_us"]))
     pause = gap * max(spans.values(), default=0.0)
     layout, offset = {}, 0.0
@@ -226,7 +324,7 @@ def link_usage(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     >>> [(r["from"], r["to"], r["transfers"], r["bytes"], r["busy_us"], r["busy"]) for r in rows]
     [('w', 'ps:0', 2, 16, 30.0, 0.3)]
     """
-    records = list(records)
+    records = check_records(records, times=True, sizes=True)
     layout = step_layout(records)
     spans: dict[tuple[int, str, str], list[tuple[float, float]]] = {}
     sizes: dict[tuple[int, str, str], int] = {}
@@ -276,6 +374,11 @@ def plot_timeline(records: Sequence[dict[str, Any]], *, step: int | None = None,
 
         tasks_ax, links_ax = plot_timeline(records, step=0, title="ring, N = 3")
     """
+    records = check_records(records, times=True, sizes=True)
+    if step is not None and not _is_count(step):
+        raise ValueError(f"step must be None (every step) or a step number >= 0, not {shown(step)}")
+    if title is not None and not isinstance(title, str):
+        raise ValueError(f"title must be a string or None, not {shown(title)}")
     import matplotlib.pyplot as plt
 
     records = [r for r in records if step is None or r["step"] == step]
