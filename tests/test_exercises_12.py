@@ -99,9 +99,12 @@ def test_12_1_every_case_has_exactly_the_mistake_it_was_made_with():
     assert not any(configs == other for configs, _ in shown for other, _ in hidden)
 
 
+SHOWN_KINDS = ch12.SHOWN  # copied out: an answer that reads the check module is refused
+
+
 def _shown_only(tf_configs):
     mistake = find_mistake(tf_configs)
-    return mistake if mistake in ch12.SHOWN else "duplicate-task"
+    return mistake if mistake in SHOWN_KINDS else "duplicate-task"
 
 
 def _off_by_one(tf_configs):

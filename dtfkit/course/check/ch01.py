@@ -161,7 +161,7 @@ def _trace_layers(place_layers: Callable, cases: tuple) -> list[dict[str, Any]]:
     return out
 
 
-@exercise("1.2", "Model parallelism")
+@exercise("1.2", "Model parallelism", allowed=("dtfkit.recipes.tf1.dense",))
 def model_parallel(place_layers: Callable, *, hidden: bool = False) -> CheckResult:
     """Train one step of ``place_layers(tf, images, devices, units)`` from a client: layer ``i`` (``units[i]``
     units) must keep its variables and its matmuls on ``devices[i]``, for the text's case and others.

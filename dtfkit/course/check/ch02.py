@@ -224,7 +224,7 @@ def _quick_placement_problem(ps_strategy: Callable) -> CheckResult | None:
     return None
 
 
-@exercise("2.2", "Place variables by bytes")
+@exercise("2.2", "Place variables by bytes", allowed=("dtfkit.recipes.between_graph.variable_bytes",))
 def greedy_placement(ps_strategy: Callable, *, hidden: bool = False) -> CheckResult:
     """Place other models on 2 to 4 ps with ``ps_strategy(num_ps)`` (stand-in variables), then the
     chapter's uneven model on 2 ps in a worker (``hidden``: another on 3 ps); the busiest ps must
