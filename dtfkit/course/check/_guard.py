@@ -121,7 +121,11 @@ def _frame_kind(frame: types.FrameType) -> str:
 
 def _callee_name(frame: types.FrameType) -> str:
     code = frame.f_code
-    return f"{frame.f_globals.get('__name__', '?')}.{getattr(code, 'co_qualname', code.co_name)}"
+    qualname = getattr(code, "co_qualname", None)  # Python 3.11+
+    if qualname is None:  # 3.10: a module-level function is the module's own name for this code
+        module_level = getattr(frame.f_globals.get(code.co_name), "__code__", None) is code
+        qualname = code.co_name if module_level or code.co_name == "<module>" else f"<local>.{code.co_name}"
+    return f"{frame.f_globals.get('__name__', '?')}.{qualname}"
 
 
 def _object_name(obj: Any) -> str | None:
