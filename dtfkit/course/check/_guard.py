@@ -200,7 +200,7 @@ def _names_in_code(
             chain = f"{chain}.{ins.argval}"
             continue
         if chain is not None:
-            found.append(chain)
+            _found(chain, found)
             chain = None
         if op in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_GLOBALS"):
             name = ins.argval
@@ -222,10 +222,33 @@ def _names_in_code(
                 found.append(ins.argval)
         previous_const = ins.argval if op == "LOAD_CONST" else None
     if chain is not None:
-        found.append(chain)
+        _found(chain, found)
     for const in code.co_consts:
         if inspect.iscode(const):
             _names_in_code(const, resolve, found, follow)
+
+
+def _found(chain: str, found: list[str]) -> None:
+    """Record a dotted dtfkit name unless it is plain data (a module's constant, say: no code runs)."""
+    if not _is_data(chain):
+        found.append(chain)
+
+
+def _is_data(dotted: str) -> bool:
+    """True when ``dotted`` names a loaded module's attribute that is neither code nor a module.
+    Read from the modules' own ``__dict__``: a module's ``__getattr__`` (lazy imports) never runs."""
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is None:
+            continue
+        obj: Any = module
+        for attr in parts[cut:]:
+            if not isinstance(obj, types.ModuleType) or attr not in vars(obj):
+                return False
+            obj = vars(obj)[attr]
+        return not (callable(obj) or isinstance(obj, types.ModuleType))
+    return False
 
 
 def _looks_like_dtfkit_path(text: str) -> bool:
