@@ -150,6 +150,22 @@ def test_a_shortcut_the_answer_catches_the_error_of_is_still_refused(no_spawn):
     assert_refused(check.ch11.alpha_beta(swallowing), "alpha_beta_time")
 
 
+def test_a_shortcut_in_a_thread_the_answer_starts_is_refused(no_spawn):
+    import threading
+
+    def in_a_thread(method, n, size_bytes, alpha_s, beta_s_per_byte):
+        out = []
+        worker = threading.Thread(
+            target=lambda: out.append(evasive_11_2(method, n, size_bytes, alpha_s, beta_s_per_byte))
+        )
+        worker.start()
+        worker.join()
+        return out[0]
+
+    assert_refused(check.ch11.alpha_beta(in_a_thread), "dtfkit.recipes.alpha_beta.alpha_beta_time")
+    assert no_spawn == []
+
+
 def test_a_helper_a_default_argument_or_a_partial_is_followed(no_spawn):
     import functools
 

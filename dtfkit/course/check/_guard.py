@@ -21,10 +21,11 @@ allow-list (``allowed`` of :func:`guarded`), on top of :data:`ALWAYS_ALLOWED`. O
 hands the answer (stand-in ``tf`` modules, stand-in strategies) live in the check's own module
 as methods or nested functions; calling them is allowed, its module-level functions are not.
 
-Not caught: a call made in a thread the answer starts, or by a function the answer returns when
-the check (or TensorFlow) calls it after the answer has returned, unless its code names dtfkit
-(the static reading sees that); code built at run time from strings (``exec``, ``eval``) calling
-dtfkit outside the answer's call; copying dtfkit's source text into the answer.
+Threads the answer starts are watched too (``threading.setprofile``). Not caught: a call made by
+a function the answer returns, when the check (or TensorFlow) calls it after the answer has
+returned, unless its code names dtfkit (the reading sees that); a call in a subprocess the answer
+starts; an answer that turns the watch off (``sys.setprofile(None)``) and hides the names it
+uses; copying dtfkit's source text into the answer.
 
 Example::
 
@@ -331,12 +332,13 @@ def refused_names(answer: Any, policy: Policy) -> list[str]:
 
 # ------------------------------------------------------------------ watching the answer run
 class _Watch:
-    """A ``sys.setprofile`` hook for one thread: records calls from learner code into dtfkit."""
+    """A ``sys.setprofile`` hook: records calls from learner code into dtfkit in ``violations``
+    (shared with the :class:`GuardedAnswer`, so a thread the answer started still reports)."""
 
-    def __init__(self, policy: Policy, previous: Any):
+    def __init__(self, policy: Policy, previous: Any, violations: list[str]):
         self.policy = policy
         self.previous = previous
-        self.violations: list[str] = []
+        self.violations = violations
 
     def __call__(self, frame: types.FrameType, event: str, arg: Any) -> None:
         if event == "call" and _frame_kind(frame) == DTFKIT:
@@ -383,20 +385,20 @@ class GuardedAnswer:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if getattr(_ACTIVE, "watch", None) is not None:
             return self.answer(*args, **kwargs)  # an outer call of the answer watches already
-        previous = sys.getprofile()
-        watch = _Watch(self.policy, previous)
+        before = len(self.violations)
+        previous, previous_threads = sys.getprofile(), threading.getprofile()
+        watch = _Watch(self.policy, previous, self.violations)
         _ACTIVE.watch = watch
+        threading.setprofile(_Watch(self.policy, previous_threads, self.violations))  # threads it starts
         sys.setprofile(watch)
         try:
             return self.answer(*args, **kwargs)
         finally:
             sys.setprofile(previous)
+            threading.setprofile(previous_threads)
             _ACTIVE.watch = None
-            for name in watch.violations:
-                if name not in self.violations:
-                    self.violations.append(name)
-            if watch.violations:
-                raise AnswerReachedIntoDtfkit(refusal(self.policy.exercise, watch.violations))
+            if len(self.violations) > before:
+                raise AnswerReachedIntoDtfkit(refusal(self.policy.exercise, self.violations[before:]))
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         return self if instance is None else types.MethodType(self, instance)
