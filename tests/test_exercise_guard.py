@@ -319,3 +319,31 @@ def test_a_shortcut_in_a_task_is_refused_naming_the_task_and_the_call():
 
     result = check.ch07.all_reduce(sum_over_workers)
     assert_refused(result, "dtfkit.recipes.alpha_beta.alpha_beta_time", "in worker:")
+
+
+def test_stand_ins_a_check_hands_over_may_be_used_its_module_functions_may_not():
+    """2.1's and 4.1's quick checks pass a stand-in ``tf`` (a class and nested functions of the check's
+    module): an answer using it is fine; the module's own functions are refused."""
+    from dtfkit.course.check import ch02, ch04
+
+    def session_config(tf, job_name, task_index):
+        return tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:{job_name}/task:{task_index}"])
+
+    config = _guard.GuardedAnswer(session_config, _guard.Policy("2.1", (), ch02.__name__))
+    assert config(ch02._stand_in_tf(), "worker", 1).device_filters == ["/job:ps", "/job:worker/task:1"]
+
+    def make_hooks(tf, last_step, loss):
+        return [
+            tf.compat.v1.train.StopAtStepHook(last_step=last_step),
+            tf.compat.v1.train.NanTensorHook(loss),
+        ]
+
+    hooks = _guard.GuardedAnswer(make_hooks, _guard.Policy("4.1", (), ch04.__name__))
+    assert len(hooks(ch04._stand_in_tf(), 5, "loss")) == 2
+
+    def borrowing(tf, job_name, task_index):
+        return ch02._stand_in_tf()  # the module-level function itself
+
+    borrowed = _guard.GuardedAnswer(borrowing, _guard.Policy("2.1", (), ch02.__name__))
+    with pytest.raises(_guard.AnswerReachedIntoDtfkit, match="dtfkit.course.check.ch02._stand_in_tf"):
+        borrowed(None, "worker", 0)
