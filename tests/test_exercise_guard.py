@@ -166,6 +166,19 @@ def test_a_shortcut_in_a_thread_the_answer_starts_is_refused(no_spawn):
     assert no_spawn == []
 
 
+def test_an_answer_that_turns_the_watch_off_is_refused(no_spawn):
+    def unwatched(method, n, size_bytes, alpha_s, beta_s_per_byte):
+        watch = sys.getprofile()
+        getattr(sys, "eliforptes"[::-1])(None)
+        try:
+            return evasive_11_2(method, n, size_bytes, alpha_s, beta_s_per_byte)
+        finally:
+            sys.setprofile(watch)
+
+    assert_refused(check.ch11.alpha_beta(unwatched), "sys.setprofile")
+    assert no_spawn == []
+
+
 def test_a_helper_a_default_argument_or_a_partial_is_followed(no_spawn):
     import functools
 

@@ -24,8 +24,8 @@ as methods or nested functions; calling them is allowed, its module-level functi
 Threads the answer starts are watched too (``threading.setprofile``). Not caught: a call made by
 a function the answer returns, when the check (or TensorFlow) calls it after the answer has
 returned, unless its code names dtfkit (the reading sees that); a call in a subprocess the answer
-starts; an answer that turns the watch off (``sys.setprofile(None)``) and hides the names it
-uses; copying dtfkit's source text into the answer.
+starts; copying dtfkit's source text into the answer. An answer that turns the watch off
+(``sys.setprofile``, however reached) is refused for that.
 
 Example::
 
@@ -331,6 +331,9 @@ def refused_names(answer: Any, policy: Policy) -> list[str]:
 
 
 # ------------------------------------------------------------------ watching the answer run
+TURNS_OFF_THE_WATCH = "sys.setprofile (which turns off the check's watch)"
+
+
 class _Watch:
     """A ``sys.setprofile`` hook: records calls from learner code into dtfkit in ``violations``
     (shared with the :class:`GuardedAnswer`, so a thread the answer started still reports)."""
@@ -343,6 +346,9 @@ class _Watch:
     def __call__(self, frame: types.FrameType, event: str, arg: Any) -> None:
         if event == "call" and _frame_kind(frame) == DTFKIT:
             self._judge(frame)
+        elif event == "c_call" and arg is sys.setprofile and _frame_kind(frame) == LEARNER:
+            if TURNS_OFF_THE_WATCH not in self.violations:  # however it was reached: the call is seen
+                self.violations.append(TURNS_OFF_THE_WATCH)
         if self.previous is not None:
             self.previous(frame, event, arg)
 
