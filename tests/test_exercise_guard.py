@@ -360,3 +360,12 @@ def test_stand_ins_a_check_hands_over_may_be_used_its_module_functions_may_not()
     borrowed = _guard.GuardedAnswer(borrowing, _guard.Policy("2.1", (), ch02.__name__))
     with pytest.raises(_guard.AnswerReachedIntoDtfkit, match="dtfkit.course.check.ch02._stand_in_tf"):
         borrowed(None, "worker", 0)
+
+
+def test_12_2_the_real_runs_interval_does_not_depend_on_the_draw():
+    """The passing line names the real run's interval: the budget binds whatever the draw, so it is
+    always ``REAL_RUN_BUDGET`` (and so are the steps killed at and resumed from)."""
+    budget = ch12_recovery.REAL_RUN_BUDGET
+    for seed in range(500):
+        case = ch12_recovery._case(random.Random(seed), budget * 5.0, budget)
+        assert ch12_recovery.best_interval(*case) == budget == choose_save_every(*case), case
