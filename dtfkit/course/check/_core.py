@@ -231,6 +231,7 @@ def exercise(
             _RESULTS.append(result)
             return result
 
+        run.exercise, run.allowed = number, tuple(allowed)  # type: ignore[attr-defined]
         return run
 
     return decorate
