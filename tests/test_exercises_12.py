@@ -5,6 +5,7 @@ The check runs in plain Python: no process starts (``no_spawn``)."""
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -94,14 +95,17 @@ def test_12_1_every_case_has_exactly_the_mistake_it_was_made_with():
     assert {kind for _, kind in hidden} == set(ch12.SHOWN + ch12.HIDDEN)
     for configs, kind in shown + hidden:
         assert diagnose(configs).codes == {kind}
-    # The cases do not depend on the run (feedback a learner can reproduce), and the hidden ones differ.
-    assert ch12.broken_clusters() == shown
-    assert not any(configs == other for configs, _ in shown for other, _ in hidden)
+    # Drawn fresh every run (no seeds to enumerate), the same from the same generator.
+    assert ch12.broken_clusters() != shown
+    assert ch12.broken_clusters(rng=random.Random(7)) == ch12.broken_clusters(rng=random.Random(7))
+
+
+SHOWN_KINDS = ch12.SHOWN  # copied out: an answer that reads the check module is refused
 
 
 def _shown_only(tf_configs):
     mistake = find_mistake(tf_configs)
-    return mistake if mistake in ch12.SHOWN else "duplicate-task"
+    return mistake if mistake in SHOWN_KINDS else "duplicate-task"
 
 
 def _off_by_one(tf_configs):

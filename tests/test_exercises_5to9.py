@@ -531,9 +531,11 @@ def _wrong_9_2_three_only(n):  # a right schedule, written out for the chapter's
 
 
 def _wrong_9_2_right_going(n):  # Part 1's ring: sums right, but sends to the right neighbour
-    from dtfkit.recipes import allreduce
-
-    return allreduce.ring_schedule(n)
+    right = [(i + 1) % n for i in range(n)]  # written out: an answer calling ring_schedule is refused
+    return {
+        "reduce_scatter": [[(i, right[i], (i - s) % n) for i in range(n)] for s in range(n - 1)],
+        "all_gather": [[(i, right[i], (i + 1 - s) % n) for i in range(n)] for s in range(n - 1)],
+    }
 
 
 @pytest.mark.slow

@@ -3,7 +3,9 @@
 Each check runs the learner's answer for real (on a small cluster it starts and closes, or
 in the kernel for chapters 5 and 6) and returns a :class:`CheckResult` that shows as a green,
 red or grey box with feedback naming the task and what to look at. A wrong answer never
-raises; ``result.require()`` does (for nbgrader's autograder).
+raises; ``result.require()`` does (for nbgrader's autograder). An answer that names or calls
+dtfkit's own code (a recipe's formula, a check, ``diagnose``) is refused, naming the call
+(``_guard``); hidden variants are drawn fresh every run.
 
 Example::
 

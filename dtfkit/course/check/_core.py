@@ -24,6 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dtfkit.course import classroom
+from dtfkit.course.check._guard import (
+    REFUSAL_HINT,
+    AnswerReachedIntoDtfkit,
+    GuardedAnswer,
+    Policy,
+    refusal,
+    refused_names,
+)
 from dtfkit.course.student import STUB
 from dtfkit.errors import TaskExited, TaskFailed, TaskTimeout
 
@@ -163,6 +171,10 @@ def _from_exception(exc: BaseException, name: str) -> CheckResult:
         isinstance(exc, TaskFailed) and exc.exc_type == "NotImplementedError"
     ):
         return _not_attempted(name)
+    if isinstance(exc, AnswerReachedIntoDtfkit):
+        return failed(str(exc), REFUSAL_HINT)
+    if isinstance(exc, TaskFailed) and exc.exc_type == AnswerReachedIntoDtfkit.__name__:
+        return failed(f"in {exc.task}, {exc.remote_message.strip()[:300]}", REFUSAL_HINT)
     if isinstance(exc, TaskFailed):
         tail = [line for line in exc.remote_traceback.strip().splitlines() if line.strip()][-4:]
         return failed(
@@ -182,8 +194,17 @@ def _from_exception(exc: BaseException, name: str) -> CheckResult:
     )
 
 
-def exercise(number: str, title: str) -> Callable[[Callable[..., CheckResult]], Callable[..., CheckResult]]:
+def exercise(
+    number: str, title: str, *, allowed: tuple[str, ...] = ()
+) -> Callable[[Callable[..., CheckResult]], Callable[..., CheckResult]]:
     """Decorate a chapter's check: stubs, exceptions, numbering and recording are handled here.
+
+    The answer reaches the check wrapped (``_guard.GuardedAnswer``): an answer whose code names
+    dtfkit's modules or functions, or that calls into them while it runs (in the kernel or in a
+    task), is refused with the name of what it called. ``allowed`` lists the dtfkit names this
+    exercise's answers may use (a helper the exercise's cell imports, say), beyond
+    ``_guard.ALWAYS_ALLOWED``; stand-ins the check hands over (methods and nested functions of
+    the check's own module) are allowed too.
 
     Example::
 
@@ -203,17 +224,40 @@ def exercise(number: str, title: str) -> Callable[[Callable[..., CheckResult]], 
             elif is_stub(answer):
                 result = _not_attempted(name)
             else:
-                try:
-                    result = check(answer, *args, hidden=hidden, **kwargs)
-                except Exception as exc:  # noqa: BLE001 - every mistake becomes feedback
-                    result = _from_exception(exc, name)
+                result = _guarded_check(
+                    check, answer, Policy(number, allowed, check.__module__), name, args, hidden, kwargs
+                )
             result.exercise, result.title = number, title
             _RESULTS.append(result)
             return result
 
+        run.exercise, run.allowed = number, tuple(allowed)  # type: ignore[attr-defined]
         return run
 
     return decorate
+
+
+def _guarded_check(
+    check: Callable[..., CheckResult],
+    answer: Any,
+    policy: Policy,
+    name: str,
+    args: tuple,
+    hidden: bool,
+    kwargs: dict[str, Any],
+) -> CheckResult:
+    """Run ``check`` on the answer, wrapped so that reaching into dtfkit is refused (see ``_guard``)."""
+    refused = refused_names(answer, policy)
+    if refused:
+        return failed(refusal(policy.exercise, refused, "uses"), REFUSAL_HINT)
+    watched = GuardedAnswer(answer, policy)
+    try:
+        result = check(watched, *args, hidden=hidden, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - every mistake becomes feedback
+        result = _from_exception(exc, name)
+    if watched.violations:  # even where the check caught what the answer raised
+        return failed(refusal(policy.exercise, watched.violations), REFUSAL_HINT)
+    return result
 
 
 def _reads(code: Any) -> set[str]:

@@ -9,6 +9,7 @@ Example::
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,15 @@ BUILD_HIDDEN = ((W1, W1),)
 # (devices, units): one dense layer per device.
 LAYER_CASES = (((W0, W1), (32, 10)), ((W1, W0), (16, 10)))
 LAYER_HIDDEN = (((W1, W0, W1), (24, 16, 10)),)
+
+
+def _fresh_layers() -> tuple:
+    """A hidden case drawn fresh every run: three layers on both workers, widths no case names
+    (distinct, never 64 or 10, so every kernel and bias has a shape of its own)."""
+    rng = random.Random()
+    first, second = rng.sample([u for u in range(8, 49) if u != 10], 2)
+    devices = rng.choice([(W0, W1, W0), (W1, W0, W1), (W0, W0, W1), (W1, W1, W0), (W0, W1, W1), (W1, W0, W0)])
+    return ((devices, (first, second, 10)),)
 
 
 def task_of(device: str) -> str:
@@ -161,7 +171,7 @@ def _trace_layers(place_layers: Callable, cases: tuple) -> list[dict[str, Any]]:
     return out
 
 
-@exercise("1.2", "Model parallelism")
+@exercise("1.2", "Model parallelism", allowed=("dtfkit.recipes.tf1.dense",))
 def model_parallel(place_layers: Callable, *, hidden: bool = False) -> CheckResult:
     """Train one step of ``place_layers(tf, images, devices, units)`` from a client: layer ``i`` (``units[i]``
     units) must keep its variables and its matmuls on ``devices[i]``, for the text's case and others.
@@ -173,7 +183,7 @@ def model_parallel(place_layers: Callable, *, hidden: bool = False) -> CheckResu
     problem = ignores(place_layers, ("tf", "images", "devices", "units"), "devices and layer sizes")
     if problem is not None:
         return problem
-    cases = LAYER_CASES + (LAYER_HIDDEN if hidden else ())
+    cases = LAYER_CASES + (LAYER_HIDDEN + _fresh_layers() if hidden else ())
     with cluster(ps=1, workers=2) as c:
         (runs,) = c.run(_trace_layers, args=(place_layers, cases), on="client", timeout=150).values()
     for (devices, units), traced in zip(cases, runs, strict=True):

@@ -9,6 +9,7 @@ Example::
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -200,9 +201,16 @@ def _balance_problem(loads: list[int], sizes: list[int], num_ps: int, case: str)
     )
 
 
+def _fresh_place_case() -> tuple[tuple[int, ...], int]:
+    """A model and a number of ps drawn fresh every run: no fixed list to place by hand."""
+    rng = random.Random()
+    hidden = tuple(rng.randint(8, 1024) for _ in range(rng.randint(2, 4)))
+    return (64, *hidden, 10), rng.randint(2, 4)
+
+
 def _quick_placement_problem(ps_strategy: Callable) -> CheckResult | None:
     """Place stand-in variables of other models on other numbers of ps: a failed result or None."""
-    for layers, num_ps in PLACE_CASES:
+    for layers, num_ps in (*PLACE_CASES, _fresh_place_case()):
         variables = layer_variables(layers)
         try:
             choose = ps_strategy(num_ps)
@@ -224,7 +232,7 @@ def _quick_placement_problem(ps_strategy: Callable) -> CheckResult | None:
     return None
 
 
-@exercise("2.2", "Place variables by bytes")
+@exercise("2.2", "Place variables by bytes", allowed=("dtfkit.recipes.between_graph.variable_bytes",))
 def greedy_placement(ps_strategy: Callable, *, hidden: bool = False) -> CheckResult:
     """Place other models on 2 to 4 ps with ``ps_strategy(num_ps)`` (stand-in variables), then the
     chapter's uneven model on 2 ps in a worker (``hidden``: another on 3 ps); the busiest ps must

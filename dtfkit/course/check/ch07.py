@@ -145,7 +145,11 @@ def _ps_counter_once(count_steps: Callable, steps: int, workers: int) -> CheckRe
     return None
 
 
-@exercise("7.2", "Schedule steps on a parameter server")
+@exercise(
+    "7.2",
+    "Schedule steps on a parameter server",
+    allowed=("dtfkit.recipes.strategies_multi.coordinator_resolver",),
+)
 def ps_counter(count_steps: Callable, *, hidden: bool = False) -> CheckResult:
     """Run ``count_steps(steps)`` in the chief of chief + workers + 1 ps, for a random number of
     steps; the counter must live on the ps and count every step. ``hidden=True`` adds a run
