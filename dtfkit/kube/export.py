@@ -61,10 +61,27 @@ HEADER = """\
 # only this job's pods to reach it with a NetworkPolicy (dtfkit's docs/kubeflow.md has one).
 """
 
+# Above tfReplicaSpecs, for the reader: why the manifest has no successPolicy.
+SUCCESS_NOTE_CHIEF = (
+    "  # no successPolicy: with a Chief the operator ends the job when the chief succeeds, "
+    "whatever successPolicy says\n"
+)
+SUCCESS_NOTE_WORKER0 = (
+    "  # no successPolicy: the job succeeds when worker 0, the chief, does (the operator's default);\n"
+    "  # cleanPodPolicy then deletes the ps and any worker still running. AllWorkers would wait for\n"
+    "  # every worker, and one that opens its session after worker 0 has exited may wait for it for ever.\n"
+)
+NO_DEVICE_FILTERS = """\
+# No device_filters (none in the script, or its arguments turn them off): a worker's session then needs every
+# task of the cluster, so a worker that opens its session after {chief} has exited waits for it for ever (TensorFlow logs
+# "CreateSession still waiting for response from worker: ..."). The job still ends when {chief} does, and
+# cleanPodPolicy deletes the waiting worker. To let every worker finish by itself, give its session
+#   tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{{task_index}}"])
+"""
+
 # Shown after the first line that reads exactly like the key (YAML comments, for the reader).
 INLINE_NOTES = {
     "cleanPodPolicy: Running": "delete pods still running (the ps) when the job ends (kubeflow/trainer#774, #657)",
-    "successPolicy: AllWorkers": "succeed when every worker has succeeded, not worker 0 alone",
     "restartPolicy: ExitCode": "recreate after a kill (exit 128+); fail the job on a script error (1-127)",
     "sidecar.istio.io/inject: 'false'": "no service-mesh sidecar (see the note at the top)",
     f"name: {PORT_NAME}": "the operator reads the TF_CONFIG port from this name",
@@ -223,11 +240,12 @@ def tfjob_documents(
                 },
             },
         }
-    spec: dict = {"runPolicy": {"cleanPodPolicy": "Running"}}
-    if chief == 0:
-        # With a Chief the operator ends the job when the chief succeeds and ignores successPolicy.
-        spec["successPolicy"] = "AllWorkers"
-    spec["tfReplicaSpecs"] = replicas
+    # No successPolicy: the operator's default ends the job when its chief succeeds: the Chief, or
+    # without one worker 0 (IsMasterRole, UpdateJobStatus in tfjob_controller.go), the task a
+    # tutorial script makes its chief (is_chief=(task_index == 0)). "AllWorkers" would wait for
+    # every worker, and a non-chief without device_filters that opens its session after the chief
+    # has exited waits for the chief's server for ever (CreateSession in TensorFlow's master.cc).
+    spec: dict = {"runPolicy": {"cleanPodPolicy": "Running"}, "tfReplicaSpecs": replicas}
     tfjob = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "TFJob",
@@ -235,6 +253,18 @@ def tfjob_documents(
         "spec": spec,
     }
     return [configmap, tfjob]
+
+
+def _sets_device_filters(source: str, args: Sequence[str]) -> bool:
+    """Whether the script (as far as its text and arguments show) restricts its sessions' devices.
+
+    A hint for the reader only, never a guarantee: the word in the source, and not turned off by an
+    argument such as the example's ``--device_filters=False``.
+    """
+    turned_off = any(
+        re.fullmatch(r"--(nodevice_filters|device_filters=(false|f|0|no))", str(a), re.I) for a in args
+    )
+    return "device_filters" in source and not turned_off
 
 
 def _dump(docs: list[dict]) -> str:
@@ -328,13 +358,11 @@ def export_tfjob(
     )
     if re.search(r"^\s*(import|from)\s+dtfkit\b", configmap["data"][Path(script).name], re.M):
         header += "# The script imports dtfkit: the image must have it installed (pip install dtfkit).\n"
+    if not _sets_device_filters(configmap["data"][Path(script).name], args):
+        header += NO_DEVICE_FILTERS.format(chief="the chief" if chief else "worker 0")
     body = _dump(docs)
-    if chief:
-        note = (
-            "  # no successPolicy: with a Chief the operator ends the job when the chief succeeds, "
-            "whatever successPolicy says\n"
-        )
-        body = body.replace("\n  tfReplicaSpecs:\n", "\n" + note + "  tfReplicaSpecs:\n", 1)
+    note = SUCCESS_NOTE_CHIEF if chief else SUCCESS_NOTE_WORKER0
+    body = body.replace("\n  tfReplicaSpecs:\n", "\n" + note + "  tfReplicaSpecs:\n", 1)
     text = header + body
     problems = manifest_problems(text)  # what kubectl will read: the text, not the dicts
     if problems:
