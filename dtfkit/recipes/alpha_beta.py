@@ -28,8 +28,11 @@ Then, with ``S`` the gradient's size in bytes:
 
 With ``n = 1`` the ring and the sharded ps send nothing (0); the ps still sends to ps:0.
 Every worker's link carries ``2(n - 1)/n·S`` each way in the ring and the sharded ps, which
-is the least any all-reduce can do (each worker must send out what the others lack of its
-gradient and get what it lacks of theirs); the ps's link carries ``n·S`` each way.
+is the least any all-reduce among the ``n`` workers alone can do (each worker must send out
+what the others lack of its gradient and get what it lacks of theirs); the ps's link carries
+``n·S`` each way. Machines that only add up lower the workers' share: with ``k`` summation
+servers besides the workers, BytePS (Jiang et al., OSDI 2020, Theorem 1) splits the shards
+optimally between them, and with ``k >= n`` every worker moves only ``S`` each way.
 
 **When each wins.** The ps loses to the ring at large ``S`` (``n·S`` vs ``(n - 1)/n·S`` on
 the busiest link) and beats it at small ``S`` when ``n > 2`` (2 rounds vs ``2(n - 1)``):
