@@ -42,6 +42,17 @@ from dtfkit.recipes import placement
 __all__ = ["partition_variable"]
 
 
+def _read_of(graph: Any, tensor: str) -> str:
+    """The variable a transferred tensor was read from ("" if it is no variable's read): the
+    reads are named after the concat that joins them (``.../ConcatPartitions/concat/ReadVariableOp_1``),
+    so the graph says which shard's handle each one reads."""
+    try:
+        op = graph.get_operation_by_name(tensor.split(":")[0])
+    except (KeyError, ValueError):
+        return ""
+    return op.inputs[0].op.name if op.type == "ReadVariableOp" and op.inputs else ""
+
+
 def partition_variable(
     floats: int, shards: int, *, seed: int = 0, timeout_ms: int = 120_000
 ) -> dict[str, Any]:
@@ -113,7 +124,7 @@ def partition_variable(
     for row in traced["transfers"]:
         if row["kind"] == "edge" and row["to"] == "worker:0":
             sent[row["from"]] = sent.get(row["from"], 0) + int(row["bytes"] or 0)
-            owner = row["tensor"].split("/Read")[0]
+            owner = _read_of(graph, row["tensor"])
             by_shard[owner] = by_shard.get(owner, 0) + int(row["bytes"] or 0)
     rows = [
         {
