@@ -204,3 +204,26 @@ def test_the_checks_price_a_sync_like_the_recipe_but_on_their_own():
             alpha_beta.crossover_size("ps", "ring", n, alpha_s=0.02, beta_s_per_byte=8e-8),
             rel_tol=1e-12,
         )
+
+
+def test_11_1_a_trace_that_disagrees_with_the_payloads_dtypes_fails_as_the_kits_fault(monkeypatch):
+    """The traced step is compared with the check's own dtype arithmetic too: a kit whose payload
+    grew (here: 4 bytes more than its tensors make) fails the check, naming the kit, not the learner."""
+    import contextlib
+
+    from dtfkit.course.check import ch11
+
+    class FakeCluster:
+        def run(self, fn, args, kwargs, on, timeout):
+            floats = 650
+            runs = []
+            for method in args[0]:
+                k = kwargs["k"] if method == "topk" else None
+                moved = ch11._payload_bytes(method, floats, k) + 4
+                runs.append({"method": method, "bytes_to_ps": {"worker:0": moved}, "transfers": []})
+            return {"worker:0": runs}
+
+    monkeypatch.setattr(ch11, "cluster", lambda **layout: contextlib.nullcontext(FakeCluster()))
+    outcome = summary(check.ch11.compressed_bytes(_right))
+    assert outcome["status"] == "failed", outcome
+    assert "the check itself is wrong" in outcome["message"] and "not your mistake" in outcome["hint"]
