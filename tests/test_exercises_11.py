@@ -157,3 +157,71 @@ def test_11_2_an_answer_for_the_chapters_cluster_alone_fails(no_spawn):
 
     assert_fails_without_giving_away("11.2", summary(check.ch11.alpha_beta(wrong)), "you predicted")
     assert no_spawn == []
+
+
+# ------------------------------------------------------------------------------ the checks' own expected values
+def test_the_checks_count_the_payload_like_the_recipe_but_on_their_own():
+    """11.1's expected bytes come from the payload's dtypes and lengths in the check, not from
+    ``compression.expected_compressed_bytes``; the two must agree (else the chapter and its check drift)."""
+    import random
+
+    from dtfkit.course.check import ch11
+    from dtfkit.recipes import compression
+
+    rng = random.Random(11)
+    for floats in [1, 7, 8, 9, 650, 38_410, *(rng.randint(1, 10**7) for _ in range(50))]:
+        for method in compression.METHODS:
+            k = rng.randint(1, floats) if method == "topk" else None
+            mine = ch11._payload_bytes(method, floats, k)
+            assert mine == compression.expected_compressed_bytes(method, floats, k)["to_ps"], (
+                method,
+                floats,
+                k,
+            )
+    assert ch11._payload_bytes("sign", 9, None) == 2 + 4  # 9 signs need 2 bytes, and the float32 scale
+
+
+def test_the_checks_price_a_sync_like_the_recipe_but_on_their_own():
+    import random
+
+    from dtfkit.course.check import ch11
+    from dtfkit.recipes import alpha_beta
+
+    rng = random.Random(12)
+    for _ in range(200):
+        method, n = rng.choice(alpha_beta.METHODS), rng.randint(2, 64)
+        size, alpha, beta = rng.uniform(1, 1e9), 10 ** rng.uniform(-6, -1), 8 / 10 ** rng.uniform(7, 11)
+        assert math.isclose(
+            ch11._model_seconds(method, n, size, alpha, beta),
+            alpha_beta.alpha_beta_time(method, n, size, alpha, beta),
+            rel_tol=1e-12,
+        )
+    for n in (3, 4, 16):
+        assert math.isclose(
+            ch11._ps_ring_crossover(n, 0.02, 8e-8),
+            alpha_beta.crossover_size("ps", "ring", n, alpha_s=0.02, beta_s_per_byte=8e-8),
+            rel_tol=1e-12,
+        )
+
+
+def test_11_1_a_trace_that_disagrees_with_the_payloads_dtypes_fails_as_the_kits_fault(monkeypatch):
+    """The traced step is compared with the check's own dtype arithmetic too: a kit whose payload
+    grew (here: 4 bytes more than its tensors make) fails the check, naming the kit, not the learner."""
+    import contextlib
+
+    from dtfkit.course.check import ch11
+
+    class FakeCluster:
+        def run(self, fn, args, kwargs, on, timeout):
+            floats = 650
+            runs = []
+            for method in args[0]:
+                k = kwargs["k"] if method == "topk" else None
+                moved = ch11._payload_bytes(method, floats, k) + 4
+                runs.append({"method": method, "bytes_to_ps": {"worker:0": moved}, "transfers": []})
+            return {"worker:0": runs}
+
+    monkeypatch.setattr(ch11, "cluster", lambda **layout: contextlib.nullcontext(FakeCluster()))
+    outcome = summary(check.ch11.compressed_bytes(_right))
+    assert outcome["status"] == "failed", outcome
+    assert "the check itself is wrong" in outcome["message"] and "not your mistake" in outcome["hint"]

@@ -556,6 +556,7 @@ def time_sync(
     steps: int = 3,
     seed: int = 0,
     timeout_ms: int = 120_000,
+    trace: bool = False,
 ) -> list[dict[str, Any]]:
     """In a client task: time ``steps`` synchronisations of every method of ``methods`` over the
     first ``n`` workers, for gradients of every length in ``sizes`` (floats); and as many
@@ -569,7 +570,10 @@ def time_sync(
     of the machine does not fall on one method alone.
 
     Returns one row per size and method (``methods``, then ``"none"``): ``method``, ``n``,
-    ``floats``, ``bytes`` (``4 * floats``), ``seconds`` (one per step), ``median_s``.
+    ``floats``, ``bytes`` (``4 * floats``), ``seconds`` (one per step), ``median_s``. With
+    ``trace=True``, after the timed steps one more step of every method and size runs traced,
+    and its row gets ``transfers``: that step's transfer records (``timeline.step_records``,
+    no compute records), which say when each tensor was ready and when it arrived.
 
     Example::
 
@@ -603,6 +607,11 @@ def time_sync(
                 start = time.perf_counter()
                 sess.run(ops, options=options)
                 seconds[key].append(time.perf_counter() - start)
+        transfers: dict[tuple[int, str], list[dict[str, Any]]] = {}
+        for key, ops in targets.items() if trace else ():
+            metadata = tf.compat.v1.RunMetadata()
+            sess.run(ops, options=placement.trace_options(timeout_ms=timeout_ms), run_metadata=metadata)
+            transfers[key] = [r for r in timeline.step_records(metadata) if r["kind"] == "transfer"]
     return [
         {
             "method": method,
@@ -611,6 +620,7 @@ def time_sync(
             "bytes": 4 * floats,
             "seconds": taken,
             "median_s": statistics.median(taken),
+            **({"transfers": transfers[floats, method]} if trace else {}),
         }
         for (floats, method), taken in seconds.items()
     ]

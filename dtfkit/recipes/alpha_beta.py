@@ -28,8 +28,11 @@ Then, with ``S`` the gradient's size in bytes:
 
 With ``n = 1`` the ring and the sharded ps send nothing (0); the ps still sends to ps:0.
 Every worker's link carries ``2(n - 1)/n·S`` each way in the ring and the sharded ps, which
-is the least any all-reduce can do (each worker must send out what the others lack of its
-gradient and get what it lacks of theirs); the ps's link carries ``n·S`` each way.
+is the least any all-reduce among the ``n`` workers alone can do (each worker must send out
+what the others lack of its gradient and get what it lacks of theirs); the ps's link carries
+``n·S`` each way. Machines that only add up lower the workers' share: with ``k`` summation
+servers besides the workers, BytePS (Jiang et al., OSDI 2020, Theorem 1) splits the shards
+optimally between them, and with ``k >= n`` every worker moves only ``S`` each way.
 
 **When each wins.** The ps loses to the ring at large ``S`` (``n·S`` vs ``(n - 1)/n·S`` on
 the busiest link) and beats it at small ``S`` when ``n > 2`` (2 rounds vs ``2(n - 1)``):
@@ -78,6 +81,7 @@ from dtfkit.recipes.allreduce import METHODS
 __all__ = [
     "METHODS",
     "alpha_beta_time",
+    "comm_span_s",
     "crossover_size",
     "fastest",
     "measure",
@@ -206,6 +210,7 @@ def measure(
     steps: int = 3,
     timeout: float = 300.0,
     cluster_options: dict[str, Any] | None = None,
+    trace: bool = False,
 ) -> list[dict[str, Any]]:
     """In the notebook: time every method on ``LocalCluster(ps=1, workers=n, link=link, delay=d)``
     for every ``d`` in ``delays`` (one cluster after another) and every gradient size in
@@ -214,7 +219,11 @@ def measure(
     Returns plain rows, one per delay, size and method: ``delay``, ``d_s``, ``link``,
     ``rate_bytes_per_s``, ``method``, ``n``, ``bytes``, ``seconds`` (each step),
     ``median_s``, ``empty_s`` (the median of the empty steps of that size: no transfer)
-    and ``comm_s`` = ``median_s - empty_s``, the communication the model prices.
+    and ``comm_s`` = ``median_s - empty_s``, the communication the model prices. With
+    ``trace=True`` every row also has ``transfers``, the transfer records of one more step,
+    traced after the timed ones (``allreduce.time_sync``), and ``comm_span_s``, the time from
+    the first of its tensors being ready to the last one's arrival: at least the method's
+    rounds × d, whatever the machine's load, since each round crosses a link that holds it for d.
     Bad arguments raise ``ValueError`` before anything starts. The defaults take about a
     minute on 2 cores (most of it the two clusters' starts).
 
@@ -227,6 +236,10 @@ def measure(
     from dtfkit.engine import netns
 
     rate = _check_measure_args(delays, sizes, n, link, steps)
+    if not isinstance(trace, bool):
+        raise ValueError(
+            f"trace must be True (trace one more step per method and size) or False, not {trace!r}"
+        )
     for method in methods:
         _check_model_args(method, n, 0.0, 0.0)
     options = {"progress": False, "name": None, **(cluster_options or {})}
@@ -237,7 +250,7 @@ def measure(
             (rows,) = cluster.run(
                 allreduce.time_sync,
                 args=(tuple(methods), n, floats),
-                kwargs={"steps": steps, "timeout_ms": int(1000 * timeout)},
+                kwargs={"steps": steps, "timeout_ms": int(1000 * timeout), "trace": trace},
                 on="client",
                 timeout=timeout,
             ).values()
@@ -254,9 +267,22 @@ def measure(
                     **r,
                     "empty_s": empty[r["bytes"]],
                     "comm_s": r["median_s"] - empty[r["bytes"]],
+                    **({"comm_span_s": comm_span_s(r["transfers"])} if trace else {}),
                 }
             )
     return out
+
+
+def comm_span_s(transfers: Iterable[dict[str, Any]]) -> float:
+    """Seconds from the first tensor being ready on its sender to the last one's arrival.
+
+    >>> comm_span_s([{"ready_us": 100, "end_us": 20_100}, {"ready_us": 20_200, "end_us": 40_300}])
+    0.0402
+    """
+    rows = list(transfers)
+    if not rows:
+        return 0.0
+    return (max(r["end_us"] for r in rows) - min(r["ready_us"] for r in rows)) / 1e6
 
 
 # ------------------------------------------------------------------------- the plot

@@ -16,9 +16,9 @@ places piece ``i`` on ps task ``i mod (number of ps tasks)``. Two APIs do this i
 
 ``partition_variable`` (in a client task) builds the TF1 one on a running cluster, reads it
 once on ``worker:0`` with a full trace, and reports where each shard's variable op really
-ran and what each shard sent to the worker. It also asks ``FixedShardsPartitioner`` how it
-would cut the same shape, to show that both APIs split alike (``allreduce.build_sharded_ps``
-is the same layout, with the shards' servers beside the workers).
+ran, and how many bytes of each shard reached the worker (both from the trace). The TF2 API
+is not run here: it needs a coordinator in a chief task (``allreduce.build_sharded_ps`` is
+the same layout, with the shards' servers beside the workers).
 
 Example (in a notebook)::
 
@@ -42,6 +42,17 @@ from dtfkit.recipes import placement
 __all__ = ["partition_variable"]
 
 
+def _read_of(graph: Any, tensor: str) -> str:
+    """The variable a transferred tensor was read from ("" if it is no variable's read): the
+    reads are named after the concat that joins them (``.../ConcatPartitions/concat/ReadVariableOp_1``),
+    so the graph says which shard's handle each one reads."""
+    try:
+        op = graph.get_operation_by_name(tensor.split(":")[0])
+    except (KeyError, ValueError):
+        return ""
+    return op.inputs[0].op.name if op.type == "ReadVariableOp" and op.inputs else ""
+
+
 def partition_variable(
     floats: int, shards: int, *, seed: int = 0, timeout_ms: int = 120_000
 ) -> dict[str, Any]:
@@ -54,9 +65,9 @@ def partition_variable(
       ``shape``, ``asked`` (the task ``replica_device_setter`` assigned when the graph was
       built), ``task`` (where its variable op ran in the traced read; where a read of it ran
       if the trace has no row for the variable op), ``size_bytes``,
+      ``sent_bytes`` (the bytes of its read that reached ``worker:0`` in the traced read),
     - ``sent_to_worker``: the bytes each task sent to ``worker:0`` in the traced read
       (``placement.transfer_table``),
-    - ``tf2_partitions``: what ``FixedShardsPartitioner(shards)`` gives for the same shape,
     - ``correct``: the read equals the initial value, shard after shard.
 
     Example::
@@ -109,9 +120,12 @@ def partition_variable(
         if row["type"] == "ReadVariableOp" and owner in asked:
             ran.setdefault(owner, row["task"])
     sent: dict[str, int] = {}
+    by_shard: dict[str, int] = {}
     for row in traced["transfers"]:
         if row["kind"] == "edge" and row["to"] == "worker:0":
             sent[row["from"]] = sent.get(row["from"], 0) + int(row["bytes"] or 0)
+            owner = _read_of(graph, row["tensor"])
+            by_shard[owner] = by_shard.get(owner, 0) + int(row["bytes"] or 0)
     rows = [
         {
             "shard": i,
@@ -120,13 +134,12 @@ def partition_variable(
             "asked": asked[part.op.name],
             "task": ran.get(part.op.name, ""),
             "size_bytes": 4 * int(part.shape.num_elements()),
+            "sent_bytes": by_shard.get(part.op.name, 0),
         }
         for i, part in enumerate(parts)
     ]
-    partitioner = tf.distribute.experimental.partitioners.FixedShardsPartitioner(shards)
     return {
         "shards": rows,
         "sent_to_worker": dict(sorted(sent.items())),
-        "tf2_partitions": [int(k) for k in partitioner(tf.TensorShape([floats]), tf.float32)],
         "correct": bool(np.array_equal(traced["value"], want)),
     }
