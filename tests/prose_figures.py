@@ -47,7 +47,7 @@ from notebook_sections import source
 _NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?: \d{3})+(?![\d.])|\d+(?:\.\d+)?"
 _UNIT = (
     r"(?:ms|µs|s|sec|seconds?|min|minutes?|B|bytes|kB|KB|KiB|MB|MiB|GB|GiB|%"
-    r"|Mbit/s|Gbit/s|MB/s|kB/s)"
+    r"|Mbit/s|Gbit/s|MB/s|kB/s|global steps/s|steps/s)"
 )
 _RATIO_TAIL = (
     r"(?=\s*(?:$|[.,;:)!?]|faster\b|slower\b|more\b|fewer\b|less\b|larger\b|smaller\b|longer\b"
