@@ -11,6 +11,9 @@ sees why it is not an output:
   TensorFlow's code, a paper, another library), not this run.
 - ``<!-- formula -->``: the figures of the sentence are arithmetic on the chapter's settings or a
   model's prediction (``4 × 400 kB / 12.5 MB/s ≈ 0.13 s``), not a measurement.
+- ``<!-- setting: dtfkit/recipes/fault.py, step_ms=20 -->``: the figures of the sentence are settings
+  of the run that the notebook's own code does not show (a recipe's default, the check's timeout), or
+  what an exercise asks the learner to set.
 - ``<!-- derived: 2098.9 / 421.5 = 5.0 -->``: a figure computed from outputs. Every operand must
   appear in the outputs and the expression must round to the figure after ``=``, which is then
   accepted in the sentence (several ``derived`` marks may follow one another).
@@ -21,7 +24,9 @@ A mark covers the sentence it is written in; one written right after a sentence'
 belongs to that sentence. HTML comments render as nothing on GitHub and in JupyterLab.
 
 A figure is *shown* when a number of some output rounds to it (``2099 ms`` for ``2098.9``;
-``1,234`` and ``1234`` are one number; ``5.4 kB`` is not ``5357 B``). After "about", "≈", "~",
+``1,234`` and ``1234`` are one number; ``5.4 kB`` is not ``5357 B``); a time, a percentage or a
+ratio must be printed with its unit (``30 s``, ``85%``, ``1.4x``), since a bare 30 of a table shows no
+30 seconds. After "about", "≈", "~",
 "more than", "at least" and the like, a figure is approximate: an output within its last digit's
 half unit or 10 % shows it. A time or a rate that the chapter's code sets (``straggler_ms=50``,
 ``{"step_ms": 20}``, ``delay="20ms"``, ``link="100mbit"``) is a setting of the run, not a result, and needs
@@ -64,7 +69,7 @@ APPROXIMATE = re.compile(
     re.I,
 )
 ORDERING = re.compile(r"\b(?:faster|slower|quicker)\s+than\b|\d\s?[×x]\s+(?:faster|slower)\b", re.I)
-MARK = re.compile(r"<!--\s*(cite|formula|derived|shown)\b:?\s*(.*?)\s*-->", re.S)
+MARK = re.compile(r"<!--\s*(cite|formula|setting|derived|shown)\b:?\s*(.*?)\s*-->", re.S)
 SLOW_NOTICE = re.compile(r"\btakes about \d+(?:[–-]\d+)? ?(?:s|seconds|min|minutes)\b.*\bon 2 (?:CPU )?cores")
 _SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=-->))\s+(?!<!--)(?=[A-Z*_(\[\"'`])")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -146,7 +151,28 @@ _SETTING_NAME = re.compile(
 )
 _SETTING_STRING = re.compile(r"[\"'](\d+(?:\.\d+)?)\s*(ms|s|mbit|gbit|kbit)[\"']", re.I)
 _FAMILY = {"ms": "ms", "µs": "us", "s": "s", "sec": "s", "second": "s", "seconds": "s", "min": "min"}
-_FAMILY |= {"minute": "min", "minutes": "min", "Mbit/s": "mbit", "Gbit/s": "gbit"}
+_FAMILY |= {
+    "minute": "min",
+    "minutes": "min",
+    "Mbit/s": "mbit",
+    "Gbit/s": "gbit",
+    "%": "%",
+    "×": "x",
+    "x": "x",
+}
+_FAMILY |= {
+    "B": "B",
+    "bytes": "B",
+    "kB": "kB",
+    "KB": "kB",
+    "KiB": "KiB",
+    "MB": "MB",
+    "MiB": "MiB",
+    "GB": "GB",
+}
+_FAMILY |= {"GiB": "GiB", "MB/s": "MB/s", "kB/s": "kB/s", "global steps/s": "steps/s", "steps/s": "steps/s"}
+STRICT_UNITS = {"ms", "us", "s", "min", "%", "x"}
+OUTPUT_FIGURE = re.compile(rf"(?<![\w.])({_NUMBER})\s?(?:{_UNIT}|[×x])(?![\w/])")
 
 
 def code_settings(cells: list[dict[str, Any]]) -> set[tuple[float, str]]:
@@ -173,15 +199,26 @@ class Outputs:
         self.joined = re.sub(r"\s+", " ", "\n".join(self.texts))
         self.numbers = sorted({to_number(m.group(0)) for t in self.texts for m in OUTPUT_NUMBER.finditer(t)})
         self.settings = code_settings(cells)
+        self.figures = {
+            (to_number(m.group(1)), _FAMILY.get(m.group(0)[len(m.group(1)) :].strip()))
+            for t in self.texts
+            for m in OUTPUT_FIGURE.finditer(t)
+        }
 
-    def shows(self, written: str, approximate: bool = False) -> bool:
-        """Whether some output number rounds to the figure as written (``"2099"``, ``"0.29"``)."""
+    def shows(self, written: str, approximate: bool = False, unit: str | None = None) -> bool:
+        """Whether some output number rounds to the figure as written (``"2099"``, ``"0.29"``).
+        A time, a percentage or a ratio must be printed with its unit (``30 s``, ``85%``,
+        ``1.4x``): small numbers are everywhere in outputs, a bare 30 shows no 30 seconds."""
         value = to_number(written)
         tolerance = 0.5 * 10 ** -decimals(written) + 1e-9
         if approximate:
             trailing = len(written) - len(written.rstrip("0")) if "." not in written else 0
             tolerance = max(tolerance, 0.5 * 10**trailing if trailing else 0, 0.1 * abs(value))
-        return any(abs(number - value) <= tolerance for number in self.numbers)
+        if unit in STRICT_UNITS:
+            candidates = [number for number, family in self.figures if family == unit]
+        else:
+            candidates = self.numbers
+        return any(abs(number - value) <= tolerance for number in candidates)
 
     def has_text(self, text: str) -> bool:
         return re.sub(r"\s+", " ", text.strip()) in self.joined
@@ -232,7 +269,7 @@ def sentence_findings(sentence: Sentence, outputs: Outputs) -> list[str]:
     """Why this sentence states a figure or an ordering the outputs do not show (empty: it is fine)."""
     kinds = {kind for kind, _ in sentence.marks}
     plain = sentence.plain
-    if "cite" in kinds or "formula" in kinds or SLOW_NOTICE.search(plain):
+    if kinds & {"cite", "formula", "setting"} or SLOW_NOTICE.search(plain):
         return []
     problems, derived = [], set()
     for kind, body in sentence.marks:
@@ -251,10 +288,15 @@ def sentence_findings(sentence: Sentence, outputs: Outputs) -> list[str]:
                 continue
             stated.append(written)
             value = to_number(written)
-            unit = _FAMILY.get(match.group("unit") or "")
-            if outputs.shows(written, approximate) or (value, unit) in outputs.settings or value in derived:
+            unit = _FAMILY.get(match.group("unit") or match.group("ratio") or "")
+            if (
+                outputs.shows(written, approximate, unit)
+                or (value, unit) in outputs.settings
+                or value in derived
+            ):
                 continue
             problems.append(f"'{match.group(0)}' is in no output")
+            break  # one finding per figure, even for a range
     if ORDERING.search(plain) and not stated and not kinds & {"shown", "derived"}:
         problems.append("an ordering with no figure from the outputs (add the figures or a 'shown' mark)")
     problems += _contradicted_ordering(plain)

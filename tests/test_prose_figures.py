@@ -17,8 +17,8 @@ from prose_figures import findings
 # (issue 29) instead of being fixed here. Strict: the test fails once a chapter is clean, so its
 # entry is removed then.
 BEING_EDITED = {
-    "11": "issue 29: figures of cells 1, 6, 8, 20, 30, 39 and the ordering of cell 20 to mark or tie to outputs",
-    "12": "issue 29: cell 14's '1.5 s' (faulthandler's dump interval) to mark as a setting or a citation",
+    "11": "issue 29 (lead): figures of cells 1, 6, 8, 20, 26, 30, 39 and the ordering of cell 20 not in the outputs",
+    "12": "issue 29 (lead): cell 14's '1.5 s' and cell 85's '5 %' not in the outputs (settings to mark)",
 }
 
 
@@ -59,7 +59,7 @@ def test_a_figure_that_no_output_shows_is_found():
 def test_a_figure_the_outputs_print_passes_with_its_rounding_and_separators():
     cells = _chapter(
         ["The ring took 310 ms; the table is 12,800,000 bytes, 1.9× the other. About 40 s in all."],
-        ["ring 310.4 ms\ntable 12800000 bytes\nratio 1.94\ntotal 38.7 s\n"],
+        ["ring 310.4 ms\ntable 12800000 bytes\nratio 1.94x\ntotal 38.7 s\n"],
     )
     assert findings(cells) == []
 
@@ -69,6 +69,13 @@ def test_a_converted_or_rerounded_figure_is_not_the_output():
     assert findings(_chapter(["The crossover lies at 5.4 kB."], ["crossover 5357 B\n"]))
     assert not findings(_chapter(["It took 0.3 s."], ["took 0.29 s\n"]))
     assert findings(_chapter(["It took 0.28 s."], ["took 0.29 s\n"]))
+
+
+def test_a_time_a_percentage_or_a_ratio_is_printed_with_its_unit():
+    table = "step  loss\n30    0.41\n85    0.12\n"
+    assert findings(_chapter(["It waits 30 s."], [table]))
+    assert findings(_chapter(["Accuracy above 85%."], [table]))
+    assert not findings(_chapter(["It waits 30 s, accuracy 85%."], ["waited 30 s; accuracy 85%\n"]))
 
 
 def test_marks_cover_their_sentence_only():
