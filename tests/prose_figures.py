@@ -297,10 +297,20 @@ def sentence_findings(sentence: Sentence, outputs: Outputs) -> list[str]:
                 continue
             problems.append(f"'{match.group(0)}' is in no output")
             break  # one finding per figure, even for a range
-    if ORDERING.search(plain) and not stated and not kinds & {"shown", "derived"}:
-        problems.append("an ordering with no figure from the outputs (add the figures or a 'shown' mark)")
+    if ORDERING.search(plain) and not _backs_an_ordering(plain) and not kinds & {"shown", "derived"}:
+        problems.append(
+            "an ordering that neither two times nor a ratio of the sentence backs (give the outputs' times, "
+            "or a 'shown' mark with the output that states the order)"
+        )
     problems += _contradicted_ordering(plain)
     return problems
+
+
+def _backs_an_ordering(plain: str) -> bool:
+    """Whether the sentence gives what an ordering rests on: two times, or a ratio ("1.4× the time")."""
+    units = [m.group("unit") or m.group("ratio") for m in FIGURE.finditer(plain)]
+    times = [u for u in units if _FAMILY.get(u or "") in ("ms", "s", "us", "min")]
+    return len(times) >= 2 or any(_FAMILY.get(u or "") == "x" for u in units)
 
 
 def _contradicted_ordering(plain: str) -> list[str]:
