@@ -25,14 +25,18 @@ belongs to that sentence. HTML comments render as nothing on GitHub and in Jupyt
 
 A figure is *shown* when a number of some output rounds to it (``2099 ms`` for ``2098.9``;
 ``1,234`` and ``1234`` are one number; ``5.4 kB`` is not ``5357 B``); a time, a percentage or a
-ratio must be printed with its unit (``30 s``, ``85%``, ``1.4x``), since a bare 30 of a table shows no
-30 seconds. After "about", "≈", "~",
-"more than", "at least" and the like, a figure is approximate: an output within its last digit's
-half unit or 10 % shows it. A time or a rate that the chapter's code sets (``straggler_ms=50``,
-``{"step_ms": 20}``, ``delay="20ms"``, ``link="100mbit"``) is a setting of the run, not a result, and needs
-no mark in the same unit (``50 ms``, ``100 Mbit/s``; not ``12.5 MB/s``, which is a formula). The notices of slow
-cells ("*The next cell takes about 30 s on 2 cores.*") are checked against the recorded durations
-by ``test_notebook_layout.py`` and skipped here.
+ratio must be printed with its unit (``30 s``, ``85%``, ``1.4x``), since a bare 30 of a table shows
+no 30 seconds. After "about", "≈", "~", "more than", "at least" and the like, a figure is
+approximate: an output within its last digit's half unit or 10 % shows it. A time or a rate that
+the chapter's code sets (``straggler_ms=50``, ``{"step_ms": 20}``, ``delay="20ms"``,
+``link="100mbit"``) is a setting of the run, not a result, and needs no mark in the same unit
+(``50 ms``, ``100 Mbit/s``; not ``12.5 MB/s``, which is a formula). An ordering ("faster than")
+rests on two times of its sentence, which must not say the opposite, or on a ratio ("1.4× the
+time"), or on a ``shown`` mark. The notices of slow cells ("*The next cell takes about 30 s on 2
+cores.*") are checked against the recorded durations by ``test_notebook_layout.py`` and skipped.
+
+What this cannot see: a claim made in words alone ("the crossover lies between the sizes where the
+order swaps") and whether a ``cite``/``formula``/``setting`` mark is honest; a reviewer reads those.
 
 Example::
 
