@@ -216,3 +216,41 @@ def verdict(
     if not crashes:
         return Verdict("cannot fail", "prints its committed output whatever the upstream values")
     return Verdict("inconclusive", "; ".join(crashes))
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def constant_asserts(source: str) -> list[str]:
+    """The cell's asserts that read nothing from earlier cells or imports, even through its own
+    variables: ``assert 2 * 3 == 6``, or ``n = 3`` then ``assert n > 0``. They hold whatever the run did."""
+    tree = ast.parse(body(source))
+    tainted = set(upstream_names(source))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            tainted |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    changed = True
+    while changed:
+        changed = False
+        for node in ast.walk(tree):
+            pairs: list[tuple[ast.AST, ast.AST]] = []
+            if isinstance(node, ast.Assign):
+                pairs = [(target, node.value) for target in node.targets]
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+                pairs = [(node.target, node.value)]
+            elif isinstance(node, (ast.For, ast.comprehension)):
+                pairs = [(node.target, node.iter)]
+            elif isinstance(node, ast.FunctionDef) and _names(node) & tainted and node.name not in tainted:
+                tainted.add(node.name)
+                changed = True
+            for target, value in pairs:
+                new = _names(target) - tainted if _names(value) & tainted else set()
+                if new:
+                    tainted |= new
+                    changed = True
+    return [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assert) and not _names(node.test) & tainted
+    ]

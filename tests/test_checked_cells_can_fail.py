@@ -20,7 +20,7 @@ import types
 from typing import Any
 
 import pytest
-from checked_cells import verdict
+from checked_cells import constant_asserts, verdict
 from notebook_sections import CHECK_MARK, chapters, source
 
 
@@ -145,6 +145,20 @@ def test_a_checked_cell_fails_on_a_realistic_wrong_result(chapter, index, text, 
     wrong, real = WRONG_VALUES[(chapter, index)]
     result = verdict(text, committed, wrong, real)
     assert result.kind == "fails", f"chapter {chapter} cell {index}: {result.kind}: {result.why}"
+
+
+def test_no_checked_cell_asserts_a_constant():
+    found = [
+        f"chapter {chapter} cell {index}: {line}"
+        for chapter, index, text, _ in checked_cells()
+        for line in constant_asserts(text)
+    ]
+    assert not found, "asserts that hold whatever the run did:\n" + "\n".join(found)
+
+
+def test_a_constant_assert_is_found_through_the_cells_own_variables():
+    text = f"{CHECK_MARK}\nn = 3\nm = n * 2\nassert m == 6\nk = len(rows)\nassert k > 0\n"
+    assert constant_asserts(text) == ["assert m == 6"]
 
 
 def test_a_cell_that_prints_a_constant_after_an_assert_that_always_holds_cannot_fail():
