@@ -19,6 +19,17 @@ The verdict, from both runs:
   ``Wrong``) in a way that says nothing about a wrong value. ``WRONG_VALUES`` in the test then gives the
   cell concrete wrong values (a count off by one, a byte count of another size) for the names that matter.
 
+Each assert alone (``asserts_that_cannot_fail``): the cell runs with every other assert left out and
+every comparison true, so that the assert is reached, and the assert's own test once with comparisons
+false and once true. An assert that holds both times is a tautology over the run's values (``x == x``,
+``len(x) >= 0``) or vacuous on an empty result, and checks nothing however many real asserts surround it.
+An assert that reads nothing from earlier cells or imports at all is found statically (``constant_asserts``).
+
+What this cannot see: an expected value computed by the same library as the value checked, when both
+come from earlier cells (``report["tf2_partitions"] == [3]`` where the recipe returns the partitioner's
+own argument). ``WRONG_VALUES`` in the test encodes such holes as concrete wrong results where it can;
+the others are a reviewer's.
+
 Example::
 
     verdict(cell_source, committed_output)            # Verdict("fails", "AssertionError at line 3 ...")
@@ -41,6 +52,7 @@ class Wrong:
     """A wrong stand-in for any upstream value (see the module's docstring)."""
 
     truth = False  # what every comparison and bool() answers in the current run
+    _ints = 0
 
     def __init__(self, label: str):
         object.__setattr__(self, "_label", label)
@@ -66,13 +78,15 @@ class Wrong:
         return iter([Wrong(f"{self._label}[0]"), Wrong(f"{self._label}[1]")])
 
     def __len__(self) -> int:
-        return 3  # not the 2 of the pairs it iterates: a length check of 2 must not pass by chance
+        # 0 when comparisons are false (an empty result), 3 when true; never the 2 of the pairs it iterates
+        return 3 if Wrong.truth else 0
 
     def __index__(self) -> int:
         return 2
 
-    def __int__(self) -> int:
-        return 2
+    def __int__(self) -> int:  # a new number each time: int(a) == int(b) is not true by chance
+        Wrong._ints += 1
+        return 1_000_003 + Wrong._ints
 
     def __float__(self) -> float:
         return float("nan")
@@ -254,3 +268,71 @@ def constant_asserts(source: str) -> list[str]:
         for node in ast.walk(tree)
         if isinstance(node, ast.Assert) and not _names(node.test) & tainted
     ]
+
+
+class _IsolateAssert(ast.NodeTransformer):
+    """Keeps assert number ``k`` (in source order) alone, its test the only code that sees comparisons
+    answer ``truth``; the other asserts are left out (they only check, and each gets its own turn)."""
+
+    def __init__(self, k: int, truth: bool):
+        self.k, self.seen, self.truth = k, 0, truth
+
+    def visit_Assert(self, node: ast.Assert) -> Any:
+        index, self.seen = self.seen, self.seen + 1
+        if index != self.k:
+            return ast.Pass()
+        raised = ast.parse("raise AssertionError('isolated')").body[0]
+        return ast.parse(f"__wrong_reached(); __wrong_truth({self.truth})").body + [
+            ast.If(test=ast.UnaryOp(op=ast.Not(), operand=node.test), body=[raised], orelse=[]),
+            *ast.parse("__wrong_truth(True)").body,
+        ]
+
+
+def asserts_that_cannot_fail(source: str, wrong: dict[str, Any] | None = None) -> list[str]:
+    """The cell's asserts that hold whatever the upstream values: each assert is run alone, the rest of
+    the cell with every comparison true (so that the assert is reached), and its own test once with every
+    comparison false and once with every comparison true (a negated check, ``x != y`` or ``not any(...)``,
+    fails on the second). An assert that holds both times is a tautology over the run's values
+    (``x == x``, ``len(x) >= 0``, ``a or not a``)."""
+    tree = ast.parse(body(source))
+    asserts = sorted(
+        (node for node in ast.walk(tree) if isinstance(node, ast.Assert)),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    holding = []
+    for k, node in enumerate(asserts):
+        outcomes = []
+        for truth in (False, True):
+            isolated = ast.fix_missing_locations(_IsolateAssert(k, truth).visit(ast.parse(body(source))))
+            reached: list[bool] = []
+            _, error = _run_tree(isolated, source, wrong, reached)
+            outcomes.append(error if reached else "not reached")
+        if all(outcome is None for outcome in outcomes):
+            holding.append(ast.unparse(node))
+    return holding
+
+
+def _run_tree(
+    tree: ast.AST, source: str, wrong: dict[str, Any] | None, reached: list[bool]
+) -> tuple[str, BaseException | None]:
+    def set_truth(value: bool) -> None:
+        Wrong.truth = value
+
+    Wrong.truth = True
+    names = {name: Wrong(name) for name in upstream_names(source)}
+    names.update(wrong or {})
+    own_builtins = dict(vars(builtins), __import__=_importer(()), display=lambda *a, **k: print(*a))
+    namespace = {
+        "__builtins__": own_builtins,
+        "__name__": "__checked_cell__",
+        "__wrong_truth": set_truth,
+        "__wrong_reached": lambda: reached.append(True),
+        **names,
+    }
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
+            exec(compile(tree, "<checked cell>", "exec"), namespace)
+    except Exception as error:  # the caller tells which
+        return printed.getvalue(), error
+    return printed.getvalue(), None
