@@ -63,7 +63,7 @@ _RATIO_TAIL = (
     r"|shorter\b|bigger\b|the\b|too\b|as\b|of\b|against\b|between\b|in\b|to\b))"
 )
 FIGURE = re.compile(
-    rf"(?<![\w.$/])(?P<first>{_NUMBER})(?:\s*(?:–|-|to)\s*(?P<second>{_NUMBER}))?"
+    rf"(?<![\w.$/])(?P<first>{_NUMBER})(?:\s*(?:–|-|to|→)\s*(?P<second>{_NUMBER}))?"
     rf"(?:\s?(?P<unit>{_UNIT})(?![\w/])|\s?(?P<ratio>[×x]){_RATIO_TAIL})"
 )
 OUTPUT_NUMBER = re.compile(rf"(?<![\w.])(?:{_NUMBER})")
