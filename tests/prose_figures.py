@@ -30,7 +30,8 @@ no 30 seconds. After "about", "≈", "~", "more than", "at least" and the like, 
 approximate: an output within its last digit's half unit or 10 % shows it. A time or a rate that
 the chapter's code sets (``straggler_ms=50``, ``{"step_ms": 20}``, ``delay="20ms"``,
 ``link="100mbit"``) is a setting of the run, not a result, and needs no mark in the same unit
-(``50 ms``, ``100 Mbit/s``; not ``12.5 MB/s``, which is a formula). An ordering ("faster than")
+(``50 ms``, ``100 Mbit/s``; not ``12.5 MB/s``, which is a formula); so does a figure whose number
+the sentence's own code span sets (``every 1.5 s`` beside ``dump_traceback_later(1.5, ...)``). An ordering ("faster than")
 rests on two times of its sentence, which must not say the opposite, or on a ratio ("1.4× the
 time"), or on a ``shown`` mark. The notices of slow cells ("*The next cell takes about 30 s on 2
 cores.*") are checked against the recorded durations by ``test_notebook_layout.py`` and skipped.
@@ -284,6 +285,11 @@ def sentence_findings(sentence: Sentence, outputs: Outputs) -> list[str]:
         elif kind == "shown" and not outputs.has_text(body.strip("\"'")):
             problems.append(f"shown mark {body!r}: no output contains this text")
     stated = []
+    in_code = {
+        to_number(n)
+        for span in re.findall(r"`([^`]*)`", sentence.text)
+        for n in re.findall(r"\d+(?:\.\d+)?", span)
+    }
     for match in FIGURE.finditer(plain):
         approximate = bool(APPROXIMATE.search(plain[: match.start()][-14:]))
         for key in ("first", "second"):
@@ -293,6 +299,8 @@ def sentence_findings(sentence: Sentence, outputs: Outputs) -> list[str]:
             stated.append(written)
             value = to_number(written)
             unit = _FAMILY.get(match.group("unit") or match.group("ratio") or "")
+            if value in in_code:  # the sentence shows the code that sets it: `dump_traceback_later(1.5, ...)`
+                continue
             if (
                 outputs.shows(written, approximate, unit)
                 or (value, unit) in outputs.settings
