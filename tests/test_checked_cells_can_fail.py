@@ -42,7 +42,18 @@ def checked_cells() -> list[tuple[str, int, str, str]]:
         for index, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
             if cell["cell_type"] == "code" and source(cell).startswith(CHECK_MARK):
                 found.append((path.name[:2], index, source(cell), _stdout(cell)))
+                CELL_IDS[(path.name[:2], index)] = cell.get("id", "")
     return found
+
+
+CELL_IDS: dict[
+    tuple[str, int], str
+] = {}  # (chapter, index) -> the cell's id, which survives cells added above
+
+
+def key(chapter: str, index: int) -> tuple[str, str]:
+    """The registries' key of a checked cell: its chapter and its cell id (the comment gives its index)."""
+    return chapter, CELL_IDS[(chapter, index)]
 
 
 def _rows_no_delay_slowed() -> list[dict[str, Any]]:
@@ -58,10 +69,10 @@ def _rows_no_delay_slowed() -> list[dict[str, Any]]:
     return rows
 
 
-# (chapter, cell) -> (names given concrete wrong values, modules imported for real)
-WRONG_VALUES: dict[tuple[str, int], tuple[dict[str, Any], tuple[str, ...]]] = {
+# (chapter, cell id) -> (names given concrete wrong values, modules imported for real)
+WRONG_VALUES: dict[tuple[str, str], tuple[dict[str, Any], tuple[str, ...]]] = {
     # round-robin placing the layers evenly, as greedy would: the lopsided placement the cell reports is gone
-    ("02", 9): (
+    ("02", "b8a160d6"): (  # cell 9
         {
             "placement": {
                 "round-robin": {
@@ -74,7 +85,7 @@ WRONG_VALUES: dict[tuple[str, int], tuple[dict[str, Any], tuple[str, ...]]] = {
         (),
     ),
     # two replicas, and the odd batch's gradients as if the denominators were right
-    ("06", 21): (
+    ("06", "7b5d1af2"): (  # cell 21
         {
             "strategy": types.SimpleNamespace(num_replicas_in_sync=2),
             "odd_default": {"grads": [1.0, 1.0], "grad_sum": 2.0},
@@ -83,9 +94,9 @@ WRONG_VALUES: dict[tuple[str, int], tuple[dict[str, Any], tuple[str, ...]]] = {
         (),
     ),
     # the broken TFJob's problems replaced by one the schema does not know: the real CRD file is read
-    ("10", 18): ({"problems": ["TFJob (x): spec.unknown: not allowed"]}, ("dtfkit.kube",)),
+    ("10", "c10-18"): ({"problems": ["TFJob (x): spec.unknown: not allowed"]}, ("dtfkit.kube",)),  # cell 18
     # no transfer delayed: every step only the empty step's 4 d
-    ("11", 19): (
+    ("11", "ch11-19"): (  # cell 19
         {
             "rows": _rows_no_delay_slowed(),
             "SIZES": (1_200, 12_000, 120_000, 1_200_000),
@@ -96,26 +107,26 @@ WRONG_VALUES: dict[tuple[str, int], tuple[dict[str, Any], tuple[str, ...]]] = {
     ),
 }
 
-# Findings (chapter, cell) -> why, for the lead: strict, so a fixed cell fails here until its entry goes.
-FINDINGS: dict[tuple[str, int], str] = {
-    ("06", 21): (
+# Findings (chapter, cell id) -> why, for the lead: strict, so a fixed cell fails here until its entry goes.
+FINDINGS: dict[tuple[str, str], str] = {
+    ("06", "7b5d1af2"): (  # cell 21
         "with a number of replicas other than 2 the cell skips its asserts and prints its sentence anyway "
         "(`if strategy.num_replicas_in_sync == 2:`): assert it, or print another sentence (code change, re-execute)"
     ),
 }
-WRONG_VALUE_FINDINGS: dict[tuple[str, int], str] = {
-    ("11", 19): (
+WRONG_VALUE_FINDINGS: dict[tuple[str, str], str] = {
+    ("11", "ch11-19"): (  # cell 19
         "issue 29: 'every step took at least its rounds x d' holds with no transfer delayed (the empty step "
         "alone is about 4 d): bound the communication time instead"
     ),
 }
 
 
-def _params(findings: dict[tuple[str, int], str], only: set[tuple[str, int]] | None = None):
+def _params(findings: dict[tuple[str, str], str], only: set[tuple[str, str]] | None = None):
     for chapter, index, text, committed in checked_cells():
-        if only is not None and (chapter, index) not in only:
+        if only is not None and key(chapter, index) not in only:
             continue
-        reason = findings.get((chapter, index))
+        reason = findings.get(key(chapter, index))
         marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
         yield pytest.param(chapter, index, text, committed, id=f"{chapter}-cell{index}", marks=marks)
 
@@ -130,9 +141,9 @@ def test_every_chapter_has_its_checked_cells_found():
 
 @pytest.mark.parametrize("chapter, index, text, committed", list(_params(FINDINGS)))
 def test_a_checked_cell_fails_on_wrong_upstream_values(chapter, index, text, committed):
-    wrong, real = WRONG_VALUES.get((chapter, index), ({}, ()))
+    wrong, real = WRONG_VALUES.get(key(chapter, index), ({}, ()))
     result = verdict(text, committed, real=real)
-    if result.kind == "inconclusive" and (chapter, index) in WRONG_VALUES:
+    if result.kind == "inconclusive" and key(chapter, index) in WRONG_VALUES:
         result = verdict(text, committed, wrong, real)  # concrete wrong values where the stand-ins crash
     assert result.kind != "inconclusive", (
         f"chapter {chapter} cell {index}: crashed on the stand-ins ({result.why}); give it concrete wrong "
@@ -145,20 +156,20 @@ def test_a_checked_cell_fails_on_wrong_upstream_values(chapter, index, text, com
     "chapter, index, text, committed", list(_params(WRONG_VALUE_FINDINGS, only=set(WRONG_VALUES)))
 )
 def test_a_checked_cell_fails_on_a_realistic_wrong_result(chapter, index, text, committed):
-    wrong, real = WRONG_VALUES[(chapter, index)]
+    wrong, real = WRONG_VALUES[key(chapter, index)]
     result = verdict(text, committed, wrong, real)
     assert result.kind == "fails", f"chapter {chapter} cell {index}: {result.kind}: {result.why}"
 
 
 # Asserts that hold on every stand-in, accepted with the reason; the others are findings.
 VACUOUS_BY_DESIGN = {
-    ("03", 17): (
+    ("03", "da74e344"): (  # cell 17
         "the 50 ms bound holds for no update when worker:0 made every update while worker:1 slept; requiring "
         "one such update would check a timing (the cell's comment says so)"
     ),
 }
 ASSERT_FINDINGS = {
-    ("11", 13): (
+    ("11", "ch11-13"): (  # cell 13
         "issue 29: 'len(received) == len(sent) == len(transfers)' holds on a trace without any transfer; the "
         "trace is checked only against the code that wrote it"
     ),
@@ -168,7 +179,7 @@ ASSERT_FINDINGS = {
 @pytest.mark.parametrize("chapter, index, text, committed", list(_params(ASSERT_FINDINGS)))
 def test_every_assert_of_a_checked_cell_can_fail_alone(chapter, index, text, committed):
     holding = asserts_that_cannot_fail(text)
-    if (chapter, index) in VACUOUS_BY_DESIGN:
+    if key(chapter, index) in VACUOUS_BY_DESIGN:
         assert len(holding) == 1, f"chapter {chapter} cell {index}: {holding}"
         return
     assert not holding, f"chapter {chapter} cell {index}: asserts that hold whatever the run did: {holding}"
