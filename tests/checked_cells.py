@@ -42,6 +42,7 @@ import ast
 import builtins
 import contextlib
 import io
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,6 +170,22 @@ def upstream_names(source: str) -> set[str]:
     return loaded - bound - set(dir(builtins))
 
 
+def _open_for_reading(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+    """``open`` for a cell run on stand-ins: a path, read only (never a file descriptor a ``Wrong`` could
+    turn into through ``__index__``, never a write)."""
+    if not isinstance(file, (str, os.PathLike)) or any(c in mode for c in "wax+"):
+        raise TypeError(
+            f"a checked cell run on stand-ins opens paths for reading only, not {file!r} ({mode})"
+        )
+    return builtins.open(file, mode, *args, **kwargs)
+
+
+def _own_builtins(real: tuple[str, ...]) -> dict[str, Any]:
+    return dict(
+        vars(builtins), __import__=_importer(real), open=_open_for_reading, display=lambda *a, **k: print(*a)
+    )
+
+
 def _importer(real: tuple[str, ...]):
     """``__import__`` that gives a ``Wrong`` for the stubbed modules, except the ``real`` ones."""
 
@@ -199,7 +216,7 @@ def run(
     names = {name: Wrong(name) for name in upstream_names(source)}
     names.update(wrong or {})
     printed = io.StringIO()
-    own_builtins = dict(vars(builtins), __import__=_importer(real), display=lambda *a, **k: print(*a))
+    own_builtins = _own_builtins(real)
     namespace = {"__builtins__": own_builtins, "__name__": "__checked_cell__", **names}
     try:
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
@@ -321,7 +338,7 @@ def _run_tree(
     Wrong.truth = True
     names = {name: Wrong(name) for name in upstream_names(source)}
     names.update(wrong or {})
-    own_builtins = dict(vars(builtins), __import__=_importer(()), display=lambda *a, **k: print(*a))
+    own_builtins = _own_builtins(())
     namespace = {
         "__builtins__": own_builtins,
         "__name__": "__checked_cell__",

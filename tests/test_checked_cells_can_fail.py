@@ -227,6 +227,13 @@ def test_a_cell_that_prints_an_upstream_value_fails_when_it_changes():
     assert verdict(text, "2 devices\n", wrong={"devices": ["a", "b"]}).kind == "cannot fail"
 
 
+def test_a_stand_in_never_opens_a_file_descriptor_or_writes():
+    text = f"{CHECK_MARK}\nwith open(log_fd) as f:\n    print(f.read())\n"
+    assert verdict(text, "").kind == "inconclusive"  # not open(2): the test's own stderr
+    text = f"{CHECK_MARK}\nopen('/tmp/x', 'w').write(str(result))\nprint('done')\n"
+    assert verdict(text, "done\n").kind == "inconclusive"
+
+
 def test_nothing_is_imported_for_real_that_could_start_tensorflow():
     text = f"{CHECK_MARK}\nimport tensorflow as tf\nfrom dtfkit.recipes import sync\nprint(tf.version.VERSION, sync)\n"
     printed = verdict(text, "2.21.0 <module>\n")
