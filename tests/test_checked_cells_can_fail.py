@@ -114,12 +114,7 @@ FINDINGS: dict[tuple[str, str], str] = {
         "(`if strategy.num_replicas_in_sync == 2:`): assert it, or print another sentence (code change, re-execute)"
     ),
 }
-WRONG_VALUE_FINDINGS: dict[tuple[str, str], str] = {
-    ("11", "ch11-19"): (  # cell 19
-        "issue 29: 'every step took at least its rounds x d' holds with no transfer delayed (the empty step "
-        "alone is about 4 d): bound the communication time instead"
-    ),
-}
+WRONG_VALUE_FINDINGS: dict[tuple[str, str], str] = {}
 
 
 def _params(findings: dict[tuple[str, str], str], only: set[tuple[str, str]] | None = None):
@@ -168,12 +163,7 @@ VACUOUS_BY_DESIGN = {
         "one such update would check a timing (the cell's comment says so)"
     ),
 }
-ASSERT_FINDINGS = {
-    ("11", "ch11-13"): (  # cell 13
-        "issue 29: 'len(received) == len(sent) == len(transfers)' holds on a trace without any transfer; the "
-        "trace is checked only against the code that wrote it"
-    ),
-}
+ASSERT_FINDINGS: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize("chapter, index, text, committed", list(_params(ASSERT_FINDINGS)))
