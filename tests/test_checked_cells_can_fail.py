@@ -108,12 +108,7 @@ WRONG_VALUES: dict[tuple[str, str], tuple[dict[str, Any], tuple[str, ...]]] = {
 }
 
 # Findings (chapter, cell id) -> why, for the lead: strict, so a fixed cell fails here until its entry goes.
-FINDINGS: dict[tuple[str, str], str] = {
-    ("06", "7b5d1af2"): (  # cell 21
-        "with a number of replicas other than 2 the cell skips its asserts and prints its sentence anyway "
-        "(`if strategy.num_replicas_in_sync == 2:`): assert it, or print another sentence (code change, re-execute)"
-    ),
-}
+FINDINGS: dict[tuple[str, str], str] = {}
 WRONG_VALUE_FINDINGS: dict[tuple[str, str], str] = {}
 
 
