@@ -14,7 +14,8 @@ lines of every file those code objects came from (``linecache``: a cell's text, 
 the file's) with the name tracebacks should give it: ``Cell In[5]`` for a cell, as
 IPython says, else the path. The call carries them (``protocol.Call.sources``,
 ``protocol.Spec.sources``). In the task, ``register`` puts them into ``linecache``
-before the function is unpickled, and ``format_exc``/``format_stack`` then read::
+before the function is unpickled, and ``format_exc``/``format_stack`` then read
+(``frames`` leaves the engine's own frames out and shortens the paths)::
 
       Cell In[5], line 3, in mine
         raise ValueError("no")
@@ -47,12 +48,13 @@ import io
 import linecache
 import marshal
 import os
+import sys
 import sysconfig
 import traceback
 import types
 from typing import Any, NamedTuple
 
-from dtfkit.engine import notebook
+from dtfkit.engine import frames, notebook
 from dtfkit.engine.protocol import Sources
 
 MAX_FILE_BYTES = 2_000_000  # a bigger file travels without its source
@@ -196,10 +198,12 @@ def with_display_names(text: str) -> str:
 
 
 def format_exc() -> str:
-    """``traceback.format_exc()`` with the display names of registered files."""
-    return with_display_names(traceback.format_exc())
+    """``traceback.format_exc()`` as a learner reads it (``frames``: the engine's
+    leading frames left out, paths shortened), with the display names of registered files."""
+    exc = sys.exc_info()[1]
+    return frames.format_exception(exc, with_display_names) if exc is not None else traceback.format_exc()
 
 
 def format_stack(frame: types.FrameType) -> str:
-    """``traceback.format_stack(frame)`` as one text, with registered display names."""
-    return with_display_names("".join(traceback.format_stack(frame)))
+    """``traceback.format_stack(frame)`` as one text, read likewise."""
+    return frames.format_stack(frame, with_display_names)

@@ -19,7 +19,6 @@ import socket
 import sys
 import threading
 import time
-import traceback
 
 from dtfkit.engine import dumps, lifeline, protocol, sources
 from dtfkit.engine.protocol import TaskConfig
@@ -258,7 +257,7 @@ def _run_script(cfg: TaskConfig, cluster: dict, job: str, index: int) -> int:
         print(code, file=sys.stderr)
         return 1
     except BaseException:  # noqa: BLE001 - report any crash as a failed task
-        traceback.print_exc()
+        sys.stderr.write(sources.format_exc())
         return 1
     return 0
 
@@ -279,14 +278,14 @@ def _start_cold(cfg: TaskConfig, conn):
         try:
             netns.request_link(link["socket"], link["address"], link["rate"])
         except BaseException:  # noqa: BLE001
-            channel.send(protocol.StartFailed("link", traceback.format_exc()))
+            channel.send(protocol.StartFailed("link", sources.format_exc()))
             os._exit(3)
     reserved = None
     if mode != "client":
         try:
             reserved = _reserve_port(cfg.port or 0)
         except OSError:
-            channel.send(protocol.StartFailed("bind", traceback.format_exc()))
+            channel.send(protocol.StartFailed("bind", sources.format_exc()))
             os._exit(3)
         channel.send(protocol.Port(reserved.getsockname()[1]))
 
@@ -295,7 +294,7 @@ def _start_cold(cfg: TaskConfig, conn):
         try:
             tf = _import_tensorflow()
         except BaseException:  # noqa: BLE001
-            channel.send(protocol.StartFailed("import", traceback.format_exc()))
+            channel.send(protocol.StartFailed("import", sources.format_exc()))
             os._exit(3)
     return channel, reserved, tf
 
@@ -312,7 +311,7 @@ def _wait_for_adoption(cfg: TaskConfig):
         tf = _import_tensorflow()
         reserved = _reserve_port(0)
     except BaseException:  # noqa: BLE001 - the pool sees the exit and does not count us
-        traceback.print_exc()
+        sys.stderr.write(sources.format_exc())
         os._exit(3)
     from multiprocessing.connection import Client
 
@@ -406,7 +405,7 @@ def main() -> None:
         try:
             server_port = _start_relay(cfg, cluster, reserved)
         except BaseException:  # noqa: BLE001
-            channel.send(protocol.StartFailed("link", traceback.format_exc()))
+            channel.send(protocol.StartFailed("link", sources.format_exc()))
             os._exit(3)
     if reserved is not None:
         reserved.close()
@@ -414,7 +413,7 @@ def main() -> None:
         try:
             server = _serve(tf, cluster, job, index, server_port)
         except BaseException:  # noqa: BLE001
-            channel.send(protocol.StartFailed("bind", traceback.format_exc()))
+            channel.send(protocol.StartFailed("bind", sources.format_exc()))
             os._exit(3)
     target = _text(server.target) if server is not None else None
     from dtfkit import taskapi
