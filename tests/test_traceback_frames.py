@@ -192,3 +192,13 @@ def test_a_failing_setup_starts_at_the_setup_function():
     text = str(info.value)
     assert f'File "{HERE}", line ' in text and "# SETUP-FAILS" in text, text
     assert "task_main" not in text and ABSOLUTE_FILE.findall(text) == [], text
+
+
+# ------------------------------------------------------------------ warnings
+def test_dtfkits_warnings_name_the_learners_place_as_a_traceback_does():
+    from dtfkit.engine import local
+
+    with pytest.warns(UserWarning, match="exposed") as record:
+        local._warn("exposed")  # WARNED-HERE: the first frame outside dtfkit
+    assert record[0].filename == HERE  # not this machine's absolute path
+    assert "# WARNED-HERE" in Path(__file__).read_text().splitlines()[record[0].lineno - 1]

@@ -22,7 +22,8 @@ Two things would otherwise give away that the code ran in a task, and on which m
   ``defined at`` tracebacks TensorFlow puts in its error messages.
 
 Every traceback or stack dtfkit shows passes through here (``sources.format_exc``,
-``sources.format_stack``, ``dumps.format_dump``).
+``sources.format_stack``, ``dumps.format_dump``), and so does the place dtfkit's own
+warnings name (``warn``: ``Cell In[4]:2``, not the kernel's temporary file).
 
 Example::
 
@@ -42,13 +43,18 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import sysconfig
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TypeVar
 
+from dtfkit.engine import notebook
+
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../dtfkit
+_PACKAGE_DIRS = tuple({os.path.join(d, "") for d in (_PACKAGE_DIR, os.path.realpath(_PACKAGE_DIR))})
 _ENGINE_DIRS = tuple({os.path.join(d, "engine", "") for d in (_PACKAGE_DIR, os.path.realpath(_PACKAGE_DIR))})
 # The folder that holds the dtfkit package: a checkout (notebooks/, tests/ beside it) or site-packages.
 _ROOT_DIRS = tuple(
@@ -148,3 +154,35 @@ def _trim_chain(exception: traceback.TracebackException) -> None:
         seen.add(id(current))
         current.stack = traceback.StackSummary.from_list(trim(current.stack))
         todo += [current.__cause__, current.__context__, *(getattr(current, "exceptions", None) or ())]
+
+
+def warn(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn, naming the first caller outside dtfkit (the learner's cell, a test) as a
+    traceback names it: ``Cell In[4]:2: UserWarning: ...`` in a notebook (the plain
+    ``warnings.warn`` names the kernel's temporary file, ``/tmp/ipykernel_<pid>/<n>.py``),
+    else its file's ``short_path``. Filters and "once per place" work as for ``warnings.warn``.
+
+    Example::
+
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn("dtfkit: careful")
+        >>> caught[0].message.args[0], caught[0].filename
+        ('dtfkit: careful', '<doctest dtfkit.engine.frames.warn[0]>')
+    """
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIRS):
+        frame = frame.f_back
+    if frame is None:  # called from dtfkit alone (its command line)
+        warnings.warn(message, category, stacklevel=2)
+        return
+    filename = frame.f_code.co_filename
+    where = frame.f_globals
+    warnings.warn_explicit(
+        message,
+        category,
+        notebook.cell_name(filename) or short_path(filename),
+        frame.f_lineno,
+        module=where.get("__name__", "<unknown>"),
+        registry=where.setdefault("__warningregistry__", {}),
+    )
