@@ -111,6 +111,13 @@ def waits_for_ever():
     threading.Event().wait()  # LEARNER-WAITS
 
 
+def a_thread_fails():
+    worker = threading.Thread(target=parses_bad_json, name="learner-thread")
+    worker.start()
+    worker.join()
+    return "joined"
+
+
 def setup_that_fails():
     raise OSError("no devices")  # SETUP-FAILS
 
@@ -182,6 +189,18 @@ def test_a_stuck_tasks_stack_starts_at_the_learners_frame(cluster):
     assert re.search(r'File "threading\.py", line \d+, in wait\n', main), stack
     assert "task_main" not in stack and "runpy" not in stack, stack
     assert ABSOLUTE_FILE.findall(stack) == [], stack
+
+
+def test_an_exception_nobody_caught_in_a_thread_prints_as_python_would_without_paths(cluster):
+    assert cluster.run(a_thread_fails, on="worker:0", timeout=30) == {"worker:0": "joined"}
+    log = str(cluster.logs("worker:0", everything=True))
+    text = log[log.index("Exception in thread learner-thread:") :]
+    assert re.search(r'File "threading\.py", line \d+, in run\n', text), (
+        text
+    )  # a thread starts in threading.py
+    assert f'File "{HERE}", line ' in text and "# LEARNER-PARSES" in text, text
+    assert "json.decoder.JSONDecodeError" in text, text
+    assert ABSOLUTE_FILE.findall(text) == [], text
 
 
 def test_a_failing_setup_starts_at_the_setup_function():

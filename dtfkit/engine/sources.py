@@ -50,6 +50,7 @@ import marshal
 import os
 import sys
 import sysconfig
+import threading
 import traceback
 import types
 from typing import Any, NamedTuple
@@ -202,6 +203,32 @@ def format_exc() -> str:
     leading frames left out, paths shortened), with the display names of registered files."""
     exc = sys.exc_info()[1]
     return frames.format_exception(exc, with_display_names) if exc is not None else traceback.format_exc()
+
+
+def install_excepthooks() -> None:
+    """In a task: an exception nobody caught (in a thread, such as TensorFlow's queue
+    runners, or in the task's main) prints as ``format_exc`` does, in Python's own words
+    (``Exception in thread <name>:``), instead of with the machine's full paths."""
+    sys.excepthook = _print_uncaught
+    threading.excepthook = _print_uncaught_in_thread
+
+
+def _print_uncaught(exc_type, exc, tb) -> None:
+    _print_exception("", exc_type, exc)
+
+
+def _print_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is not SystemExit:  # as Python's own hook: a thread's SystemExit is quiet
+        name = args.thread.name if args.thread is not None else threading.get_ident()
+        _print_exception(f"Exception in thread {name}:\n", args.exc_type, args.exc_value)
+
+
+def _print_exception(head: str, exc_type, exc) -> None:
+    if sys.stderr is None:
+        return
+    text = frames.format_exception(exc, with_display_names) if exc is not None else f"{exc_type.__name__}\n"
+    sys.stderr.write(head + text)
+    sys.stderr.flush()
 
 
 def format_stack(frame: types.FrameType) -> str:

@@ -358,6 +358,7 @@ def main() -> None:
     cfg = TaskConfig.from_json(os.environ[protocol.CONFIG_ENV])
     lifeline.die_with_parent()
     dumps.arm(cfg.stacks_file)  # a warm task learns its file at adoption
+    sources.install_excepthooks()  # uncaught exceptions (a thread's too) print without the machine's paths
     signal.signal(signal.SIGINT, signal.default_int_handler)  # until the channel is up
     netns_pid, ready_fd = cfg.launch.get("netns_pid"), cfg.launch.get("netns_ready_fd")
     if ready_fd is not None:
