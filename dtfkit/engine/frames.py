@@ -22,8 +22,10 @@ Two things would otherwise give away that the code ran in a task, and on which m
   ``defined at`` tracebacks TensorFlow puts in its error messages.
 
 Every traceback or stack dtfkit shows passes through here (``sources.format_exc``,
-``sources.format_stack``, ``dumps.format_dump``), and so does the place dtfkit's own
-warnings name (``warn``: ``Cell In[4]:2``, not the kernel's temporary file).
+``sources.format_stack``, ``dumps.format_dump``, a task's uncaught exceptions), and so
+do the places warnings name: dtfkit's own (``warn``: ``Cell In[4]:2``, not the kernel's
+temporary file) and TensorFlow's deprecation warnings in a task (``WARNING:tensorflow:From
+<file>:<line>: ...``, ``ShortCallLocations``: only the file is written shorter).
 
 Example::
 
@@ -41,6 +43,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -186,3 +189,38 @@ def warn(message: str, category: type[Warning] = UserWarning) -> None:
         module=where.get("__name__", "<unknown>"),
         registry=where.setdefault("__warningregistry__", {}),
     )
+
+
+class ShortCallLocations(logging.Filter):
+    """On TensorFlow's logger: the caller its deprecation warnings name (``From %s: ...``,
+    ``%s`` being ``file:line``, from ``tensorflow/python/util/deprecation.py``'s
+    ``_call_location``) with the file as ``short_path`` writes it. Other records pass unchanged.
+
+    Example::
+
+        >>> record = logging.LogRecord("tensorflow", logging.WARNING, "", 0,
+        ...     "From %s: %s is deprecated", ("/home/ada/venv/lib/python3.11/site-packages/x/y.py:12", "f"), None)
+        >>> ShortCallLocations().filter(record) and record.getMessage()
+        'From x/y.py:12: f is deprecated'
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if (
+            isinstance(record.msg, str)
+            and record.msg.startswith("From %s")
+            and isinstance(args, tuple)
+            and args
+        ):
+            file, colon, line = str(args[0]).rpartition(":")
+            if colon and line.isdigit():
+                record.args = (f"{short_path(file)}:{line}", *args[1:])
+        return True
+
+
+def shorten_tensorflow_call_locations() -> None:
+    """In a task: put ``ShortCallLocations`` on TensorFlow's logger (``tensorflow``; no
+    TensorFlow import needed: it takes the same logger object when it starts)."""
+    logger = logging.getLogger("tensorflow")
+    if not any(isinstance(f, ShortCallLocations) for f in logger.filters):
+        logger.addFilter(ShortCallLocations())

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from dtfkit.engine import dumps, lifeline, protocol, sources
+from dtfkit.engine import dumps, frames, lifeline, protocol, sources
 from dtfkit.engine.protocol import TaskConfig
 
 
@@ -359,6 +359,7 @@ def main() -> None:
     lifeline.die_with_parent()
     dumps.arm(cfg.stacks_file)  # a warm task learns its file at adoption
     sources.install_excepthooks()  # uncaught exceptions (a thread's too) print without the machine's paths
+    frames.shorten_tensorflow_call_locations()  # and TensorFlow's deprecation warnings name no machine's file
     signal.signal(signal.SIGINT, signal.default_int_handler)  # until the channel is up
     netns_pid, ready_fd = cfg.launch.get("netns_pid"), cfg.launch.get("netns_ready_fd")
     if ready_fd is not None:
