@@ -118,6 +118,10 @@ def a_thread_fails():
     return "joined"
 
 
+def raises_with_a_location_in_its_message():
+    raise RuntimeError(f'defined at (most recent call last):\n  File "{json.__file__}", line 1, in <module>')
+
+
 def setup_that_fails():
     raise OSError("no devices")  # SETUP-FAILS
 
@@ -177,6 +181,14 @@ def test_each_exception_of_a_chain_is_trimmed(cluster):
     assert_reads_like_a_local_traceback(first, "fails_while_handling")
     assert_reads_like_a_local_traceback(second.lstrip("\n"), "fails_while_handling")
     assert "# FIRST-FAILURE" in first and "# SECOND-FAILURE" in second
+
+
+def test_a_location_in_the_message_is_shortened_too(cluster):
+    # As TensorFlow's graph errors say where the failing op was defined.
+    with pytest.raises(TaskFailed) as info:
+        cluster.run(raises_with_a_location_in_its_message, on="worker:0", timeout=30)
+    assert info.value.remote_message.endswith('File "json/__init__.py", line 1, in <module>')
+    assert ABSOLUTE_FILE.findall(str(info.value)) == [], str(info.value)
 
 
 def test_a_stuck_tasks_stack_starts_at_the_learners_frame(cluster):

@@ -179,7 +179,9 @@ def _run_call(channel: Channel, call: protocol.Call) -> None:
         channel.send(protocol.Result(call_id, result))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the owner
         _mark_output_done(call_id)
-        channel.send(protocol.Error(call_id, type(exc).__name__, str(exc), sources.format_exc()))
+        # The message too: TensorFlow's graph errors carry the traceback where the failing op was defined.
+        message = frames.shorten_paths(str(exc))
+        channel.send(protocol.Error(call_id, type(exc).__name__, message, sources.format_exc()))
 
 
 def _mark_output_done(call_id: int) -> None:
