@@ -20,7 +20,7 @@ import pytest
 from conftest import share_cluster, subprocess_env
 
 import dtfkit
-from dtfkit.engine import sources
+from dtfkit.engine import frames, sources
 from dtfkit.engine.fake import FakeLauncher
 from dtfkit.errors import ClusterStartError, TaskFailed, TaskTimeout
 
@@ -185,7 +185,7 @@ def failure_text(cluster, fn, *args) -> str:
 def test_a_function_from_a_file(cluster, learner_module):
     path, module = learner_module
     text = failure_text(cluster, module.check, -1)
-    assert f'File "{path}", line 3, in check\n' in text
+    assert f'File "{frames.short_path(str(path))}", line 3, in check\n' in text  # as tasks show files
     assert 'raise ValueError(f"negative: {n}")  # FILE-RAISES-HERE' in text
 
 
@@ -194,7 +194,7 @@ def test_a_function_from_a_file_deleted_since(cluster, learner_module):
     assert cluster.run(module.check, args=(1,), on="worker:0") == {"worker:0": 1}  # read here once
     path.unlink()  # now no task can read it
     text = failure_text(cluster, module.check, -2)
-    assert f'File "{path}", line 3, in check\n' in text
+    assert f'File "{frames.short_path(str(path))}", line 3, in check\n' in text  # as tasks show files
     assert "# FILE-RAISES-HERE" in text
 
 
