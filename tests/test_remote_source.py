@@ -298,9 +298,16 @@ def test_in_a_kernel_a_remote_error_names_the_cell_and_shows_the_line(tmp_path):
     count = nb.cells[1].execution_count
     assert f"  Cell In[{count}], line 3, in mine\n" in remote, remote
     assert '    raise ValueError(f"mine got {y}")  # RAISES-IN-CELL' in remote, remote
+    # As a local traceback reads: the cell is the first frame (the engine's own are left out).
+    assert remote.strip().splitlines()[:2] == [
+        "Traceback (most recent call last):",
+        f"  Cell In[{count}], line 3, in mine",
+    ]
 
     printed = "".join(o.get("text", "") for o in nb.cells[2].outputs if o.output_type == "stream")
     count = nb.cells[2].execution_count
     assert (
-        f"  Cell In[{count}], line 3, in stuck\n    threading.Event().wait()  # STUCK-IN-CELL" in printed
+        f"Thread MainThread:\n  Cell In[{count}], line 3, in stuck\n    threading.Event().wait()  # STUCK-IN-CELL"
+        in printed
     ), nb.cells[2].outputs
+    assert "task_main" not in printed and 'File "/' not in printed, printed
