@@ -83,7 +83,7 @@ def test_a_dump_on_sigabrt_reads_as_a_tasks_own_stacks(tmp_path):
     assert "# HELPER-WAITS" in text  # a thread of the user's own is kept
 
 
-def test_threads_of_the_engine_and_the_standard_library_are_left_out():
+def test_threads_and_leading_frames_of_the_engine_are_left_out_and_paths_shortened():
     engine = dumps._ENGINE_DIR + "/task_main.py"
     stdlib = dumps._STDLIB_DIR + "/threading.py"
     package = dumps._PACKAGE_DIRS[0] + "/tensorflow/python/eager/context.py"
@@ -98,7 +98,9 @@ def test_threads_of_the_engine_and_the_standard_library_are_left_out():
 
         Current thread 0x0000000000000001 (most recent call first):
           File "{package}", line 745 in ensure_initialized
+          File "/home/ada/course/mine.py", line 3 in build
           File "{engine}", line 175 in _run_call
+          File "<frozen runpy>", line 88 in _run_code
 
         Extension modules: numpy (total: 1)
         """
@@ -106,7 +108,12 @@ def test_threads_of_the_engine_and_the_standard_library_are_left_out():
     text = dumps.format_dump(raw)
     assert "0x0000000000000002" not in text and "_watch" not in text  # dtfkit's control thread
     assert text.count("Thread 0x") == 1 and "ensure_initialized" in text  # TensorFlow is not plumbing
-    assert text.index("_run_call") < text.index("ensure_initialized")
+    # Outermost first, from the learner's frame on: the engine's leading frames are left out (frames.trim),
+    # and no folder of the machine shows (frames.short_path).
+    assert "_run_call" not in text and "runpy" not in text
+    assert text.index('File "~/course/mine.py", line 3, in build') < text.index(
+        'File "tensorflow/python/eager/context.py", line 745, in ensure_initialized'
+    )
     assert "Extension modules" not in text
 
 

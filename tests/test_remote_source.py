@@ -20,7 +20,7 @@ import pytest
 from conftest import share_cluster, subprocess_env
 
 import dtfkit
-from dtfkit.engine import sources
+from dtfkit.engine import frames, sources
 from dtfkit.engine.fake import FakeLauncher
 from dtfkit.errors import ClusterStartError, TaskFailed, TaskTimeout
 
@@ -185,7 +185,7 @@ def failure_text(cluster, fn, *args) -> str:
 def test_a_function_from_a_file(cluster, learner_module):
     path, module = learner_module
     text = failure_text(cluster, module.check, -1)
-    assert f'File "{path}", line 3, in check\n' in text
+    assert f'File "{frames.short_path(str(path))}", line 3, in check\n' in text  # as tasks show files
     assert 'raise ValueError(f"negative: {n}")  # FILE-RAISES-HERE' in text
 
 
@@ -194,13 +194,13 @@ def test_a_function_from_a_file_deleted_since(cluster, learner_module):
     assert cluster.run(module.check, args=(1,), on="worker:0") == {"worker:0": 1}  # read here once
     path.unlink()  # now no task can read it
     text = failure_text(cluster, module.check, -2)
-    assert f'File "{path}", line 3, in check\n' in text
+    assert f'File "{frames.short_path(str(path))}", line 3, in check\n' in text  # as tasks show files
     assert "# FILE-RAISES-HERE" in text
 
 
 def test_a_lambda(cluster):
     text = failure_text(cluster, lambda: {}["missing"])  # LAMBDA-HERE
-    assert f'File "{__file__}"' in text
+    assert 'File "tests/test_remote_source.py"' in text  # the checkout's path, shortened
     assert 'failure_text(cluster, lambda: {}["missing"])  # LAMBDA-HERE' in text
 
 
@@ -298,9 +298,16 @@ def test_in_a_kernel_a_remote_error_names_the_cell_and_shows_the_line(tmp_path):
     count = nb.cells[1].execution_count
     assert f"  Cell In[{count}], line 3, in mine\n" in remote, remote
     assert '    raise ValueError(f"mine got {y}")  # RAISES-IN-CELL' in remote, remote
+    # As a local traceback reads: the cell is the first frame (the engine's own are left out).
+    assert remote.strip().splitlines()[:2] == [
+        "Traceback (most recent call last):",
+        f"  Cell In[{count}], line 3, in mine",
+    ]
 
     printed = "".join(o.get("text", "") for o in nb.cells[2].outputs if o.output_type == "stream")
     count = nb.cells[2].execution_count
     assert (
-        f"  Cell In[{count}], line 3, in stuck\n    threading.Event().wait()  # STUCK-IN-CELL" in printed
+        f"Thread MainThread:\n  Cell In[{count}], line 3, in stuck\n    threading.Event().wait()  # STUCK-IN-CELL"
+        in printed
     ), nb.cells[2].outputs
+    assert "task_main" not in printed and 'File "/' not in printed, printed

@@ -9,7 +9,8 @@ SIGILL), a C handler that needs no lock writes every thread's stack to the task'
 stack file, then the process dies. The owner reads the file once the process is gone,
 so the dump is whole, and ``format_dump`` turns it into the same shape as a stack the
 task sent itself: outermost call first, with the line of code, notebook cells named as
-IPython names them.
+IPython names them, the engine's leading frames (``runpy``, ``task_main``) left out and
+the paths shortened (``frames``).
 
 Example::
 
@@ -35,7 +36,7 @@ import sysconfig
 import traceback
 from typing import NamedTuple
 
-from dtfkit.engine import sources
+from dtfkit.engine import frames, sources
 
 # The header of a dump, then one block per thread, innermost call first.
 _THREAD_RE = re.compile(
@@ -119,17 +120,20 @@ def _is_plumbing(stack: ThreadStack) -> bool:
 def format_dump(text: str) -> str:
     """The dump as a task's own stacks read: outermost call first, each line of code
     (from this process's ``linecache``: files, and notebook cells), dtfkit's own threads
-    left out. ``""`` when ``text`` holds no stack."""
+    and each thread's leading engine frames left out, paths shortened (``frames``).
+    ``""`` when ``text`` holds no stack."""
     threads = parse_dump(text)
     shown = [t for t in threads if not _is_plumbing(t)] or threads
     parts = []
     for thread in shown:
-        summary = traceback.StackSummary.from_list([(f, n, fn, None) for f, n, fn in thread.frames])
+        kept = frames.trim(thread.frames, filename=lambda frame: frame[0])
+        summary = traceback.StackSummary.from_list([(f, n, fn, None) for f, n, fn in kept])
         lines = "".join(summary.format())
-        for file in {f for f, _, _ in thread.frames}:
+        for file in {f for f, _, _ in kept}:
             display = sources.display_name(file)
             if display != file:
                 lines = lines.replace(f'File "{file}", line ', f"{display}, line ")
+        lines = frames.shorten_paths(lines)
         label = " (the one that was running)" if thread.current else ""
         parts.append(f"Thread {thread.ident}{label}:\n{lines}")
     return "\n".join(parts).rstrip("\n")

@@ -33,9 +33,8 @@ import subprocess
 import sys
 import threading
 import types
-import warnings
 
-from dtfkit.engine import lifeline, netns, state
+from dtfkit.engine import frames, lifeline, netns, state
 from dtfkit.engine.launcher import Launcher, LauncherDescription, PoolStart, TaskHandle
 from dtfkit.engine.logs import read_line
 from dtfkit.engine.protocol import CONFIG_ENV, TaskConfig
@@ -584,12 +583,8 @@ def _with_lifeline(env) -> dict[str, str]:
 
 
 def _warn(message: str) -> None:
-    """Warn, naming the first caller outside dtfkit (the learner's cell, a test)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(1), 2
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(message, stacklevel=level)
+    """Warn, naming the first caller outside dtfkit (the learner's cell, a test) as a traceback does."""
+    frames.warn(message)
 
 
 def _read_line_within(stream, timeout: float) -> str:

@@ -14,7 +14,8 @@ lines of every file those code objects came from (``linecache``: a cell's text, 
 the file's) with the name tracebacks should give it: ``Cell In[5]`` for a cell, as
 IPython says, else the path. The call carries them (``protocol.Call.sources``,
 ``protocol.Spec.sources``). In the task, ``register`` puts them into ``linecache``
-before the function is unpickled, and ``format_exc``/``format_stack`` then read::
+before the function is unpickled, and ``format_exc``/``format_stack`` then read
+(``frames`` leaves the engine's own frames out and shortens the paths)::
 
       Cell In[5], line 3, in mine
         raise ValueError("no")
@@ -47,12 +48,14 @@ import io
 import linecache
 import marshal
 import os
+import sys
 import sysconfig
+import threading
 import traceback
 import types
 from typing import Any, NamedTuple
 
-from dtfkit.engine import notebook
+from dtfkit.engine import frames, notebook
 from dtfkit.engine.protocol import Sources
 
 MAX_FILE_BYTES = 2_000_000  # a bigger file travels without its source
@@ -196,10 +199,38 @@ def with_display_names(text: str) -> str:
 
 
 def format_exc() -> str:
-    """``traceback.format_exc()`` with the display names of registered files."""
-    return with_display_names(traceback.format_exc())
+    """``traceback.format_exc()`` as a learner reads it (``frames``: the engine's
+    leading frames left out, paths shortened), with the display names of registered files."""
+    exc = sys.exc_info()[1]
+    return frames.format_exception(exc, with_display_names) if exc is not None else traceback.format_exc()
+
+
+def install_excepthooks() -> None:
+    """In a task: an exception nobody caught (in a thread, such as TensorFlow's queue
+    runners, or in the task's main) prints as ``format_exc`` does, in Python's own words
+    (``Exception in thread <name>:``), instead of with the machine's full paths."""
+    sys.excepthook = _print_uncaught
+    threading.excepthook = _print_uncaught_in_thread
+
+
+def _print_uncaught(exc_type, exc, tb) -> None:
+    _print_exception("", exc_type, exc)
+
+
+def _print_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is not SystemExit:  # as Python's own hook: a thread's SystemExit is quiet
+        name = args.thread.name if args.thread is not None else threading.get_ident()
+        _print_exception(f"Exception in thread {name}:\n", args.exc_type, args.exc_value)
+
+
+def _print_exception(head: str, exc_type, exc) -> None:
+    if sys.stderr is None:
+        return
+    text = frames.format_exception(exc, with_display_names) if exc is not None else f"{exc_type.__name__}\n"
+    sys.stderr.write(head + text)
+    sys.stderr.flush()
 
 
 def format_stack(frame: types.FrameType) -> str:
-    """``traceback.format_stack(frame)`` as one text, with registered display names."""
-    return with_display_names("".join(traceback.format_stack(frame)))
+    """``traceback.format_stack(frame)`` as one text, read likewise."""
+    return frames.format_stack(frame, with_display_names)

@@ -19,9 +19,8 @@ import socket
 import sys
 import threading
 import time
-import traceback
 
-from dtfkit.engine import dumps, lifeline, protocol, sources
+from dtfkit.engine import dumps, frames, lifeline, protocol, sources
 from dtfkit.engine.protocol import TaskConfig
 
 
@@ -180,7 +179,9 @@ def _run_call(channel: Channel, call: protocol.Call) -> None:
         channel.send(protocol.Result(call_id, result))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the owner
         _mark_output_done(call_id)
-        channel.send(protocol.Error(call_id, type(exc).__name__, str(exc), sources.format_exc()))
+        # The message too: TensorFlow's graph errors carry the traceback where the failing op was defined.
+        message = frames.shorten_paths(str(exc))
+        channel.send(protocol.Error(call_id, type(exc).__name__, message, sources.format_exc()))
 
 
 def _mark_output_done(call_id: int) -> None:
@@ -258,7 +259,7 @@ def _run_script(cfg: TaskConfig, cluster: dict, job: str, index: int) -> int:
         print(code, file=sys.stderr)
         return 1
     except BaseException:  # noqa: BLE001 - report any crash as a failed task
-        traceback.print_exc()
+        sys.stderr.write(sources.format_exc())
         return 1
     return 0
 
@@ -279,14 +280,14 @@ def _start_cold(cfg: TaskConfig, conn):
         try:
             netns.request_link(link["socket"], link["address"], link["rate"])
         except BaseException:  # noqa: BLE001
-            channel.send(protocol.StartFailed("link", traceback.format_exc()))
+            channel.send(protocol.StartFailed("link", sources.format_exc()))
             os._exit(3)
     reserved = None
     if mode != "client":
         try:
             reserved = _reserve_port(cfg.port or 0)
         except OSError:
-            channel.send(protocol.StartFailed("bind", traceback.format_exc()))
+            channel.send(protocol.StartFailed("bind", sources.format_exc()))
             os._exit(3)
         channel.send(protocol.Port(reserved.getsockname()[1]))
 
@@ -295,7 +296,7 @@ def _start_cold(cfg: TaskConfig, conn):
         try:
             tf = _import_tensorflow()
         except BaseException:  # noqa: BLE001
-            channel.send(protocol.StartFailed("import", traceback.format_exc()))
+            channel.send(protocol.StartFailed("import", sources.format_exc()))
             os._exit(3)
     return channel, reserved, tf
 
@@ -312,7 +313,7 @@ def _wait_for_adoption(cfg: TaskConfig):
         tf = _import_tensorflow()
         reserved = _reserve_port(0)
     except BaseException:  # noqa: BLE001 - the pool sees the exit and does not count us
-        traceback.print_exc()
+        sys.stderr.write(sources.format_exc())
         os._exit(3)
     from multiprocessing.connection import Client
 
@@ -359,6 +360,8 @@ def main() -> None:
     cfg = TaskConfig.from_json(os.environ[protocol.CONFIG_ENV])
     lifeline.die_with_parent()
     dumps.arm(cfg.stacks_file)  # a warm task learns its file at adoption
+    sources.install_excepthooks()  # uncaught exceptions (a thread's too) print without the machine's paths
+    frames.shorten_tensorflow_call_locations()  # and TensorFlow's deprecation warnings name no machine's file
     signal.signal(signal.SIGINT, signal.default_int_handler)  # until the channel is up
     netns_pid, ready_fd = cfg.launch.get("netns_pid"), cfg.launch.get("netns_ready_fd")
     if ready_fd is not None:
@@ -406,7 +409,7 @@ def main() -> None:
         try:
             server_port = _start_relay(cfg, cluster, reserved)
         except BaseException:  # noqa: BLE001
-            channel.send(protocol.StartFailed("link", traceback.format_exc()))
+            channel.send(protocol.StartFailed("link", sources.format_exc()))
             os._exit(3)
     if reserved is not None:
         reserved.close()
@@ -414,7 +417,7 @@ def main() -> None:
         try:
             server = _serve(tf, cluster, job, index, server_port)
         except BaseException:  # noqa: BLE001
-            channel.send(protocol.StartFailed("bind", traceback.format_exc()))
+            channel.send(protocol.StartFailed("bind", sources.format_exc()))
             os._exit(3)
     target = _text(server.target) if server is not None else None
     from dtfkit import taskapi

@@ -18,12 +18,12 @@ Example::
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
 from dtfkit.cluster import LocalCluster
+from dtfkit.engine import frames
 from dtfkit.engine.launcher import LauncherDescription, LauncherSpec
 from dtfkit.engine.layout import ClusterLayout
 from dtfkit.ray.launcher import RayLauncher, RayStart, check_resources
@@ -107,7 +107,7 @@ class RayCluster(LocalCluster):
         launcher = spec.build()  # checks its arguments; connects in its first start
         if address is None and not _connected():
             print(SIMULATED_NOTE.format(nodes=nodes), flush=True)
-        warnings.warn(RAY_NETWORK_WARNING, stacklevel=2)
+        frames.warn(RAY_NETWORK_WARNING)  # names the learner's cell as IPython does: Cell In[4]
         super().__init__(
             ps,
             workers,

@@ -263,10 +263,12 @@ def tensorflow_frames(stack: str) -> list[tuple[str, str]]:
 
     >>> tensorflow_frames('  File "/v/site-packages/tensorflow/python/training/server_lib.py", line 185, in join')
     [('tensorflow/python/training/server_lib.py', 'join')]
+    >>> tensorflow_frames('  File "tensorflow/python/training/server_lib.py", line 185, in join')  # as shown
+    [('tensorflow/python/training/server_lib.py', 'join')]
     """
     frames = []
     for match in _FRAME.finditer(stack):
-        path = match["file"]
+        path = "/" + match["file"]  # a task's stacks show the path as Python finds it (engine/frames.py)
         if "/tensorflow/" in path:
             frames.append(("tensorflow/" + path.split("/tensorflow/", 1)[1], match["name"]))
     if "most recent call first" in stack:

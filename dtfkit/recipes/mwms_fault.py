@@ -532,7 +532,7 @@ def train_with_preemption_handler(
     of ``LocalCluster(workers=2, start_servers=False)``.
 
     The handler restores the latest checkpoint in ``checkpoint_dir`` when it is created (its
-    ``total_run_calls`` is the number of steps already done) and wraps every step
+    ``step`` variable is the number of steps already done) and wraps every step
     (``handler.run``). ``signal_task`` sends itself SIGTERM after step ``signal_at`` (a preemption
     notice; the handler has installed its own SIGTERM handler): before its next step it publishes
     "save after step ``signal_at + 1``" in the coordination service, every worker saves after that
@@ -556,9 +556,12 @@ def train_with_preemption_handler(
         hidden=hidden,
         seed=seed,
     )
-    checkpoint = tf.train.Checkpoint(model=run.model, optimizer=run.optimizer)
+    # The step count is a variable of the checkpoint, as TensorFlow advises: the handler's own
+    # ``total_run_calls`` is deprecated (and its warning names this file by its absolute path).
+    # The handler saves at the start of ``run``, before the step, so the count includes every step done.
+    checkpoint = tf.train.Checkpoint(model=run.model, optimizer=run.optimizer, step=run.step)
     handler = tf.distribute.experimental.PreemptionCheckpointHandler(run.resolver, checkpoint, checkpoint_dir)
-    resumed_from = int(handler.total_run_calls)
+    resumed_from = int(run.step.numpy())
     out: dict[str, Any] = {
         "task": run.task,
         "resumed_from": resumed_from,
@@ -566,15 +569,15 @@ def train_with_preemption_handler(
         "saved_step": None,
     }
     try:
-        while handler.total_run_calls < steps:
+        while int(run.step.numpy()) < steps:
             handler.run(run.train_step, run.iterator)
-            done = int(handler.total_run_calls)
+            done = int(run.step.assign_add(1).numpy())
             dtfkit.report(step=done)
             if run.task == signal_task and done == signal_at:
                 signal.raise_signal(signal.SIGTERM)
     except SystemExit as exc:  # the handler's exit_fn, after its checkpoint
-        out.update(exit_code=exc.code, saved_step=int(handler.total_run_calls))
-    out.update(steps_done=int(handler.total_run_calls), weights_digest=_digest(run.model))
+        out.update(exit_code=exc.code, saved_step=int(run.step.numpy()))
+    out.update(steps_done=int(run.step.numpy()), weights_digest=_digest(run.model))
     return out
 
 
