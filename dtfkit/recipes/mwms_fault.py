@@ -226,6 +226,78 @@ def _wait_for_peers(progress_dir: str, peers: list[str], what: str, step: int, t
         time.sleep(0.01)  # polling a file: the wait itself is bounded by the deadline
 
 
+# ---------------------------------------------------------------------------------------
+# Arguments checked before anything starts (a bad one would fail nothing, or fail late)
+# ---------------------------------------------------------------------------------------
+_NEEDS_FRESH = (
+    "Next step: run it on LocalCluster(workers=2, start_servers=False) and call "
+    'cluster.ensure_running(fresh="all") before each run.'
+)
+
+
+def _whole(name: str, value: Any, least: int) -> int:
+    """``value`` if it is a whole number >= ``least``, else a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be a whole number of at least {least}, not {value!r}")
+    return value
+
+
+def _step_before_the_end(name: str, value: Any, steps: int) -> int:
+    """A step at which something happens; it must come before the last step, or nothing happens."""
+    _whole(name, value, 1)
+    if value >= steps:
+        raise ValueError(
+            f"{name}={value} is not before steps={steps}: training would end before anything fails. "
+            f"Next step: choose {name} from 1 to {steps - 1}, or raise steps."
+        )
+    return value
+
+
+def _positive_seconds(name: str, value: Any, *, optional: bool) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        allowed = "None or " if optional else ""
+        raise ValueError(f"{name} must be {allowed}a number of seconds above 0, not {value!r}")
+    return float(value)
+
+
+def _strategy_tasks(cluster: dict[str, list[str]]) -> list[str]:
+    """The tasks of ``cluster`` that join MultiWorkerMirroredStrategy's collective group."""
+    return [f"{job}:{i}" for job in ("chief", "worker") for i in range(len(cluster.get(job, ())))]
+
+
+def _check_tasks(name: str, tasks: tuple[str, ...] | list[str], cluster: dict[str, list[str]]) -> None:
+    """Every task named in ``name`` is one of the strategy's tasks, and there is a peer to fail."""
+    members = _strategy_tasks(cluster)
+    if not tasks:
+        return
+    if len(members) < 2:
+        raise ValueError(
+            f"the cluster has {len(members)} chief/worker task(s): a failing peer needs at least 2. "
+            "Next step: LocalCluster(workers=2, start_servers=False)."
+        )
+    unknown = [t for t in tasks if t not in members]
+    if unknown:
+        raise ValueError(
+            f"{name} names {', '.join(map(repr, unknown))}, which is not a task of this cluster's "
+            f"collective group ({', '.join(members)}): nothing would fail. Next step: name one of those."
+        )
+
+
+def _check_this_task(name: str, tasks: tuple[str, ...] | list[str]) -> None:
+    """In a task, before TensorFlow starts: no server of dtfkit's (the strategy starts its own), and
+    ``tasks`` are members of the cluster."""
+    ctx = dtfkit.this_task()
+    if ctx.server is not None:
+        raise ValueError(
+            f"{ctx.name} already runs a TensorFlow server that dtfkit started, and "
+            "MultiWorkerMirroredStrategy starts its own on the same port (TensorFlow would say "
+            '"Could not start gRPC server"). ' + _NEEDS_FRESH
+        )
+    _check_tasks(name, tasks, ctx.cluster)
+
+
 FAILURES = ("exit", "freeze", "hang")
 
 
@@ -274,6 +346,11 @@ def train_until_a_peer_fails(
     """
     if failure not in FAILURES:
         raise ValueError(f"failure must be one of {', '.join(FAILURES)}, not {failure!r}")
+    _whole("steps", steps, 2)
+    _step_before_the_end("fail_at", fail_at, steps)
+    _positive_seconds("collective_timeout", collective_timeout, optional=True)
+    _positive_seconds("hang_limit", hang_limit, optional=False)
+    _check_this_task("failing_task", (failing_task,))
     import tensorflow as tf
 
     run = _setup(
@@ -365,6 +442,12 @@ def hang_with_collective_timeout(
         >>> seen["results"]["worker:0"]["error_class"]                         # doctest: +SKIP
         'DeadlineExceededError'
     """
+    _whole("attempts", attempts, 1)
+    _whole("steps", steps, 2)
+    _step_before_the_end("fail_at", fail_at, steps)
+    _positive_seconds("collective_timeout", collective_timeout, optional=False)
+    _positive_seconds("timeout", timeout, optional=False)
+    _check_tasks("the hung-peer run", ("worker:0", "worker:1"), cluster.cluster_spec)
     crashes: list[str] = []
     for _ in range(attempts):
         cluster.ensure_running(fresh="all")
@@ -432,6 +515,12 @@ def train_with_checkpoints(
     "error_class" (None, or the survivor's error), "error_message", "weights_digest"}``.
     Reports ``step`` after every step and ``saved`` after every save.
     """
+    _whole("steps", steps, 1)
+    _whole("save_every", save_every, 1)
+    if die_at is not None:
+        _step_before_the_end("die_at", die_at, steps)
+    _positive_seconds("collective_timeout", collective_timeout, optional=True)
+    _check_this_task("dying_tasks", tuple(dying_tasks) if die_at is not None else ())
     import tensorflow as tf
 
     run = _setup(
@@ -546,6 +635,13 @@ def train_with_preemption_handler(
     "saved_step" (the step of the handler's save; None without a preemption), "weights_digest"}``.
     Reports ``step`` after every step.
     """
+    _whole("steps", steps, 1)
+    if signal_at is not None and (_whole("signal_at", signal_at, 1) >= steps - 1):
+        raise ValueError(
+            f"signal_at={signal_at} leaves no step to save after: the handler saves after step signal_at + 1, "
+            f"before step signal_at + 2, and steps={steps}. Next step: signal_at from 1 to {steps - 2}."
+        )
+    _check_this_task("signal_task", (signal_task,) if signal_at is not None else ())
     import tensorflow as tf
 
     run = _setup(
