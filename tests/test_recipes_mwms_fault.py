@@ -39,12 +39,13 @@ def test_weights_digest_tells_bit_identical_weights_apart():
     assert mf.weights_digest(a) != mf.weights_digest(b)
 
 
-def test_recovery_summary_counts_the_steps_lost():
+def test_recovery_summary_counts_the_steps_lost_and_compares_the_restore_with_the_save():
     resumed = {
-        t: {"resumed_from": 10, "first_step": 11, "steps_done": 30, "weights_digest": "abc"}
+        t: {"resumed_from": 10, "first_step": 11, "steps_done": 30, "restored_digest": "abc"}
         for t in ("worker:0", "worker:1")
     }
-    summary = mf.recovery_summary(12, {"last_saved_step": 10}, resumed)
+    crashed = {"last_saved_step": 10, "saved_digests": {5: "old", 10: "abc"}}
+    summary = mf.recovery_summary(12, crashed, resumed)
     assert summary == {
         "killed_at": 12,
         "last_saved_step": 10,
@@ -52,8 +53,16 @@ def test_recovery_summary_counts_the_steps_lost():
         "first_step": 11,
         "lost_steps": 2,
         "final_step": 30,
-        "same_weights": True,
+        "restored_as_saved": True,
     }
+    # the check can fail: a worker that restored other weights (another checkpoint, or none) ...
+    resumed["worker:1"] = {**resumed["worker:1"], "restored_digest": "old"}
+    assert mf.recovery_summary(12, crashed, resumed)["restored_as_saved"] is False
+    resumed["worker:1"] = {**resumed["worker:1"], "restored_digest": None}
+    assert mf.recovery_summary(12, crashed, resumed)["restored_as_saved"] is False
+    # ... and says so when the saving run's weights are unknown; the digests may come from reports
+    assert mf.recovery_summary(12, {}, resumed)["restored_as_saved"] is None
+    assert mf.recovery_summary(12, {}, resumed, saved_digests={10: "abc"})["restored_as_saved"] is False
     resumed["worker:1"] = {**resumed["worker:1"], "resumed_from": 5}
     with pytest.raises(ValueError, match="different steps"):
         mf.recovery_summary(12, {}, resumed)
@@ -275,8 +284,9 @@ def test_checkpoints_in_the_custom_loop_resume_after_a_crash(mwms, tmp_path):
         "first_step": 11,
         "lost_steps": 2,
         "final_step": 30,
-        "same_weights": True,
+        "restored_as_saved": True,
     }
+    assert crashed["saved_digests"][10] == resumed["worker:1"]["restored_digest"]
     assert not any(name.startswith("tmp_") for name in os.listdir(ckpt))  # worker:1 removed its own folder
 
 

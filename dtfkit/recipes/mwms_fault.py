@@ -298,6 +298,22 @@ def _check_this_task(name: str, tasks: tuple[str, ...] | list[str]) -> None:
     _check_tasks(name, tasks, ctx.cluster)
 
 
+def _start_together(run: SimpleNamespace, progress_dir: str, peers: list[str], first_step: int) -> None:
+    """Trace the step, then wait until every peer has traced it too, so that step ``first_step``
+    starts on all workers together.
+
+    A collective timeout bounds a collective from its start, the first step's parameter resolution
+    included: ``BaseCollectiveExecutor::CompleteParamsAsync`` (tensorflow/core/common_runtime/
+    base_collective_executor.cc) aborts with "Collective has timed out waiting for other workers"
+    after ``timeout_seconds``. Workers that reach their first step further apart than that (one
+    slower to import, load data or trace on a busy machine) would fail there, before any failure
+    of the lesson.
+    """
+    run.train_step.get_concrete_function(run.iterator)
+    _mark(progress_dir, run.task, "ready", first_step)
+    _wait_for_peers(progress_dir, peers, "ready", first_step, timeout=120)
+
+
 FAILURES = ("exit", "freeze", "hang")
 
 
@@ -363,6 +379,8 @@ def train_until_a_peer_fails(
     )
     peers = _peers(run)
     _mark(progress_dir, run.task, "pid", os.getpid())
+    if collective_timeout is not None:
+        _start_together(run, progress_dir, peers, 1)
     done = 0
     started = time.monotonic()
     try:
@@ -512,8 +530,10 @@ def train_with_checkpoints(
 
     Returns ``{"task", "resumed_from" (the step restored, 0 if none), "first_step" (the first
     step trained in this run), "steps_done" (the last step reached), "last_saved_step",
-    "error_class" (None, or the survivor's error), "error_message", "weights_digest"}``.
-    Reports ``step`` after every step and ``saved`` after every save.
+    "error_class" (None, or the survivor's error), "error_message", "weights_digest",
+    "restored_digest" (the weights right after the restore; None without a checkpoint),
+    "saved_digests" ({step: digest of the weights this task saved})}``.
+    Reports ``step`` after every step and ``saved`` (with ``digest``) after every save.
     """
     _whole("steps", steps, 1)
     _whole("save_every", save_every, 1)
@@ -540,12 +560,22 @@ def train_with_checkpoints(
         checkpoint.restore(latest).assert_existing_objects_matched()
     manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=2)
     resumed_from = int(run.step.numpy())
+    # What TensorFlow restored, to compare with what the saving run had (recovery_summary).
+    restored_digest = _digest(run.model) if latest else None
     last_saved = resumed_from if latest else None
+    saved_digests: dict[int, str] = {}
     dying = die_at is not None and run.task in dying_tasks
     progress = progress_dir or os.path.join(checkpoint_dir, "progress")
     os.makedirs(progress, exist_ok=True)
     peers = _peers(run)
-    out: dict[str, Any] = {"task": run.task, "resumed_from": resumed_from, "first_step": resumed_from + 1}
+    if collective_timeout is not None:
+        _start_together(run, progress, peers, resumed_from + 1)
+    out: dict[str, Any] = {
+        "task": run.task,
+        "resumed_from": resumed_from,
+        "first_step": resumed_from + 1,
+        "restored_digest": restored_digest,
+    }
     try:
         while int(run.step.numpy()) < steps:
             run.train_step(run.iterator)
@@ -558,7 +588,8 @@ def train_with_checkpoints(
             if now % save_every == 0 or now == steps:
                 manager.save(checkpoint_number=now)
                 last_saved = now
-                dtfkit.report(saved=now)
+                saved_digests[now] = _digest(run.model)
+                dtfkit.report(saved=now, digest=saved_digests[now])
             _mark(progress, run.task, "saved", now)
             if dying and now == die_at:
                 _wait_for_peers(progress, peers, "saved", now, timeout=120)
@@ -572,20 +603,32 @@ def train_with_checkpoints(
     out.update(
         steps_done=int(run.step.numpy()),
         last_saved_step=last_saved,
+        saved_digests=saved_digests,
         weights_digest=_digest(run.model),
     )
     return out
 
 
 def recovery_summary(
-    killed_at: int, crashed: dict[str, Any], resumed: dict[str, dict[str, Any]]
+    killed_at: int,
+    crashed: dict[str, Any],
+    resumed: dict[str, dict[str, Any]],
+    saved_digests: dict[int, str] | None = None,
 ) -> dict[str, Any]:
     """What a crash at step ``killed_at`` cost, from the chief's result of the crashed run
     (``crashed``, or ``{}`` when every worker died) and every worker's result of the resumed run.
 
+    ``saved_digests`` (default: ``crashed["saved_digests"]``): the digest of the chief's weights at
+    each step it saved, in the crashed run (when every worker died, from its ``saved``/``digest``
+    reports). ``restored_as_saved`` compares it with what each worker of the resumed run had right
+    after TensorFlow restored the checkpoint: True when every worker restored, bit for bit, the
+    weights of the step it resumed from; False when any differs or none was restored; None when the
+    crashed run's digest of that step is unknown. It can fail: the two sides come from different
+    processes, through TensorFlow's save and restore.
+
     Returns ``{"killed_at", "last_saved_step" (what the resumed run restored), "resumed_from",
-    "first_step", "lost_steps" (``killed_at - resumed_from``), "final_step", "same_weights"
-    (every worker ended with bit-identical weights)}``; plain values, for deterministic sentences.
+    "first_step", "lost_steps" (``killed_at - resumed_from``), "final_step", "restored_as_saved"}``;
+    plain values, for deterministic sentences.
 
     Example::
 
@@ -595,14 +638,19 @@ def recovery_summary(
     starts = {r["resumed_from"] for r in resumed.values()}
     if len(starts) != 1:
         raise ValueError(f"the workers resumed from different steps: {sorted(starts)}")
+    resumed_from = first["resumed_from"]
+    saved = crashed.get("saved_digests", {}) if saved_digests is None else saved_digests
+    want = saved.get(resumed_from)
     return {
         "killed_at": killed_at,
-        "last_saved_step": crashed.get("last_saved_step", first["resumed_from"]),
-        "resumed_from": first["resumed_from"],
+        "last_saved_step": crashed.get("last_saved_step", resumed_from),
+        "resumed_from": resumed_from,
         "first_step": first["first_step"],
-        "lost_steps": killed_at - first["resumed_from"],
+        "lost_steps": killed_at - resumed_from,
         "final_step": first["steps_done"],
-        "same_weights": len({r["weights_digest"] for r in resumed.values()}) == 1,
+        "restored_as_saved": None
+        if want is None
+        else all(r.get("restored_digest") == want for r in resumed.values()),
     }
 
 
