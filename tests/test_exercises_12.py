@@ -42,17 +42,71 @@ def find_mistake(tf_configs):
         return "chief-and-master" if {"chief", "master"} <= set(cluster) else "unknown-job"
     if len(cluster.get("chief", [])) > 1:
         return "several-chiefs"
-    addresses = [a for tasks in cluster.values() for a in tasks]
-    for address in addresses:
+    places = []
+    for address in [a for tasks in cluster.values() for a in tasks]:
         mistake = _address_mistake(address)
         if mistake:
             return mistake
-    if len(set(addresses)) < len(addresses):
+        host, port = address.rsplit(":", 1)
+        host = host.lower()
+        places.append(("loopback" if host == "localhost" or host.startswith("127.") else host, int(port)))
+    if len(set(places)) < len(places):
         return "duplicate-address"
-    loopback = [a.startswith(("localhost:", "127.")) for a in addresses]
+    loopback = [host == "loopback" for host, _ in places]
     if any(loopback) and not all(loopback):
         return "localhost-multi-machine"
     claimed = [(c["task"]["type"], c["task"]["index"]) for c in tf_configs]
+    for job, index in claimed:
+        if job == "evaluator" and job not in cluster:
+            continue  # TensorFlow accepts an evaluator outside the cluster
+        if job not in cluster:
+            return "task-type-not-in-cluster"
+        if index >= len(cluster[job]):
+            return "task-index-out-of-range"
+    if len(set(claimed)) < len(claimed):
+        return "duplicate-task"
+    if any(
+        (job, i) not in claimed
+        for job, tasks in cluster.items()
+        if job != "evaluator"  # nothing waits for the evaluator
+        for i in range(len(tasks))
+    ):
+        return "never-launched"
+    return "no mistake"
+
+
+def broad_rules(tf_configs):
+    """The chapter's former reference answer, word for word: address strings compared as written, every
+    task of the cluster expected to run, every task type required in the cluster. It is wrong on an
+    evaluator nobody launched, an evaluator outside the cluster, and localhost:P beside 127.0.0.1:P."""
+    for config in tf_configs:
+        if "task" not in config:
+            return "missing-task"
+        if "cluster" not in config:
+            return "missing-cluster"
+    clusters = [config["cluster"] for config in tf_configs]
+    if any(c != clusters[0] for c in clusters):
+        return "clusters-disagree"
+    cluster = clusters[0]
+    if any(job not in ("chief", "worker", "ps", "evaluator") for job in cluster):
+        return "chief-and-master" if {"chief", "master"} <= set(cluster) else "unknown-job"
+    if len(cluster.get("chief", [])) > 1:
+        return "several-chiefs"
+    addresses = [address for tasks in cluster.values() for address in tasks]
+    for address in addresses:
+        if "://" in address:
+            return "address-scheme"
+        host, colon, port = address.rpartition(":")
+        if not colon or not host:
+            return "address-no-port"
+        if not port.isdigit() or not 1 <= int(port) <= 65535:
+            return "address-bad-port"
+    if len(set(addresses)) < len(addresses):
+        return "duplicate-address"
+    local = [address.startswith(("localhost:", "127.")) for address in addresses]
+    if any(local) and not all(local):
+        return "localhost-multi-machine"
+    claimed = [(config["task"]["type"], config["task"]["index"]) for config in tf_configs]
     for job, index in claimed:
         if job not in cluster:
             return "task-type-not-in-cluster"
@@ -60,8 +114,9 @@ def find_mistake(tf_configs):
             return "task-index-out-of-range"
     if len(set(claimed)) < len(claimed):
         return "duplicate-task"
-    if any((job, i) not in claimed for job, tasks in cluster.items() for i in range(len(tasks))):
-        return "never-launched"
+    for job, tasks in cluster.items():
+        if any((job, index) not in claimed for index in range(len(tasks))):
+            return "never-launched"
     return "no mistake"
 
 
@@ -85,16 +140,42 @@ def test_12_1_a_reference_answer_passes_with_the_hidden_kinds(no_spawn):
     assert check.ch12.broken_config(find_mistake).status == "passed"
     result = check.ch12.broken_config(find_mistake, hidden=True)
     assert result.status == "passed", summary(result)
-    assert "kinds the text never shows" in result.message
+    assert "kinds the text never shows" in result.message and "sound ones" in result.message
     assert no_spawn == []
+
+
+def test_12_1_rules_applied_too_broadly_fail_only_the_hidden_tests(no_spawn):
+    assert check.ch12.broken_config(broad_rules).status == "passed"
+    result = check.ch12.broken_config(broad_rules, hidden=True)
+    assert result.status == "failed", summary(result)
+    assert_fails_without_naming_the_mistake(result, "you said")
+    assert no_spawn == []
+
+
+def test_12_1_the_hidden_traps_are_an_evaluator_and_localhost_beside_127_0_0_1():
+    hidden = ch12.broken_clusters(hidden=True)
+    sound = [configs for configs, code in hidden if code == ch12.NO_MISTAKE]
+    assert sound and all(diagnose(configs).codes == set() for configs in sound)
+    # an evaluator in the cluster that no process runs, and one that runs outside the cluster
+    assert any("evaluator" in c[0]["cluster"] for c in sound)
+    assert any(
+        any(p["task"]["type"] == "evaluator" for p in c) for c in sound if "evaluator" not in c[0]["cluster"]
+    )
+    aliases = [
+        configs
+        for configs, code in hidden
+        if code == "duplicate-address"
+        and any(a.startswith("127.0.0.1:") for a in sum(configs[0]["cluster"].values(), []))
+    ]
+    assert aliases, "no case where localhost:P and 127.0.0.1:P name the same server"
 
 
 def test_12_1_every_case_has_exactly_the_mistake_it_was_made_with():
     shown, hidden = ch12.broken_clusters(), ch12.broken_clusters(hidden=True)
     assert {kind for _, kind in shown} == set(ch12.SHOWN)
-    assert {kind for _, kind in hidden} == set(ch12.SHOWN + ch12.HIDDEN)
+    assert {kind for _, kind in hidden} == {*ch12.SHOWN, *ch12.HIDDEN, ch12.NO_MISTAKE}
     for configs, kind in shown + hidden:
-        assert diagnose(configs).codes == {kind}
+        assert diagnose(configs).codes == ({kind} if kind != ch12.NO_MISTAKE else set())
     # Drawn fresh every run (no seeds to enumerate), the same from the same generator.
     assert ch12.broken_clusters() != shown
     assert ch12.broken_clusters(rng=random.Random(7)) == ch12.broken_clusters(rng=random.Random(7))

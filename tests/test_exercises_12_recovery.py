@@ -42,7 +42,7 @@ def test_12_2_reference_passes_with_hidden_variants_and_a_real_crash():
     assert result.status == "passed", str(result)
     assert result.exercise == "12.2"
     # budget 4 binds in the real run: both workers die right before the save of step 8
-    assert "resumed from step 4: 4 steps lost" in result.message
+    assert "resumed from step 4, with the weights saved there bit for bit: 4 steps lost" in result.message
 
 
 def test_12_2_the_reference_is_the_best_interval_everywhere(no_spawn):
@@ -105,4 +105,27 @@ def test_12_2_the_hidden_edge_cases_catch_an_interval_of_zero(no_spawn):
 
     # the seeded variants all have optima of 4 steps or more; an edge case's optimum is below 1
     assert_fails_with(ch12_recovery.check_12_2(floor_only, hidden=True), "at least 1")
+    assert no_spawn == []
+
+
+@pytest.mark.parametrize(
+    ("restored_from", "as_saved"),
+    [(4, False), (0, True), (0, None)],  # other weights restored; nothing restored (resumed from 0)
+)
+def test_12_2_the_real_run_fails_when_the_checkpoint_is_not_restored_as_saved(
+    monkeypatch, no_spawn, restored_from, as_saved
+):
+    def measured(every):
+        return {
+            "killed_at": 2 * every,
+            "resumed_from": restored_from,
+            "first_step": restored_from + 1,
+            "lost_steps": 2 * every - restored_from,
+            "restored_as_saved": as_saved,
+        }
+
+    monkeypatch.setattr(ch12_recovery, "_real_run", measured)
+    result = ch12_recovery.check_12_2(reference)
+    assert result.status == "failed", result
+    assert f"resumed from step {restored_from}" in result.message
     assert no_spawn == []

@@ -51,18 +51,18 @@ def _record(msg: str, *args) -> logging.LogRecord:
     return logging.LogRecord("tensorflow", logging.INFO, __file__, 1, msg, args, None)
 
 
-def test_tidy_log_shortens_recovery_messages_and_drops_noise():
+RECOVERY = (
+    "An error was raised. This may be due to a preemption in a connected worker or parameter server. "
+    "The current session will be closed and a new session will be created. Error: %s"
+)
+
+
+def test_tidy_log_never_changes_tensorflows_record_and_drops_noise(capsys):
     tidy = fault._TidyLog(log_checkpoints=False)
-    recovery = _record(
-        "An error was raised. This may be due to a preemption in a connected worker or parameter server. "
-        "The current session will be closed and a new session will be created. Error: %s",
-        FakeUnavailable(GRPC_MESSAGE),
-    )
+    recovery = _record(RECOVERY, FakeUnavailable(GRPC_MESSAGE))
     assert tidy.filter(recovery)
-    assert recovery.getMessage() == (
-        "An error was raised: FakeUnavailable: recvmsg:Connection reset by peer. "
-        "The current session will be closed and a new one created."
-    )
+    assert recovery.getMessage() == RECOVERY % GRPC_MESSAGE  # TensorFlow's words, all of them
+    assert capsys.readouterr().err == ""  # and nothing of dtfkit's beside them
     assert not tidy.filter(
         _record("From x.py:1: f (from y) is deprecated and will be removed in a future version.")
     )
@@ -72,6 +72,19 @@ def test_tidy_log_shortens_recovery_messages_and_drops_noise():
         _record("Saving checkpoints for 20 into /tmp/x/model.ckpt.")
     )
     assert tidy.filter(_record("Restoring parameters from /tmp/x/model.ckpt-20"))
+
+
+def test_the_recovery_gist_is_dtfkits_own_line_before_tensorflows_record(capsys):
+    tidy = fault._TidyLog(log_checkpoints=True, recovery_gist=True)
+    recovery = _record(RECOVERY, FakeUnavailable(GRPC_MESSAGE))
+    assert tidy.filter(recovery)
+    assert recovery.getMessage() == RECOVERY % GRPC_MESSAGE
+    assert capsys.readouterr().err == (
+        "dtfkit, in short: An error was raised: FakeUnavailable: recvmsg:Connection reset by peer\n"
+    )
+    during = _record("An error was raised while a session was being created. ... Error: %s", ValueError("x"))
+    assert tidy.filter(during)
+    assert "An error was raised while a session was being created: ValueError: x" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------- on a real cluster

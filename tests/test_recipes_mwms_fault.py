@@ -39,12 +39,13 @@ def test_weights_digest_tells_bit_identical_weights_apart():
     assert mf.weights_digest(a) != mf.weights_digest(b)
 
 
-def test_recovery_summary_counts_the_steps_lost():
+def test_recovery_summary_counts_the_steps_lost_and_compares_the_restore_with_the_save():
     resumed = {
-        t: {"resumed_from": 10, "first_step": 11, "steps_done": 30, "weights_digest": "abc"}
+        t: {"resumed_from": 10, "first_step": 11, "steps_done": 30, "restored_digest": "abc"}
         for t in ("worker:0", "worker:1")
     }
-    summary = mf.recovery_summary(12, {"last_saved_step": 10}, resumed)
+    crashed = {"last_saved_step": 10, "saved_digests": {5: "old", 10: "abc"}}
+    summary = mf.recovery_summary(12, crashed, resumed)
     assert summary == {
         "killed_at": 12,
         "last_saved_step": 10,
@@ -52,8 +53,16 @@ def test_recovery_summary_counts_the_steps_lost():
         "first_step": 11,
         "lost_steps": 2,
         "final_step": 30,
-        "same_weights": True,
+        "restored_as_saved": True,
     }
+    # the check can fail: a worker that restored other weights (another checkpoint, or none) ...
+    resumed["worker:1"] = {**resumed["worker:1"], "restored_digest": "old"}
+    assert mf.recovery_summary(12, crashed, resumed)["restored_as_saved"] is False
+    resumed["worker:1"] = {**resumed["worker:1"], "restored_digest": None}
+    assert mf.recovery_summary(12, crashed, resumed)["restored_as_saved"] is False
+    # ... and says so when the saving run's weights are unknown; the digests may come from reports
+    assert mf.recovery_summary(12, {}, resumed)["restored_as_saved"] is None
+    assert mf.recovery_summary(12, {}, resumed, saved_digests={10: "abc"})["restored_as_saved"] is False
     resumed["worker:1"] = {**resumed["worker:1"], "resumed_from": 5}
     with pytest.raises(ValueError, match="different steps"):
         mf.recovery_summary(12, {}, resumed)
@@ -62,6 +71,95 @@ def test_recovery_summary_counts_the_steps_lost():
 def test_an_unknown_failure_is_refused_before_tensorflow_starts(tmp_path):
     with pytest.raises(ValueError, match="exit, freeze, hang"):
         mf.train_until_a_peer_fails(progress_dir=str(tmp_path), failure="crash")
+
+
+# ------------------------------------------ fast: bad arguments refused before anything starts
+TWO_WORKERS = {"worker": ["localhost:1", "localhost:2"]}
+
+
+@pytest.fixture
+def in_a_task(monkeypatch):
+    """Run the recipes as if in worker:0 of a 2-worker cluster started with start_servers=False."""
+    from dtfkit import taskapi
+
+    def enter(cluster=TWO_WORKERS, server=None):
+        context = taskapi.TaskContext("worker", 0, cluster, server=server)
+        monkeypatch.setattr(taskapi.STATE, "context", context)
+
+    enter()
+    return enter
+
+
+@pytest.mark.parametrize(
+    ("fn", "kwargs", "named"),
+    [
+        (mf.train_until_a_peer_fails, {"failing_task": "worker:5"}, "failing_task names 'worker:5'"),
+        (mf.train_until_a_peer_fails, {"fail_at": 30, "steps": 30}, "fail_at=30 is not before steps=30"),
+        (mf.train_until_a_peer_fails, {"fail_at": 0}, "fail_at must be a whole number"),
+        (mf.train_until_a_peer_fails, {"collective_timeout": 0}, "collective_timeout must be None or"),
+        (mf.train_with_checkpoints, {"save_every": 0}, "save_every must be a whole number of at least 1"),
+        (mf.train_with_checkpoints, {"die_at": 40, "steps": 30}, "die_at=40 is not before steps=30"),
+        (
+            mf.train_with_checkpoints,
+            {"die_at": 3, "dying_tasks": ("chief:0",)},
+            "dying_tasks names 'chief:0'",
+        ),
+        (mf.train_with_preemption_handler, {"signal_at": 29, "steps": 30}, "signal_at=29 leaves no step"),
+        (
+            mf.train_with_preemption_handler,
+            {"signal_at": 3, "signal_task": "ps:0"},
+            "signal_task names 'ps:0'",
+        ),
+    ],
+)
+def test_a_bad_argument_is_named_before_tensorflow_starts(in_a_task, tmp_path, fn, kwargs, named):
+    folder = {"progress_dir" if fn is mf.train_until_a_peer_fails else "checkpoint_dir": str(tmp_path)}
+    with pytest.raises(ValueError, match=re.escape(named)):
+        fn(**folder, **kwargs)
+    assert not os.listdir(tmp_path)  # nothing ran: no mark, no checkpoint
+
+
+def test_a_task_with_dtfkits_server_is_told_to_start_without_one(in_a_task, tmp_path):
+    in_a_task(server=object())
+    with pytest.raises(ValueError, match="start_servers=False") as refused:
+        mf.train_with_checkpoints(checkpoint_dir=str(tmp_path))
+    assert "Could not start gRPC server" in str(refused.value) and "worker:0" in str(refused.value)
+
+
+def test_a_single_worker_has_no_peer_to_fail(in_a_task, tmp_path):
+    in_a_task(cluster={"worker": ["localhost:1"]})
+    with pytest.raises(ValueError, match="at least 2"):
+        mf.train_until_a_peer_fails(progress_dir=str(tmp_path), failing_task="worker:0")
+
+
+class _NotACluster:
+    """Records whether the driver started anything."""
+
+    def __init__(self, spec):
+        self.cluster_spec = spec
+        self.started = []
+
+    def ensure_running(self, **kwargs):
+        self.started.append(kwargs)
+
+    def run(self, *args, **kwargs):
+        self.started.append(args)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "spec", "named"),
+    [
+        ({"attempts": 0}, TWO_WORKERS, "attempts must be a whole number of at least 1"),
+        ({"fail_at": 20, "steps": 20}, TWO_WORKERS, "fail_at=20 is not before steps=20"),
+        ({"collective_timeout": -1}, TWO_WORKERS, "collective_timeout must be a number of seconds"),
+        ({}, {"worker": ["localhost:1"]}, "at least 2"),
+    ],
+)
+def test_the_hung_peer_driver_refuses_bad_arguments_before_it_restarts_anything(kwargs, spec, named):
+    cluster = _NotACluster(spec)
+    with pytest.raises(ValueError, match=re.escape(named)):
+        mf.hang_with_collective_timeout(cluster, **kwargs)
+    assert cluster.started == []
 
 
 # ------------------------------------------------------------- slow: 2 real workers
@@ -186,8 +284,9 @@ def test_checkpoints_in_the_custom_loop_resume_after_a_crash(mwms, tmp_path):
         "first_step": 11,
         "lost_steps": 2,
         "final_step": 30,
-        "same_weights": True,
+        "restored_as_saved": True,
     }
+    assert crashed["saved_digests"][10] == resumed["worker:1"]["restored_digest"]
     assert not any(name.startswith("tmp_") for name in os.listdir(ckpt))  # worker:1 removed its own folder
 
 

@@ -571,74 +571,112 @@ def fix_port_taken(cluster) -> dict[str, Any]:
     )
 
 
-def reproduce_ps_died(cluster, checkpoint_dir: str, wait: float = 6.0, steps: int = 120) -> dict[str, Any]:
-    """Case f: chapter 4's ``MonitoredTrainingSession`` training (``fault.train_with_checkpoints``)
-    on every worker; ps:0 killed after the first checkpoint past step 0.
+# _RecoverableSession's record, as TensorFlow 2.21 logs it (tensorflow/python/training/monitored_session.py):
+# its first sentence says where the error was caught; the second is the same in all three records.
+_RECOVERY_RECORD = re.compile(r"An error was raised[^.]*\. This may be due to a preemption[^.]*\.")
 
-    ``MonitoredSession`` catches the ``UnavailableError`` and creates a new session, which
-    cannot start without the ps: the call is still running ``wait`` seconds later (it
-    would be for ever: ``_RecoverableSession`` in tensorflow/python/training/monitored_session.py
-    retries in a loop). Returns ``symptom`` ``"still running"``, ``key_line`` (``"An error
-    was raised: UnavailableError"``), ``log_line`` (the whole line) and ``handle`` (the call,
-    for ``fix_ps_died``).
+
+def reproduce_ps_died(
+    cluster, checkpoint_dir: str, wait: float = 6.0, first_checkpoint: int = 20, bound: float = 120.0
+) -> dict[str, Any]:
+    """Case f: chapter 4's ``MonitoredTrainingSession`` training (``fault.train_with_checkpoints``)
+    on every worker; ps:0 killed once the chief reported a checkpoint at step ``first_checkpoint``
+    or later.
+
+    The training has no last step: it ends when ``fix_ps_died`` creates its stop file, so it cannot
+    end before the kill however slowly the kill comes. ``MonitoredSession`` catches the
+    ``UnavailableError`` and creates a new session, which cannot start without the ps: the call is
+    still running ``wait`` seconds after the kill (it would be for ever: ``_RecoverableSession`` in
+    tensorflow/python/training/monitored_session.py retries in a loop). Then it waits (up to
+    ``bound`` s) until worker:0's log holds TensorFlow's record of the recovery. Returns
+    ``symptom`` ``"still running"``, ``key_line`` (the record's first two sentences, as TensorFlow
+    wrote them), ``log_line`` (the record's first line, as it is in the log), ``handle`` (the call,
+    for ``fix_ps_died``) and ``stop_file``.
     """
     from dtfkit.recipes import fault
 
     cluster.ensure_running()
     since = _log_length(cluster, "worker:0")
+    stop_file = os.path.join(checkpoint_dir, "stop-training")
     handle = cluster.submit(
         fault.train_with_checkpoints,
         kwargs={
             "checkpoint_dir": checkpoint_dir,
-            "steps": steps,
+            "stop_file": stop_file,
             "step_ms": 10,
-            "save_checkpoint_steps": 20,
+            "save_checkpoint_steps": first_checkpoint,
             "save_summaries_steps": None,
+            "recovery_gist": False,  # TensorFlow's record only, as a user meets it
         },
         on_error="wait",
-        timeout=120,
+        timeout=3 * bound,
     )
-    cluster.metrics.wait_for(lambda r: r.get("checkpoint", 0) >= 20, timeout=60, since=handle.submitted)
+    cluster.metrics.wait_for(
+        lambda r: r.get("checkpoint", 0) >= first_checkpoint, timeout=bound, since=handle.submitted
+    )
     killed_at = time.time()
     cluster.kill("ps", 0)
+    still_running = _still_running(handle, wait)
+    deadline = time.monotonic() + bound
+    line = _log_line(cluster, "worker:0", "An error was raised", since=since)
+    while not line:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"worker:0 logged no recovery within {bound:g} s of ps:0's death")
+        _still_running(handle, 1.0)  # waits on the cluster's events (its log lines among them)
+        line = _log_line(cluster, "worker:0", "An error was raised", since=since)
+    record = _RECOVERY_RECORD.search(line)
+    return _case(
+        "ps_died",
+        symptom="still running",
+        key_line=record.group(0) if record else line,
+        log_line=line,
+        still_running=still_running,
+        killed_at=killed_at,
+        handle=handle,
+        stop_file=stop_file,
+    )
+
+
+def _still_running(handle, wait: float) -> str:
+    """``handle``'s TimeoutError message after ``wait`` s; an AssertionError if the call ended."""
     try:
         handle.result(timeout=wait)
     except TimeoutError as error:
-        line = _log_line(cluster, "worker:0", "An error was raised", since=since).replace(
-            "INFO:tensorflow:", ""
-        )
-        # The error's own words depend on when the connection broke ("Connection reset by peer",
-        # "Socket closed", ...); its class does not.
-        gist = re.match(r"An error was raised: \w+", line)
-        return _case(
-            "ps_died",
-            symptom="still running",
-            key_line=gist.group(0) if gist else line,
-            log_line=line,
-            still_running=str(error),
-            killed_at=killed_at,
-            handle=handle,
-        )
+        return str(error)
     raise AssertionError("training ended on its own with the ps dead")
 
 
-def fix_ps_died(cluster, seen: dict[str, Any]) -> dict[str, Any]:
+def fix_ps_died(cluster, seen: dict[str, Any], more_steps: int = 40, bound: float = 120.0) -> dict[str, Any]:
     """Start the ps again: the chief restores the newest checkpoint, every worker makes a new
-    session, and the same call ends. ``sessions`` (2 on every worker), ``restored`` (the step)."""
+    session; once every task trained on from it (``more_steps`` global steps past it), the stop
+    file ends the same call. ``sessions`` (2 on every worker), ``restored`` (the step)."""
     restarted_at = time.time()
     cluster.restart("ps", 0)
+    tasks = set(seen["handle"].tasks)
+    back: dict[
+        str, dict
+    ] = {}  # each task's first row of a new session (the predicate runs under the log's lock)
+
+    def all_back(row: dict) -> bool:
+        if row.get("session", 0) >= 2 and row["task"] in tasks:
+            back.setdefault(row["task"], row)
+        return set(back) == tasks
+
+    cluster.metrics.wait_for(all_back, timeout=bound, since=seen["killed_at"])
+    restored = back.get("chief:0", {}).get("restored")
+    target = (restored or 0) + more_steps
+    cluster.metrics.wait_for(lambda r: r.get("step", 0) >= target, timeout=bound, since=restarted_at)
+    with open(seen["stop_file"], "w"):
+        pass
     results = seen["handle"].result()
-    restored = [
-        r["restored"] for r in cluster.metrics.rows() if "restored" in r and r["time"] >= seen["killed_at"]
-    ]
     sessions = sorted({r["sessions"] for r in results.values()})
     return _case(
         "ps_died",
         sessions=sessions,
-        restored=restored[-1] if restored else None,
+        restored=restored,
         finished=sorted(results),
         restarted_at=restarted_at,
-        fixed=f"the ps restarted: every worker made session {sessions[-1]} and training ended",
+        fixed=f"the ps restarted: every worker made session {sessions[-1]} and training went on to the end",
     )
 
 

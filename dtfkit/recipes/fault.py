@@ -54,6 +54,7 @@ def train_with_checkpoints(
     run_name: str = "fault",
     tf_log_level: str = "INFO",
     log_checkpoints: bool = True,
+    recovery_gist: bool = True,
 ) -> dict[str, Any]:
     """Train the digits MLP asynchronously until global step ``steps`` (or until
     ``stop_file`` exists); returns this worker's summary.
@@ -74,9 +75,14 @@ def train_with_checkpoints(
         run_name: variable scope; keep it the same across runs that share a checkpoint.
         tf_log_level: TensorFlow's Python log level while this runs. At "INFO" (default) the
             log shows what the session creators and hooks do: "Restoring parameters from
-            ...", "Waiting for model to be ready", "An error was raised ... a new session
-            will be created" (shortened to the error's gist), "Saving checkpoints for N"
-            (unless ``log_checkpoints=False``); deprecation notices are left out.
+            ...", "Waiting for model to be ready", "An error was raised. This may be due to
+            a preemption ... Error: <the error, and the Python stack where its op was
+            created>" (``_RecoverableSession``, as TensorFlow wrote it), "Saving checkpoints
+            for N" (unless ``log_checkpoints=False``); deprecation notices are left out.
+        recovery_gist: before each of TensorFlow's "An error was raised" records, print one
+            line of dtfkit's own with the error's gist, labelled as dtfkit's ("dtfkit, in
+            short: An error was raised: UnavailableError: recvmsg:Connection reset by peer");
+            TensorFlow's record follows as it is.
 
     Reports, per step: ``step`` (global step), ``local_step``, ``loss``; per session
     created: ``session`` (1, 2, ...) with the global step it starts from; per
@@ -92,7 +98,7 @@ def train_with_checkpoints(
 
     graph = tf.Graph()
     with (
-        tidy_tf_log(tf, tf_log_level, log_checkpoints),
+        tidy_tf_log(tf, tf_log_level, log_checkpoints, recovery_gist),
         graph.as_default(),
         tf.compat.v1.variable_scope(run_name),
     ):
@@ -280,11 +286,15 @@ _RECOVERY = re.compile(r"^An error was raised")
 
 
 class _TidyLog(logging.Filter):
-    """Keeps TensorFlow's INFO log readable in a notebook (see ``train_with_checkpoints``)."""
+    """Keeps TensorFlow's INFO log readable in a notebook (see ``train_with_checkpoints``): drops
+    deprecation notices (and, unless ``log_checkpoints``, "Saving checkpoints for"); never changes
+    a record it lets through. With ``recovery_gist``, writes dtfkit's one-line gist of each
+    "An error was raised" record just before it, on the stream TensorFlow's handler writes to."""
 
-    def __init__(self, log_checkpoints: bool):
+    def __init__(self, log_checkpoints: bool, recovery_gist: bool = False):
         super().__init__()
         self.log_checkpoints = log_checkpoints
+        self.recovery_gist = recovery_gist
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
@@ -292,13 +302,27 @@ class _TidyLog(logging.Filter):
             return False
         if not self.log_checkpoints and text.startswith("Saving checkpoints for"):
             return False
-        if _RECOVERY.match(text) and record.args:
-            during = " while a session was being created" if "being created" in text else ""
-            record.msg = (
-                "An error was raised%s: %s. The current session will be closed and a new one created."
-            )
-            record.args = (during, error_gist(record.args[-1]))
+        if self.recovery_gist and _RECOVERY.match(text) and record.args:
+            _write_beside(record, f"dtfkit, in short: {recovery_gist_line(text, record.args[-1])}")
         return True
+
+
+def recovery_gist_line(text: str, error: BaseException | Any) -> str:
+    """``An error was raised[ while a session was being created]: UnavailableError: <cause>``: the
+    gist of one of ``_RecoverableSession``'s records (``text``: the record's message)."""
+    during = " while a session was being created" if "being created" in text else ""
+    return f"An error was raised{during}: {error_gist(error)}"
+
+
+def _write_beside(record: logging.LogRecord, line: str) -> None:
+    """Write ``line`` to the stream of the handler that will write ``record`` (so it stays in order)."""
+    import sys
+
+    logger = logging.getLogger(record.name)
+    streams = [h.stream for h in logger.handlers if isinstance(h, logging.StreamHandler)]
+    stream = streams[0] if streams else sys.stderr
+    stream.write(line + "\n")
+    stream.flush()
 
 
 def error_gist(error: BaseException | Any) -> str:
@@ -316,11 +340,11 @@ def error_gist(error: BaseException | Any) -> str:
 
 
 @contextlib.contextmanager
-def tidy_tf_log(tf, level: str, log_checkpoints: bool = True):
+def tidy_tf_log(tf, level: str, log_checkpoints: bool = True, recovery_gist: bool = False):
     """Set TensorFlow's Python log level and the readability filter, for a block."""
     logger = tf.get_logger()
     previous = logger.level
-    tidy = _TidyLog(log_checkpoints)
+    tidy = _TidyLog(log_checkpoints, recovery_gist)
     logger.setLevel(level)
     logger.addFilter(tidy)
     try:

@@ -226,6 +226,94 @@ def _wait_for_peers(progress_dir: str, peers: list[str], what: str, step: int, t
         time.sleep(0.01)  # polling a file: the wait itself is bounded by the deadline
 
 
+# ---------------------------------------------------------------------------------------
+# Arguments checked before anything starts (a bad one would fail nothing, or fail late)
+# ---------------------------------------------------------------------------------------
+_NEEDS_FRESH = (
+    "Next step: run it on LocalCluster(workers=2, start_servers=False) and call "
+    'cluster.ensure_running(fresh="all") before each run.'
+)
+
+
+def _whole(name: str, value: Any, least: int) -> int:
+    """``value`` if it is a whole number >= ``least``, else a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be a whole number of at least {least}, not {value!r}")
+    return value
+
+
+def _step_before_the_end(name: str, value: Any, steps: int) -> int:
+    """A step at which something happens; it must come before the last step, or nothing happens."""
+    _whole(name, value, 1)
+    if value >= steps:
+        raise ValueError(
+            f"{name}={value} is not before steps={steps}: training would end before anything fails. "
+            f"Next step: choose {name} from 1 to {steps - 1}, or raise steps."
+        )
+    return value
+
+
+def _positive_seconds(name: str, value: Any, *, optional: bool) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        allowed = "None or " if optional else ""
+        raise ValueError(f"{name} must be {allowed}a number of seconds above 0, not {value!r}")
+    return float(value)
+
+
+def _strategy_tasks(cluster: dict[str, list[str]]) -> list[str]:
+    """The tasks of ``cluster`` that join MultiWorkerMirroredStrategy's collective group."""
+    return [f"{job}:{i}" for job in ("chief", "worker") for i in range(len(cluster.get(job, ())))]
+
+
+def _check_tasks(name: str, tasks: tuple[str, ...] | list[str], cluster: dict[str, list[str]]) -> None:
+    """Every task named in ``name`` is one of the strategy's tasks, and there is a peer to fail."""
+    members = _strategy_tasks(cluster)
+    if not tasks:
+        return
+    if len(members) < 2:
+        raise ValueError(
+            f"the cluster has {len(members)} chief/worker task(s): a failing peer needs at least 2. "
+            "Next step: LocalCluster(workers=2, start_servers=False)."
+        )
+    unknown = [t for t in tasks if t not in members]
+    if unknown:
+        raise ValueError(
+            f"{name} names {', '.join(map(repr, unknown))}, which is not a task of this cluster's "
+            f"collective group ({', '.join(members)}): nothing would fail. Next step: name one of those."
+        )
+
+
+def _check_this_task(name: str, tasks: tuple[str, ...] | list[str]) -> None:
+    """In a task, before TensorFlow starts: no server of dtfkit's (the strategy starts its own), and
+    ``tasks`` are members of the cluster."""
+    ctx = dtfkit.this_task()
+    if ctx.server is not None:
+        raise ValueError(
+            f"{ctx.name} already runs a TensorFlow server that dtfkit started, and "
+            "MultiWorkerMirroredStrategy starts its own on the same port (TensorFlow would say "
+            '"Could not start gRPC server"). ' + _NEEDS_FRESH
+        )
+    _check_tasks(name, tasks, ctx.cluster)
+
+
+def _start_together(run: SimpleNamespace, progress_dir: str, peers: list[str], first_step: int) -> None:
+    """Trace the step, then wait until every peer has traced it too, so that step ``first_step``
+    starts on all workers together.
+
+    A collective timeout bounds a collective from its start, the first step's parameter resolution
+    included: ``BaseCollectiveExecutor::CompleteParamsAsync`` (tensorflow/core/common_runtime/
+    base_collective_executor.cc) aborts with "Collective has timed out waiting for other workers"
+    after ``timeout_seconds``. Workers that reach their first step further apart than that (one
+    slower to import, load data or trace on a busy machine) would fail there, before any failure
+    of the lesson.
+    """
+    run.train_step.get_concrete_function(run.iterator)
+    _mark(progress_dir, run.task, "ready", first_step)
+    _wait_for_peers(progress_dir, peers, "ready", first_step, timeout=120)
+
+
 FAILURES = ("exit", "freeze", "hang")
 
 
@@ -274,6 +362,11 @@ def train_until_a_peer_fails(
     """
     if failure not in FAILURES:
         raise ValueError(f"failure must be one of {', '.join(FAILURES)}, not {failure!r}")
+    _whole("steps", steps, 2)
+    _step_before_the_end("fail_at", fail_at, steps)
+    _positive_seconds("collective_timeout", collective_timeout, optional=True)
+    _positive_seconds("hang_limit", hang_limit, optional=False)
+    _check_this_task("failing_task", (failing_task,))
     import tensorflow as tf
 
     run = _setup(
@@ -286,6 +379,8 @@ def train_until_a_peer_fails(
     )
     peers = _peers(run)
     _mark(progress_dir, run.task, "pid", os.getpid())
+    if collective_timeout is not None:
+        _start_together(run, progress_dir, peers, 1)
     done = 0
     started = time.monotonic()
     try:
@@ -365,6 +460,12 @@ def hang_with_collective_timeout(
         >>> seen["results"]["worker:0"]["error_class"]                         # doctest: +SKIP
         'DeadlineExceededError'
     """
+    _whole("attempts", attempts, 1)
+    _whole("steps", steps, 2)
+    _step_before_the_end("fail_at", fail_at, steps)
+    _positive_seconds("collective_timeout", collective_timeout, optional=False)
+    _positive_seconds("timeout", timeout, optional=False)
+    _check_tasks("the hung-peer run", ("worker:0", "worker:1"), cluster.cluster_spec)
     crashes: list[str] = []
     for _ in range(attempts):
         cluster.ensure_running(fresh="all")
@@ -429,9 +530,17 @@ def train_with_checkpoints(
 
     Returns ``{"task", "resumed_from" (the step restored, 0 if none), "first_step" (the first
     step trained in this run), "steps_done" (the last step reached), "last_saved_step",
-    "error_class" (None, or the survivor's error), "error_message", "weights_digest"}``.
-    Reports ``step`` after every step and ``saved`` after every save.
+    "error_class" (None, or the survivor's error), "error_message", "weights_digest",
+    "restored_digest" (the weights right after the restore; None without a checkpoint),
+    "saved_digests" ({step: digest of the weights this task saved})}``.
+    Reports ``step`` after every step and ``saved`` (with ``digest``) after every save.
     """
+    _whole("steps", steps, 1)
+    _whole("save_every", save_every, 1)
+    if die_at is not None:
+        _step_before_the_end("die_at", die_at, steps)
+    _positive_seconds("collective_timeout", collective_timeout, optional=True)
+    _check_this_task("dying_tasks", tuple(dying_tasks) if die_at is not None else ())
     import tensorflow as tf
 
     run = _setup(
@@ -451,12 +560,22 @@ def train_with_checkpoints(
         checkpoint.restore(latest).assert_existing_objects_matched()
     manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=2)
     resumed_from = int(run.step.numpy())
+    # What TensorFlow restored, to compare with what the saving run had (recovery_summary).
+    restored_digest = _digest(run.model) if latest else None
     last_saved = resumed_from if latest else None
+    saved_digests: dict[int, str] = {}
     dying = die_at is not None and run.task in dying_tasks
     progress = progress_dir or os.path.join(checkpoint_dir, "progress")
     os.makedirs(progress, exist_ok=True)
     peers = _peers(run)
-    out: dict[str, Any] = {"task": run.task, "resumed_from": resumed_from, "first_step": resumed_from + 1}
+    if collective_timeout is not None:
+        _start_together(run, progress, peers, resumed_from + 1)
+    out: dict[str, Any] = {
+        "task": run.task,
+        "resumed_from": resumed_from,
+        "first_step": resumed_from + 1,
+        "restored_digest": restored_digest,
+    }
     try:
         while int(run.step.numpy()) < steps:
             run.train_step(run.iterator)
@@ -469,7 +588,8 @@ def train_with_checkpoints(
             if now % save_every == 0 or now == steps:
                 manager.save(checkpoint_number=now)
                 last_saved = now
-                dtfkit.report(saved=now)
+                saved_digests[now] = _digest(run.model)
+                dtfkit.report(saved=now, digest=saved_digests[now])
             _mark(progress, run.task, "saved", now)
             if dying and now == die_at:
                 _wait_for_peers(progress, peers, "saved", now, timeout=120)
@@ -483,20 +603,32 @@ def train_with_checkpoints(
     out.update(
         steps_done=int(run.step.numpy()),
         last_saved_step=last_saved,
+        saved_digests=saved_digests,
         weights_digest=_digest(run.model),
     )
     return out
 
 
 def recovery_summary(
-    killed_at: int, crashed: dict[str, Any], resumed: dict[str, dict[str, Any]]
+    killed_at: int,
+    crashed: dict[str, Any],
+    resumed: dict[str, dict[str, Any]],
+    saved_digests: dict[int, str] | None = None,
 ) -> dict[str, Any]:
     """What a crash at step ``killed_at`` cost, from the chief's result of the crashed run
     (``crashed``, or ``{}`` when every worker died) and every worker's result of the resumed run.
 
+    ``saved_digests`` (default: ``crashed["saved_digests"]``): the digest of the chief's weights at
+    each step it saved, in the crashed run (when every worker died, from its ``saved``/``digest``
+    reports). ``restored_as_saved`` compares it with what each worker of the resumed run had right
+    after TensorFlow restored the checkpoint: True when every worker restored, bit for bit, the
+    weights of the step it resumed from; False when any differs or none was restored; None when the
+    crashed run's digest of that step is unknown. It can fail: the two sides come from different
+    processes, through TensorFlow's save and restore.
+
     Returns ``{"killed_at", "last_saved_step" (what the resumed run restored), "resumed_from",
-    "first_step", "lost_steps" (``killed_at - resumed_from``), "final_step", "same_weights"
-    (every worker ended with bit-identical weights)}``; plain values, for deterministic sentences.
+    "first_step", "lost_steps" (``killed_at - resumed_from``), "final_step", "restored_as_saved"}``;
+    plain values, for deterministic sentences.
 
     Example::
 
@@ -506,14 +638,19 @@ def recovery_summary(
     starts = {r["resumed_from"] for r in resumed.values()}
     if len(starts) != 1:
         raise ValueError(f"the workers resumed from different steps: {sorted(starts)}")
+    resumed_from = first["resumed_from"]
+    saved = crashed.get("saved_digests", {}) if saved_digests is None else saved_digests
+    want = saved.get(resumed_from)
     return {
         "killed_at": killed_at,
-        "last_saved_step": crashed.get("last_saved_step", first["resumed_from"]),
-        "resumed_from": first["resumed_from"],
+        "last_saved_step": crashed.get("last_saved_step", resumed_from),
+        "resumed_from": resumed_from,
         "first_step": first["first_step"],
-        "lost_steps": killed_at - first["resumed_from"],
+        "lost_steps": killed_at - resumed_from,
         "final_step": first["steps_done"],
-        "same_weights": len({r["weights_digest"] for r in resumed.values()}) == 1,
+        "restored_as_saved": None
+        if want is None
+        else all(r.get("restored_digest") == want for r in resumed.values()),
     }
 
 
@@ -546,6 +683,13 @@ def train_with_preemption_handler(
     "saved_step" (the step of the handler's save; None without a preemption), "weights_digest"}``.
     Reports ``step`` after every step.
     """
+    _whole("steps", steps, 1)
+    if signal_at is not None and (_whole("signal_at", signal_at, 1) >= steps - 1):
+        raise ValueError(
+            f"signal_at={signal_at} leaves no step to save after: the handler saves after step signal_at + 1, "
+            f"before step signal_at + 2, and steps={steps}. Next step: signal_at from 1 to {steps - 2}."
+        )
+    _check_this_task("signal_task", (signal_task,) if signal_at is not None else ())
     import tensorflow as tf
 
     run = _setup(

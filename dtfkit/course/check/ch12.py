@@ -1,8 +1,9 @@
 """Checks for chapter 12 (when distributed TensorFlow goes wrong).
 
 12.1 hands the learner's ``find_mistake(tf_configs)`` lists of TF_CONFIGs (one per process) with
-one mistake each, drawn fresh every run by a generator, and compares the code it returns with what
-``dtfkit.diagnose`` finds. Plain Python: no cluster starts.
+one mistake each, drawn fresh every run by a generator (the hidden tests add sound jobs, answered
+``"no mistake"``, and traps: an evaluator nobody launched, localhost beside 127.0.0.1), and compares
+the code it returns with what ``dtfkit.diagnose`` finds. Plain Python: no cluster starts.
 
 12.2 (``save_interval``, in ``ch12_recovery``) grades ``choose_save_every(...)`` against the
 cost model of checkpointing under a loss budget, then runs the learner's interval for real
@@ -46,7 +47,22 @@ HIDDEN = (
     "unknown-job",
     "chief-and-master",
 )
-CASES, HIDDEN_CASES = 12, 54  # drawn fresh every run: no fixed seeds a learner could enumerate
+# Jobs the rules above would misjudge if applied too broadly, in the hidden tests only: the answer is
+# in CODES (an alias of another task's address is a duplicate; the three others are sound jobs).
+TRAPS = (
+    "loopback-alias",
+    "sound-evaluator-never-launched",
+    "sound-evaluator-outside-cluster",
+    "sound-loopback-spellings",
+)
+NO_MISTAKE = "no mistake"
+CODES = {
+    "loopback-alias": "duplicate-address",
+    "sound-evaluator-never-launched": NO_MISTAKE,
+    "sound-evaluator-outside-cluster": NO_MISTAKE,
+    "sound-loopback-spellings": NO_MISTAKE,
+}
+CASES, HIDDEN_CASES = 12, 62  # drawn fresh every run: no fixed seeds a learner could enumerate
 
 # A question for each mistake that points where to look without naming it.
 _LOOK = {
@@ -65,6 +81,8 @@ _LOOK = {
     "missing-cluster": "does every TF_CONFIG have both keys a process needs?",
     "unknown-job": "which job names do TensorFlow's strategies accept?",
     "chief-and-master": "how many jobs in this cluster coordinate the others?",
+    NO_MISTAKE: "TensorFlow accepts this job: does the rule that made you answer apply to every job, and "
+    "to every way of writing one machine's address?",
 }
 
 
@@ -150,6 +168,20 @@ def _break(kind: str, rng: random.Random, cluster: dict[str, list[str]]) -> list
     elif kind == "chief-and-master":
         both = {"chief": [_fresh_address(cluster, 0)], "master": [_fresh_address(cluster, 1)], **cluster}
         configs = _processes(both)
+    elif kind in ("loopback-alias", "sound-loopback-spellings"):
+        # One machine's loopback, spelled two ways: localhost and 127.0.0.1 are the same place.
+        local = _on_loopback(rng, cluster)
+        if kind == "loopback-alias":
+            other = _another_address(local, local[job][index])
+            local = _retarget(local, job, index, "127.0.0.1:" + other.rsplit(":", 1)[1])
+        configs = _processes(local)
+    elif kind == "sound-evaluator-never-launched":
+        # The evaluator is outside the training: nobody waits for it, so a job may start it later or never.
+        configs = _processes({**cluster, "evaluator": [_fresh_address(cluster, 0)]})
+        configs = [c for c in configs if c["task"]["type"] != "evaluator"]
+    elif kind == "sound-evaluator-outside-cluster":
+        # TensorFlow accepts an evaluator that is not in the cluster (multi_worker_util._validate_cluster_spec).
+        configs.append({"cluster": cluster, "task": {"type": "evaluator", "index": 0}})
     else:
         raise ValueError(f"no such kind {kind!r}")
     rng.shuffle(configs)
@@ -168,22 +200,42 @@ def _another_address(cluster: dict[str, list[str]], address: str) -> str:
     return next(a for tasks in cluster.values() for a in tasks if a != address)
 
 
+def _on_loopback(rng: random.Random, cluster: dict[str, list[str]]) -> dict[str, list[str]]:
+    """``cluster`` on one machine, every address on its own port, spelled localhost or 127.0.0.1."""
+    port = rng.randrange(2000, 30000, 10)
+    out, k = {}, 0
+    for job, tasks in cluster.items():
+        out[job] = []
+        for _ in tasks:
+            out[job].append(f"{rng.choice(['localhost', '127.0.0.1'])}:{port + k}")
+            k += 1
+    flat = [a for tasks in out.values() for a in tasks]
+    if all(a.startswith("localhost") for a in flat) or all(a.startswith("127.") for a in flat):
+        first = next(iter(out))
+        spelled = "127.0.0.1" if flat[0].startswith("localhost") else "localhost"
+        out[first][0] = f"{spelled}:{port}"  # both spellings, whatever the draw
+    return out
+
+
 def broken_clusters(hidden: bool = False, rng: random.Random | None = None) -> list[tuple[list[dict], str]]:
-    """The check's cases: ``(tf_configs, code)``, one mistake each, every kind as often; drawn from
-    ``rng`` (by default a generator seeded from the operating system: new cases every run)."""
+    """The check's cases: ``(tf_configs, code)``, one mistake each (hidden: also the TRAPS, among them
+    sound jobs, whose code is ``"no mistake"``); drawn from ``rng`` (by default a generator seeded from
+    the operating system: new cases every run)."""
     rng = rng if rng is not None else random.Random()
-    kinds = SHOWN + (HIDDEN if hidden else ())
+    kinds = SHOWN + (HIDDEN + TRAPS if hidden else ())
     cases = []
     for n in range(HIDDEN_CASES if hidden else CASES):
         kind = kinds[n % len(kinds)]
+        code = CODES.get(kind, kind)
+        want = {code} if code != NO_MISTAKE else set()
         for _ in range(20):  # a draw diagnose reads otherwise is the generator's slip: draw again
             configs = _break(kind, rng, _layout(rng))
             codes = diagnose(configs).codes
-            if codes == {kind}:
+            if codes == want:
                 break
         else:
             raise AssertionError(f"20 draws of {kind!r} in a row, and diagnose finds {sorted(codes)}")
-        cases.append((configs, kind))
+        cases.append((configs, code))
     return cases
 
 
@@ -209,20 +261,22 @@ def broken_config(find_mistake: Callable, *, hidden: bool = False) -> CheckResul
             return failed(
                 f"find_mistake returned {got!r}, not a code", "return the mistake's code as a string", *shown
             )
-        kinds = SHOWN + HIDDEN
+        kinds = (*SHOWN, *HIDDEN, NO_MISTAKE)
         if got not in kinds and got:
             return failed(
                 f"find_mistake returned {got!r}, which is not one of the codes the chapter lists",
                 "return one of the codes of the table in the chapter, spelled as there",
                 *shown,
             )
+        verdict = "TensorFlow accepts them" if want == NO_MISTAKE else "that is not their mistake"
         return failed(
-            f"for these {len(configs)} TF_CONFIGs you said {got!r}, but that is not their mistake",
+            f"for these {len(configs)} TF_CONFIGs you said {got!r}, but {verdict}",
             _LOOK[want],
             *shown,
         )
-    kinds = sorted({kind for _, kind in cases})
+    kinds = sorted({kind for _, kind in cases} - {NO_MISTAKE})
+    sound = sum(code == NO_MISTAKE for _, code in cases)
     return passed(
-        f"find_mistake named the one mistake in {len(cases)} broken clusters of {len(kinds)} kinds"
-        + (", with kinds the text never shows" if hidden else "")
+        f"find_mistake named the one mistake in {len(cases) - sound} broken clusters of {len(kinds)} kinds"
+        + (f", with kinds the text never shows, and found none in {sound} sound ones" if hidden else "")
     )
