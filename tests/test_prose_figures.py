@@ -17,7 +17,6 @@ from prose_figures import findings
 # (issue 29) instead of being fixed here. Strict: the test fails once a chapter is clean, so its
 # entry is removed then.
 BEING_EDITED = {
-    "11": "issue 29 (lead): figures of cells 1, 6, 8, 20, 26, 30, 39 not in the outputs; orderings of cells 20, 30 unbacked",
     "12": "issue 29 (lead): cell 85's '5 %' (the check's tolerance) not in the outputs: a setting to mark",
 }
 
