@@ -12,22 +12,10 @@ import random
 import tracemalloc
 
 import pytest
+from test_diagnose import every_process, tf_config
 
 import dtfkit
 from dtfkit.diagnosis import DiagnoseInputError, Diagnosis
-
-
-def tf_config(cluster: object, job: object, index: object) -> dict:
-    return {"cluster": cluster, "task": {"type": job, "index": index}}
-
-
-def every_process(cluster: dict, skip: tuple[str, ...] = ()) -> list[dict]:
-    return [
-        tf_config(cluster, job, i)
-        for job, tasks in cluster.items()
-        for i in range(len(tasks))
-        if f"{job}:{i}" not in skip
-    ]
 
 
 def named(d: Diagnosis) -> set[tuple[str, str]]:
