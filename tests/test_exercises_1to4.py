@@ -15,13 +15,15 @@ Everything runs in classroom mode (small runs).
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 
 import pytest
 from conftest import REPO
 
 from dtfkit.course import check
-from dtfkit.course.check import _core, ch04
+from dtfkit.course.check import _core, ch02, ch03, ch04
+from dtfkit.recipes.between_graph import greedy_bytes, layer_variables
 
 NOTEBOOKS = {
     "1": "01_clusterspec_basics",
@@ -243,7 +245,8 @@ def test_3_1_wrong_options_fail_before_starting_anything(no_spawn):
 def test_3_2_solution_predicts_the_tokens_of_real_runs():
     result = check.ch03.token_count(solution("3.2", "tokens_handed_out"), hidden=True)
     assert_passes(result)
-    assert any("R=3, N=2" in d for d in result.details) and any("R=1, N=2" in d for d in result.details)
+    assert len(result.details) == 2 and result.details[0].startswith("R=3, N=2: "), result.details
+    assert result.details[1].startswith(("R=1, N=2: ", "R=2, N=2: ", "R=4, N=2: ")), result.details
 
 
 def test_3_2_wrong_predictions_fail_before_starting_anything(no_spawn):
@@ -383,3 +386,112 @@ def test_4_2_the_mid_step_crash_catches_one_step_too_many(monkeypatch):
 
     text = assert_fails(check.ch04.restore_after_ps_crash(one_too_many), "save_checkpoint_steps")
     assert "ps:0 was killed at global step 7" in text and "went on from global step 0" in text
+
+
+# ---------------------------------------------------------------- hidden variants, drawn fresh (issue 29)
+DRAWS = {
+    "2.1": ch02.hidden_filters_case,
+    "2.2": ch02.hidden_place_case,
+    "3.1": ch03.hidden_backup_cases,
+    "3.2": ch03.hidden_token_cases,
+    "4.1 classroom": lambda rng=None: ch04.hidden_stop_cases(20, rng),
+    "4.1 full": lambda rng=None: ch04.hidden_stop_cases(60, rng),
+    "4.2": ch04.hidden_lost_cases,
+}
+
+
+@pytest.mark.parametrize("number", DRAWS)
+def test_hidden_variants_differ_across_runs_and_repeat_with_the_same_rng(number):
+    draw = DRAWS[number]
+    assert draw(random.Random(29)) == draw(random.Random(29))
+    fresh = {repr(draw()) for _ in range(40)}  # no rng: a generator seeded fresh each call
+    assert len(fresh) > 1, fresh
+
+
+SEEDS = range(300)
+
+
+def test_2_1_every_hidden_draw_keeps_the_cluster_and_the_solution_passes_its_quick_look():
+    right = solution("2.1", "session_config")
+    for seed in SEEDS:
+        workers, alone = ch02.hidden_filters_case(random.Random(seed))
+        assert 5 <= workers <= 12 and sorted(alone) == ["worker:1", "worker:2"]  # 3 workers, as visible
+        assert ch02._quick_filters_problem(right, workers) is None
+
+
+def test_2_2_the_solution_meets_greedy_by_bytes_on_every_hidden_model():
+    right = solution("2.2", "ps_strategy")
+    for seed in SEEDS:
+        layers, num_ps = ch02.hidden_place_case(random.Random(seed))
+        assert num_ps in (2, 3) and layers[0] == 64 and layers[-1] == 10  # at most the 3 ps of before
+        assert all(8 <= w <= 1024 for w in layers[1:-1]) and 2 <= len(layers) - 2 <= 4
+        variables = layer_variables(layers)
+        choose = right(num_ps)
+        loads = [0] * num_ps
+        for v in variables:
+            loads[choose(v)] += v.nbytes
+        assert max(loads) == max(greedy_bytes([v.nbytes for v in variables], num_ps))
+        assert ch02._quick_placement_problem(right, random.Random(seed)) is None
+
+
+def test_3_1_every_hidden_draw_is_a_valid_size_the_solution_fits():
+    right = solution("3.1", "sync_options")
+    for seed in SEEDS:
+        options, (size, spare) = ch03.hidden_backup_cases(random.Random(seed))
+        assert size in (2, 3) and 0 <= spare < size  # no more than the visible run's 3 workers
+        for n, backups in (*options, (size, spare)):
+            assert 0 <= backups < n
+            assert ch03._options_problem(right, n, backups) is None
+
+
+def test_3_2_every_hidden_draw_is_a_setting_the_solution_counts():
+    right = solution("3.2", "tokens_handed_out")
+    for seed in SEEDS:
+        arithmetic, aggregate = ch03.hidden_token_cases(random.Random(seed))
+        assert aggregate in (1, 2, 4)
+        for r, n, updates in arithmetic:
+            assert r >= 1 and n >= 1 and updates >= 0
+            assert right(r, n, updates) == r + max(r, n) * updates
+
+
+@pytest.mark.parametrize("steps", [20, 60])
+def test_4_1_every_hidden_run_stops_inside_the_cost_of_the_fixed_one(steps):
+    right = solution("4.1", "make_hooks")
+    for seed in SEEDS:
+        quick_last, (start, last) = ch04.hidden_stop_cases(steps, random.Random(seed))
+        assert 0 <= start <= steps // 2 and steps // 2 <= last - start <= steps + 7
+        assert ch04._quick_hooks_problem(right, (quick_last,)) is None
+
+
+def test_4_2_every_hidden_limit_is_one_the_solution_keeps():
+    right = solution("4.2", "session_options")
+    for seed in SEEDS:
+        quick_lost, second = ch04.hidden_lost_cases(random.Random(seed))
+        assert 1 <= quick_lost <= 100 and 2 <= second <= 8
+        assert ch04._quick_options_problem(right, (quick_lost, second)) is None
+
+
+def test_answers_that_know_only_the_fixed_cases_fail_the_hidden_draw_before_starting_anything(no_spawn):
+    rng = random.Random(2929)
+
+    def first_four_workers(tf, job_name, task_index):  # right for the 4 workers the visible check reads
+        mine = [f"/job:{job_name}/task:{task_index}"] if task_index < 4 else [f"/job:{job_name}"]
+        return tf.compat.v1.ConfigProto(device_filters=["/job:ps", *mine])
+
+    known_tokens = {case: case[0] + max(case[:2]) * case[2] for case in ch03.TOKEN_CASES}
+
+    def token_table(replicas_to_aggregate, total_num_replicas, updates):
+        return known_tokens.get((replicas_to_aggregate, total_num_replicas, updates), 0)
+
+    def lost_table(checkpoint_dir, max_lost_steps):
+        every = max_lost_steps if max_lost_steps in (*ch04.LOST_CASES, 6) else 1000
+        return {"checkpoint_dir": checkpoint_dir, "save_checkpoint_steps": every}
+
+    assert "the check tries" in assert_fails(
+        check.ch02.device_filters(first_four_workers, hidden=True, rng=rng)
+    )
+    assert_fails(check.ch03.token_count(token_table, hidden=True, rng=random.Random(2929)))
+    assert "saves every 1000 global steps" in assert_fails(
+        check.ch04.restore_after_ps_crash(lost_table, hidden=True, rng=random.Random(2929))
+    )
+    assert no_spawn == []

@@ -342,6 +342,35 @@ def test_kernel_wrong_answers_fail(kernel_results, case, expected):
     assert_fails_without_giving_away(case.split()[0], kernel_results[case], *expected)
 
 
+def test_6_hidden_batches_differ_across_runs_and_repeat_with_the_same_rng():
+    import random
+
+    from dtfkit.course.check import ch06
+
+    for draw in (ch06.hidden_step_batches, lambda rng=None: ch06.hidden_pipeline_cases(1438, rng)):
+        assert draw(random.Random(29)) == draw(random.Random(29))
+        assert len({draw() for _ in range(40)}) > 1  # no rng: a generator seeded fresh each call
+
+
+def test_6_every_hidden_batch_splits_exactly_and_no_pipeline_runs_out():
+    import random
+
+    from dtfkit.course.check import ch06
+    from dtfkit.course.datasets import load_digits
+
+    examples = len(load_digits(split="train")[0])
+    for seed in range(300):
+        one, two = ch06.hidden_step_batches(random.Random(seed))
+        assert 16 <= one <= 64 and 16 <= two <= 64 and two % 2 == 0
+        assert 3 * 100 + max(one, two) <= examples  # the fourth case's offset and batch fit the data
+        strategy_batch, (pipelines, global_batch) = ch06.hidden_pipeline_cases(examples, random.Random(seed))
+        assert strategy_batch % 2 == 0 and 16 <= strategy_batch <= 96
+        assert 2 <= pipelines <= 5 and global_batch % pipelines == 0
+        per_pipeline = global_batch // pipelines
+        assert 8 <= per_pipeline <= 32
+        assert ch06.PIPELINE_STEPS * per_pipeline <= examples // pipelines  # read once, a shard lasts
+
+
 # ---------------------------------------------------------------- chapter 7: real clusters
 def _wrong_7_1_from_tf_config(value):
     import json

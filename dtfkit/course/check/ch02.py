@@ -70,6 +70,26 @@ def _matches(device_filter: str, task: str) -> bool:
     return fields.get("job", job) == job and fields.get("task", index) == index
 
 
+def hidden_filters_case(rng: random.Random | None = None) -> tuple[int, list[str]]:
+    """The hidden variant of 2.1, drawn from ``rng`` (by default seeded fresh every run): how many
+    workers the quick look gives filters to, and the order in which worker:1 and worker:2 then train
+    alone in the real run.
+
+    Valid for every draw: a worker's filters must cover the ps and that worker and no other worker,
+    whatever the number of workers (the reference's ``/job:ps`` + ``/job:worker/task:{i}`` does for
+    any ``i``); and once the chief has exited, every non-chief worker with such filters trains alone,
+    in any order, while one whose session waits for worker:0 hangs. The real run keeps the
+    visible case's cluster (1 ps + 3 workers): no more processes.
+
+    >>> hidden_filters_case(random.Random(1)) == hidden_filters_case(random.Random(1))
+    True
+    """
+    rng = rng if rng is not None else random.Random()
+    alone = ["worker:1", "worker:2"]
+    rng.shuffle(alone)
+    return rng.randint(5, 12), alone
+
+
 def _quick_filters_problem(session_config: Callable, workers: int = 4) -> CheckResult | None:
     """The device filters of every worker of a 1 ps + ``workers`` cluster, read with a stand-in
     ``tf``: a failed result for a clear mistake, None otherwise (or when the answer uses more of ``tf``)."""
@@ -97,7 +117,7 @@ def _quick_filters_problem(session_config: Callable, workers: int = 4) -> CheckR
         if others:
             return failed(
                 f"{me}'s device filters {filters} also cover {', '.join(others)}: its session would wait "
-                "for them (the check tries 4 workers)",
+                f"for them (the check tries {workers} workers)",
                 "a worker's session should need no other worker",
             )
         if "ps:0" not in seen:
@@ -109,21 +129,26 @@ def _quick_filters_problem(session_config: Callable, workers: int = 4) -> CheckR
 
 
 @exercise("2.1", "Fix the non-chief hang")
-def device_filters(session_config: Callable, *, hidden: bool = False) -> CheckResult:
+def device_filters(
+    session_config: Callable, *, hidden: bool = False, rng: random.Random | None = None
+) -> CheckResult:
     """Read the filters ``session_config`` gives 4 workers; then, on 1 ps + 3 workers, train worker:0
-    (the chief), stop it, and train worker:2 alone (``hidden``: then worker:1 alone too).
+    (the chief), stop it, and train worker:2 alone (``hidden``: the filters of 5 to 12 workers, then
+    worker:1 and worker:2 alone in an order drawn fresh, see ``hidden_filters_case``; ``rng`` for tests).
 
     Example::
 
         check.ch02.device_filters(session_config)
     """
     problem = ignores(session_config, ("tf", None, "task_index"), "other workers")
+    workers, alone_tasks = hidden_filters_case(rng) if hidden else (4, ["worker:2"])
     if problem is None:
         problem = _quick_filters_problem(session_config)
+    if problem is None and workers != 4:
+        problem = _quick_filters_problem(session_config, workers)
     if problem is not None:
         return problem
     steps = classroom.scaled(40, minimum=10)
-    alone_tasks = ["worker:2", "worker:1"] if hidden else ["worker:2"]
     with cluster(ps=1, workers=3) as c:
         chief = c.run(
             _worker,
@@ -157,8 +182,8 @@ def device_filters(session_config: Callable, *, hidden: bool = False) -> CheckRe
                 return failed(
                     f"{task} opened its session but took no step", "is StopAtStepHook's last_step reached?"
                 )
-    return passed(
-        f"{' and '.join(alone_tasks)} trained alone after worker:0 had exited: a worker's session no longer "
+    return passed(  # the tasks sorted: the line does not depend on the hidden draw's order
+        f"{' and '.join(sorted(alone_tasks))} trained alone after worker:0 had exited: a worker's session no longer "
         "waits for other workers"
     )
 
@@ -201,16 +226,35 @@ def _balance_problem(loads: list[int], sizes: list[int], num_ps: int, case: str)
     )
 
 
-def _fresh_place_case() -> tuple[tuple[int, ...], int]:
-    """A model and a number of ps drawn fresh every run: no fixed list to place by hand."""
-    rng = random.Random()
+def _fresh_place_case(rng: random.Random, max_ps: int = 4) -> tuple[tuple[int, ...], int]:
+    """A model and a number of ps drawn from ``rng``: no fixed list to place by hand."""
     hidden = tuple(rng.randint(8, 1024) for _ in range(rng.randint(2, 4)))
-    return (64, *hidden, 10), rng.randint(2, 4)
+    return (64, *hidden, 10), rng.randint(2, max_ps)
 
 
-def _quick_placement_problem(ps_strategy: Callable) -> CheckResult | None:
+def hidden_place_case(rng: random.Random | None = None) -> tuple[tuple[int, ...], int]:
+    """The model and number of ps (2 or 3) that 2.2's hidden real run places, drawn from ``rng``
+    (by default seeded fresh every run).
+
+    Valid for every draw: the check compares the busiest ps with greedy-by-bytes over the sizes
+    TensorFlow itself reports for the variables, in the order they were built (the order
+    ``replica_device_setter`` asks the strategy in). Greedy's loads, as a multiset, do not depend on
+    how ties are broken (tied ps are interchangeable), so a right answer meets the bound exactly for
+    any widths. A wrong one (counting variables, round-robin) need not fail every draw: the visible
+    and quick cases catch those; the draw is there so that no list of cases can be answered by hand.
+    Only the graph is built, as before (kernels of at most 1024 x 1024 floats, 4 MB); at most 3 ps,
+    as the fixed case had: no more processes.
+
+    >>> hidden_place_case(random.Random(1)) == hidden_place_case(random.Random(1))
+    True
+    """
+    return _fresh_place_case(rng if rng is not None else random.Random(), max_ps=3)
+
+
+def _quick_placement_problem(ps_strategy: Callable, rng: random.Random | None = None) -> CheckResult | None:
     """Place stand-in variables of other models on other numbers of ps: a failed result or None."""
-    for layers, num_ps in (*PLACE_CASES, _fresh_place_case()):
+    fresh = _fresh_place_case(rng if rng is not None else random.Random())
+    for layers, num_ps in (*PLACE_CASES, fresh):
         variables = layer_variables(layers)
         try:
             choose = ps_strategy(num_ps)
@@ -233,19 +277,22 @@ def _quick_placement_problem(ps_strategy: Callable) -> CheckResult | None:
 
 
 @exercise("2.2", "Place variables by bytes", allowed=("dtfkit.recipes.between_graph.variable_bytes",))
-def greedy_placement(ps_strategy: Callable, *, hidden: bool = False) -> CheckResult:
-    """Place other models on 2 to 4 ps with ``ps_strategy(num_ps)`` (stand-in variables), then the
-    chapter's uneven model on 2 ps in a worker (``hidden``: another on 3 ps); the busiest ps must
-    hold no more bytes than greedy-by-bytes gives it.
+def greedy_placement(
+    ps_strategy: Callable, *, hidden: bool = False, rng: random.Random | None = None
+) -> CheckResult:
+    """Place other models on 2 to 4 ps with ``ps_strategy(num_ps)`` (stand-in variables, one model
+    drawn fresh), then the chapter's uneven model on 2 ps in a worker (``hidden``: another model on 2
+    or 3 ps, drawn fresh, see ``hidden_place_case``; ``rng`` for tests); the busiest ps must hold no
+    more bytes than greedy-by-bytes gives it.
 
     Example::
 
         check.ch02.greedy_placement(ps_strategy)
     """
-    problem = _quick_placement_problem(ps_strategy)
+    problem = _quick_placement_problem(ps_strategy, rng)
     if problem is not None:
         return problem
-    cases = [(UNEVEN_LAYERS, 2)] + ([((64, 512, 16, 512, 10), 3)] if hidden else [])
+    cases = [(UNEVEN_LAYERS, 2)] + ([hidden_place_case(rng)] if hidden else [])
     with cluster(ps=max(n for _, n in cases), workers=1) as c:
         placed = [
             c.run(_place, args=(ps_strategy, layers, n), on="worker:0", timeout=120)["worker:0"]

@@ -9,6 +9,7 @@ Example::
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 from dtfkit.course import classroom
@@ -19,6 +20,55 @@ from dtfkit.recipes import sync
 BACKUP_CASES = ((4, 1), (5, 2), (2, 0), (6, 3))
 # (replicas_to_aggregate, total_num_replicas, updates): R > N, R < N, R = N, no update yet.
 TOKEN_CASES = ((2, 3, 60), (3, 2, 10), (1, 4, 7), (4, 4, 25), (5, 2, 0), (2, 5, 13))
+
+
+def hidden_backup_cases(
+    rng: random.Random | None = None,
+) -> tuple[list[tuple[int, int]], tuple[int, int]]:
+    """3.1's hidden variants, drawn from ``rng`` (by default seeded fresh every run): three more
+    (workers, backups) for the options alone, and the (workers, backups) of the second real run.
+
+    Valid for every draw: the options must be ``R = workers - backups`` and ``N = workers`` for any
+    0 <= backups < workers (the reference's arithmetic holds for all). The real run checks that
+    every update averaged at least R gradients, which ``take_grad(R)`` guarantees for any R <= N
+    (see ``SyncRun``: it waits for R, then averages all it holds). It runs 2 or 3 of the visible
+    cluster's 3 workers, without a straggler, as the fixed (2, 1) did: no more processes, and with
+    R = N at most the waiting of a synchronous step.
+
+    >>> hidden_backup_cases(random.Random(1)) == hidden_backup_cases(random.Random(1))
+    True
+    """
+    rng = rng if rng is not None else random.Random()
+    options = []
+    for _ in range(3):
+        n = rng.randint(2, 32)
+        options.append((n, rng.randrange(n)))
+    size = rng.randint(2, 3)
+    return options, (size, rng.randrange(size))
+
+
+def hidden_token_cases(
+    rng: random.Random | None = None,
+) -> tuple[list[tuple[int, int, int]], int]:
+    """3.2's hidden variants, drawn from ``rng`` (by default seeded fresh every run): three more
+    (replicas_to_aggregate, total_num_replicas, updates) for the arithmetic alone, and the
+    replicas_to_aggregate of the second real run (1, 2 or 4: R < N, R = N, R > N beside the
+    visible R = 3).
+
+    Valid for every draw: ``SyncReplicasOptimizer`` (``sync_replicas_optimizer.py``) puts
+    ``replicas_to_aggregate`` tokens in at the start (``get_init_tokens_op``'s default) and
+    ``max(total_num_replicas, replicas_to_aggregate)`` at each update, so the count is
+    ``R + max(N, R) * updates`` for any R, N >= 1 and updates >= 0. The real run keeps 2 workers and
+    N = 2, the number of workers that push gradients (what ``total_num_replicas`` means): a worker
+    count below N could leave a worker waiting on the token queue. R = 4 takes about 4/3 of the
+    visible run's local steps.
+
+    >>> hidden_token_cases(random.Random(1)) == hidden_token_cases(random.Random(1))
+    True
+    """
+    rng = rng if rng is not None else random.Random()
+    arithmetic = [(rng.randint(1, 8), rng.randint(1, 8), rng.randint(0, 200)) for _ in range(3)]
+    return arithmetic, rng.choice((1, 2, 4))
 
 
 def _workers(n: int) -> list[str]:
@@ -52,16 +102,20 @@ def _options_problem(sync_options: Callable, n: int, backups: int) -> CheckResul
 
 
 @exercise("3.1", "Backup workers")
-def backup_workers(sync_options: Callable, *, hidden: bool = False) -> CheckResult:
+def backup_workers(
+    sync_options: Callable, *, hidden: bool = False, rng: random.Random | None = None
+) -> CheckResult:
     """Check ``sync_options(num_workers, num_backups)`` for several sizes, then train 3 workers (worker:2
-    a straggler) with ``sync_options(3, 1)`` and read the ledger; ``hidden`` also trains 2 workers with
-    1 backup.
+    a straggler) with ``sync_options(3, 1)`` and read the ledger; ``hidden`` also checks other sizes
+    and trains 2 or 3 workers with a number of backups, drawn fresh (``hidden_backup_cases``; ``rng``
+    for tests).
 
     Example::
 
         check.ch03.backup_workers(sync_options)
     """
-    for n, backups in BACKUP_CASES:
+    more, second = hidden_backup_cases(rng) if hidden else ([], None)
+    for n, backups in (*BACKUP_CASES, *more):
         problem = _options_problem(sync_options, n, backups)
         if problem is not None:
             return problem
@@ -72,7 +126,8 @@ def backup_workers(sync_options: Callable, *, hidden: bool = False) -> CheckResu
     runs: list[tuple[int, int, sync.SyncRun]] = []
     steps = classroom.scaled(40, minimum=10)
     with cluster(ps=1, workers=n) as c:
-        for size, spare, straggler in ((n, backups, {"worker:2": 150}), (2, 1, None))[: 2 if hidden else 1]:
+        plan = [(n, backups, {"worker:2": 150})] + ([(*second, None)] if second else [])
+        for size, spare, straggler in plan:
             options = dict(sync_options(num_workers=size, num_backups=spare))
             run = sync.run_sync(
                 c, _workers(size), steps=steps, straggler_ms=straggler, timeout=180, **options
@@ -110,17 +165,21 @@ def _token_hint(aggregate: int, total: int, updates: int) -> str:
 
 
 @exercise("3.2", "Predict the tokens")
-def token_count(tokens_handed_out: Callable, *, hidden: bool = False) -> CheckResult:
+def token_count(
+    tokens_handed_out: Callable, *, hidden: bool = False, rng: random.Random | None = None
+) -> CheckResult:
     """Compare ``tokens_handed_out(replicas_to_aggregate, total_num_replicas, updates)`` with
     TensorFlow's token arithmetic for several settings, then with the tokens counted one by one
     (taken by the workers' local steps + left in the queue) in real sync runs: 2 workers with
-    R = 3, N = 2 (and, ``hidden``, R = 1, N = 2).
+    R = 3, N = 2 (and, ``hidden``, more settings and a run with R = 1, 2 or 4, drawn fresh:
+    ``hidden_token_cases``; ``rng`` for tests).
 
     Example::
 
         check.ch03.token_count(tokens_handed_out)
     """
-    for aggregate, total, updates in TOKEN_CASES:
+    more, hidden_aggregate = hidden_token_cases(rng) if hidden else ([], None)
+    for aggregate, total, updates in (*TOKEN_CASES, *more):
         want = aggregate + max(aggregate, total) * updates
         got = tokens_handed_out(aggregate, total, updates)
         if got != want:
@@ -129,7 +188,7 @@ def token_count(tokens_handed_out: Callable, *, hidden: bool = False) -> CheckRe
                 f"you predicted {got!r} tokens; SyncReplicasOptimizer hands out {want}",
                 _token_hint(aggregate, total, updates),
             )
-    settings = [(3, 2)] + ([(1, 2)] if hidden else [])
+    settings = [(3, 2)] + ([(hidden_aggregate, 2)] if hidden_aggregate else [])
     steps = classroom.scaled(24, minimum=8)
     counted = []
     with cluster(ps=1, workers=2) as c:

@@ -10,6 +10,7 @@ Example::
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import tempfile
 import time
@@ -197,14 +198,35 @@ def _stand_in_tf() -> SimpleNamespace:
     return SimpleNamespace(compat=SimpleNamespace(v1=SimpleNamespace(train=train)))
 
 
-def _quick_hooks_problem(make_hooks: Callable) -> CheckResult | None:
+def hidden_stop_cases(steps: int, rng: random.Random | None = None) -> tuple[int, tuple[int, int]]:
+    """4.1's hidden variants for runs of about ``steps`` global steps, drawn from ``rng`` (by default
+    seeded fresh every run): another last_step for the quick look, and the (start, last_step) of
+    the hidden real run.
+
+    Valid for every draw: ``StopAtStepHook(last_step=...)`` reads the shared global step after each
+    step and stops the worker once it is at or past last_step, whatever the step training started
+    from; of 2 asynchronous workers each has at most one step in flight when the other's hook sees
+    last_step, so training ends in last .. last + 2 (what the check allows) for any start < last.
+    The run trains between steps // 2 and steps + 7 global steps from a start in 0 .. steps // 2:
+    the fixed run it replaces trained steps + 7 from 0, so it costs no more; a gap of at least
+    steps // 2 (10 or more) leaves both workers steps to take after the barrier.
+
+    >>> hidden_stop_cases(20, random.Random(1)) == hidden_stop_cases(20, random.Random(1))
+    True
+    """
+    rng = rng if rng is not None else random.Random()
+    start = rng.randint(0, steps // 2)
+    return rng.randint(2, 500), (start, start + rng.randint(steps // 2, steps + 7))
+
+
+def _quick_hooks_problem(make_hooks: Callable, last_steps: tuple[int, ...] = (37, 120)) -> CheckResult | None:
     """Call ``make_hooks`` with a stand-in ``tf``: a failed result for a clear mistake, else None.
 
     Inconclusive (None) when the answer uses anything else of ``tf`` (its own hook class, say):
     the real runs decide then.
     """
     loss = object()
-    for last_step in (37, 120):
+    for last_step in last_steps:
         try:
             hooks = list(make_hooks(_stand_in_tf(), last_step, loss))
         except (AttributeError, TypeError):
@@ -240,22 +262,26 @@ def _quick_hooks_problem(make_hooks: Callable) -> CheckResult | None:
 
 
 @exercise("4.1", "Stop at a global step, or on NaN")
-def stop_hooks(make_hooks: Callable, *, hidden: bool = False) -> CheckResult:
+def stop_hooks(
+    make_hooks: Callable, *, hidden: bool = False, rng: random.Random | None = None
+) -> CheckResult:
     """Train 2 workers with ``make_hooks(tf, last_step, loss)``: once from a global step that starts past 0
     (training must end at ``last_step``), once with the loss turning NaN mid-run (training must stop
-    there); ``hidden`` adds a run from global step 0 with another ``last_step``.
+    there); ``hidden`` adds another last_step to the quick look and a run with a start and a
+    ``last_step`` drawn fresh (``hidden_stop_cases``; ``rng`` for tests).
 
     Example::
 
         check.ch04.stop_hooks(make_hooks)
     """
+    steps = classroom.scaled(60, minimum=20)
+    quick_last, hidden_run = hidden_stop_cases(steps, rng) if hidden else (None, None)
     problem = ignores(make_hooks, ("tf", "last_step", None), "other last steps")
     if problem is None:
-        problem = _quick_hooks_problem(make_hooks)
+        problem = _quick_hooks_problem(make_hooks, (37, 120) + ((quick_last,) if quick_last else ()))
     if problem is not None:
         return problem
-    steps = classroom.scaled(60, minimum=20)
-    stop_runs = [(steps // 2 + 3, steps)] + ([(0, steps + 7)] if hidden else [])
+    stop_runs = [(steps // 2 + 3, steps)] + ([hidden_run] if hidden_run else [])
     nan_from = classroom.scaled(24, minimum=10)
     with cluster(ps=1, workers=2) as c:
         for k, (start, last) in enumerate(stop_runs):
@@ -325,9 +351,31 @@ def _wait_for_pause(c: Any, handle: Any, timeout: float = 150.0) -> dict[str, An
 LOST_CASES = (3, 7, 12, 25)
 
 
-def _quick_options_problem(session_options: Callable) -> CheckResult | None:
+def hidden_lost_cases(rng: random.Random | None = None) -> tuple[int, int]:
+    """4.2's hidden variants, drawn from ``rng`` (by default seeded fresh every run): another
+    max_lost_steps for the quick look (1 to 100), and the max_lost_steps of the second crash (2 to 8).
+
+    Valid for every draw: with one worker each step adds exactly 1 to the global step, and the
+    chief's ``CheckpointSaverHook`` saves when its session starts and then at every step at least
+    ``save_checkpoint_steps`` past the last save (``basic_session_run_hooks.py``). The ps dies in
+    the step that takes the global step to start + max_lost + 1, after its update and before its
+    save: any interval of at most max_lost has saved at most max_lost steps before, any longer one
+    only at start, so the rollback decides, for every max_lost >= 1, with no timing. Up to 8 the
+    second run trains at most 14 global steps (the visible run, max_lost 6, trains 12; the fixed 4
+    it replaces, 10).
+
+    >>> hidden_lost_cases(random.Random(1)) == hidden_lost_cases(random.Random(1))
+    True
+    """
+    rng = rng if rng is not None else random.Random()
+    return rng.randint(1, 100), rng.randint(2, 8)
+
+
+def _quick_options_problem(
+    session_options: Callable, lost_cases: tuple[int, ...] = LOST_CASES
+) -> CheckResult | None:
     """Read ``session_options(dir, max_lost_steps)`` for several values: a failed result or None."""
-    for max_lost in LOST_CASES:
+    for max_lost in lost_cases:
         options = session_options("/checkpoints/of/the/check", max_lost)
         where = f"session_options(checkpoint_dir, max_lost_steps={max_lost})"
         if not isinstance(options, dict):
@@ -366,11 +414,14 @@ def _quick_options_problem(session_options: Callable) -> CheckResult | None:
 
 
 @exercise("4.2", "Lose at most max_lost_steps to a ps crash")
-def restore_after_ps_crash(session_options: Callable, *, hidden: bool = False) -> CheckResult:
+def restore_after_ps_crash(
+    session_options: Callable, *, hidden: bool = False, rng: random.Random | None = None
+) -> CheckResult:
     """Train 1 worker with ``session_options(checkpoint_dir, max_lost_steps)``, kill ps:0 mid-step (the
     model in its memory is gone), restart it: the chief must restore a checkpoint at most
-    ``max_lost_steps`` steps old and train on. ``hidden`` crashes a second, restored run with another
-    ``max_lost_steps``.
+    ``max_lost_steps`` steps old and train on. ``hidden`` reads the options for another
+    ``max_lost_steps`` and crashes a second, restored run with another, both drawn fresh
+    (``hidden_lost_cases``; ``rng`` for tests).
 
     One worker: each step adds 1 to the global step, so a step interval bounds the rollback. With
     several asynchronous workers none does: the chief's ``CheckpointSaverHook`` reads the global
@@ -381,9 +432,10 @@ def restore_after_ps_crash(session_options: Callable, *, hidden: bool = False) -
 
         check.ch04.restore_after_ps_crash(session_options)
     """
+    quick_lost, second_lost = hidden_lost_cases(rng) if hidden else (None, None)
     problem = ignores(session_options, ("checkpoint_dir", "max_lost_steps"), "other folders and limits")
     if problem is None:
-        problem = _quick_options_problem(session_options)
+        problem = _quick_options_problem(session_options, LOST_CASES + ((quick_lost,) if quick_lost else ()))
     if problem is not None:
         return problem
     folder = tempfile.mkdtemp(prefix="dtfkit-ex42-")
@@ -392,7 +444,7 @@ def restore_after_ps_crash(session_options: Callable, *, hidden: bool = False) -
     try:
         with cluster(ps=1, workers=1) as c:
             start = 0
-            for k, max_lost in enumerate((6, 4)[: 2 if hidden else 1]):
+            for k, max_lost in enumerate([6] + ([second_lost] if second_lost else [])):
                 # One worker, so every step adds exactly 1 to the global step and the saves come
                 # at start, start + every, ... (the hook's timer sees every global step). The ps
                 # dies in the step that takes the global step to start + max_lost + 1, after its

@@ -9,6 +9,7 @@ Example::
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 import numpy as np
@@ -93,10 +94,31 @@ def _one_step(make_step, strategy, build, x, y, global_batch: int, offset: int) 
     return None
 
 
+def hidden_step_batches(rng: random.Random | None = None) -> tuple[int, int]:
+    """6.1's hidden global batches, drawn from ``rng`` (by default seeded fresh every run): one for
+    1 replica (16 to 64) and an even one for 2 replicas (16 to 64).
+
+    Valid for every draw: a right step divides each replica's summed loss by the global batch,
+    so the replicas' summed gradients are the gradient of the whole batch's mean loss, the single-
+    device step's, for any batch; an even batch splits into equal halves on 2 replicas, as the
+    visible 64 and 40 do. Same sizes as the fixed 24, 40 and 64, so the float32 rounding the 1e-5
+    tolerance allows for stays of the same order; 4 cases of at most 64 examples from offsets 0 to
+    300 stay inside the 1,438 training examples.
+
+    >>> hidden_step_batches(random.Random(1)) == hidden_step_batches(random.Random(1))
+    True
+    """
+    rng = rng if rng is not None else random.Random()
+    return rng.randint(16, 64), 2 * rng.randint(8, 32)
+
+
 @exercise("6.1", "Write the distributed step")
-def distributed_step(make_step: Callable, *, hidden: bool = False) -> CheckResult:
+def distributed_step(
+    make_step: Callable, *, hidden: bool = False, rng: random.Random | None = None
+) -> CheckResult:
     """One step of ``make_step(strategy, model, optimizer, global_batch)`` must equal one single-device
-    step: on 2 replicas with global batches of 64 and 40 (and, hidden, on 1 replica with 24).
+    step: on 2 replicas with global batches of 64 and 40 (and, hidden, on 1 replica and on 2 with
+    global batches drawn fresh: ``hidden_step_batches``; ``rng`` for tests).
 
     Example::
 
@@ -105,7 +127,9 @@ def distributed_step(make_step: Callable, *, hidden: bool = False) -> CheckResul
     tf, _, strategy, x, y, build = _setup()
     cases = [(strategy, 64), (strategy, 40)]
     if hidden:
-        cases.append((tf.distribute.OneDeviceStrategy(strategy.extended.worker_devices[0]), 24))
+        one, two = hidden_step_batches(rng)
+        cases.append((tf.distribute.OneDeviceStrategy(strategy.extended.worker_devices[0]), one))
+        cases.append((strategy, two))
     for i, (s, global_batch) in enumerate(cases):
         problem = _one_step(make_step, s, build, x, y, global_batch, offset=100 * i)
         if problem is not None:
@@ -116,7 +140,12 @@ def distributed_step(make_step: Callable, *, hidden: bool = False) -> CheckResul
     )
 
 
-def _pipeline_problem(dataset_fn, tf, pipelines: int, global_batch: int, steps: int = 20) -> str | None:
+PIPELINE_STEPS = 20  # batches each pipeline is read for
+
+
+def _pipeline_problem(
+    dataset_fn, tf, pipelines: int, global_batch: int, steps: int = PIPELINE_STEPS
+) -> str | None:
     """Run ``dataset_fn`` as ``pipelines`` workers' pipelines (one replica each): what is wrong, or None."""
     seen = []
     want = global_batch // pipelines
@@ -144,11 +173,37 @@ def _pipeline_problem(dataset_fn, tf, pipelines: int, global_batch: int, steps: 
     return None
 
 
+def hidden_pipeline_cases(examples: int, rng: random.Random | None = None) -> tuple[int, tuple[int, int]]:
+    """6.2's hidden variants for a data set of ``examples`` rows, drawn from ``rng`` (by default
+    seeded fresh every run): an even global batch for the 2-replica strategy (16 to 96), and a
+    number of worker pipelines (2 to 5) with a global batch that is a multiple of it (8 or more
+    examples per pipeline, at most what a shard holds for 20 batches, and at most 32).
+
+    Valid for every draw: ``ctx.get_per_replica_batch_size`` divides the global batch by the
+    replicas, exact for a multiple; sharding by ``input_pipeline_id`` gives disjoint shards for any
+    number of pipelines; and no pipeline runs out of its shard within the 20 batches read, so an
+    answer that reads its shard once (no ``repeat``) is judged the same on every draw, as on the
+    fixed 4 pipelines of 16 it replaces. Only ``tf.data`` in the kernel runs: at most 5 x 20
+    batches of at most 32 rows; no process starts.
+
+    >>> hidden_pipeline_cases(1438, random.Random(1)) == hidden_pipeline_cases(1438, random.Random(1))
+    True
+    """
+    rng = rng if rng is not None else random.Random()
+    strategy_batch = 2 * rng.randint(8, 48)
+    pipelines = rng.randint(2, 5)
+    per_pipeline = rng.randint(8, min(32, examples // pipelines // PIPELINE_STEPS))
+    return strategy_batch, (pipelines, pipelines * per_pipeline)
+
+
 @exercise("6.2", "An input pipeline per worker")
-def input_pipeline(make_dataset_fn: Callable, *, hidden: bool = False) -> CheckResult:
+def input_pipeline(
+    make_dataset_fn: Callable, *, hidden: bool = False, rng: random.Random | None = None
+) -> CheckResult:
     """``make_dataset_fn(x, y, global_batch)`` returns a ``dataset_fn(ctx)``: batches and shards must be
     right under the 2-replica strategy (global batches 64 and 48) and as the pipelines of 2 and 3
-    workers (and, hidden, 4).
+    workers (and, hidden, another global batch and another number of pipelines, drawn fresh:
+    ``hidden_pipeline_cases``; ``rng`` for tests).
 
     Example::
 
@@ -157,7 +212,8 @@ def input_pipeline(make_dataset_fn: Callable, *, hidden: bool = False) -> CheckR
     tf, _, strategy, x, y, _ = _setup()
     ids = np.arange(len(x), dtype=np.int64)
     n = strategy.num_replicas_in_sync
-    for global_batch in (64, 48):
+    strategy_batch, pipeline_case = hidden_pipeline_cases(len(x), rng) if hidden else (None, None)
+    for global_batch in (64, 48) + ((strategy_batch,) if strategy_batch else ()):
         dataset_fn = make_dataset_fn(x, ids, global_batch)
         dist = strategy.distribute_datasets_from_function(dataset_fn)
         first = next(iter(dist))
@@ -169,7 +225,7 @@ def input_pipeline(make_dataset_fn: Callable, *, hidden: bool = False) -> CheckR
                 "distribute_datasets_from_function does not split your batches: each pipeline must "
                 "batch what one replica takes in a step, for any global batch and replica count",
             )
-    for pipelines, global_batch in [(2, 64), (3, 48)] + ([(4, 64)] if hidden else []):
+    for pipelines, global_batch in [(2, 64), (3, 48)] + ([pipeline_case] if pipeline_case else []):
         problem = _pipeline_problem(make_dataset_fn(x, ids, global_batch), tf, pipelines, global_batch)
         if problem:
             return failed(
