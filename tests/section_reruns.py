@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -84,10 +85,13 @@ def insert_reruns(items: list[Any]) -> None:
 
 
 def _again(item: Any) -> Any:
+    # A copy of the cell, not the cell: nbval's coalesce_streams merges a cell's stream outputs into
+    # the first one in place, so a second item holding the same cell would compare against a
+    # reference with its later streams doubled (chapter 12 failed so in a fresh-clone run).
     return type(item).from_parent(
         item.parent,
         name=item.name + AGAIN,
         cell_num=item.cell_num,
-        cell=item.cell,
+        cell=copy.deepcopy(item.cell),
         options=item.options,
     )

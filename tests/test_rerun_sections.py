@@ -190,3 +190,30 @@ def test_a_rerun_span_may_not_reach_into_the_exercises(monkeypatch):
     monkeypatch.setitem(RERUNS, "01_", [("## 4.", "## 5."), ("## 5.", None)])
     with pytest.raises(ValueError, match="overlap"):
         rerun_spans(path.name, raw["cells"])
+
+
+def test_a_rerun_compares_with_the_committed_outputs_after_nbval_merged_the_first_passs():
+    """nbval's coalesce_streams merges stream outputs into the first one in place: the second
+    pass must still compare with the committed outputs, not with the first pass's merged copy."""
+    import nbformat
+    from nbval.plugin import coalesce_streams
+    from section_reruns import _again
+
+    class IPyNbCell:  # the name insert_reruns looks for; from_parent as pytest's nodes have it
+        def __init__(self, **fields):
+            self.__dict__.update(fields)
+
+        @classmethod
+        def from_parent(cls, parent, **fields):
+            return cls(parent=parent, **fields)
+
+    cell = nbformat.v4.new_code_cell("print('a'); print('b')")
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="a"),
+        nbformat.v4.new_output("stream", name="stdout", text="\nb\n"),
+    ]
+    first = IPyNbCell(parent=None, name="Cell 0", cell_num=0, cell=cell, options={})
+    again = _again(first)
+    coalesce_streams(first.cell.outputs)  # what nbval does to the reference in the first pass
+    merged = coalesce_streams(again.cell.outputs)
+    assert [output.text for output in merged] == ["a\nb\n"]
