@@ -364,7 +364,7 @@ def test_4_2_checkpoint_dir_alone_and_seconds_fail_before_starting_anything(no_s
 @pytest.mark.timing  # real runs whose timing varies: the graded facts must hold under load
 def test_4_2_the_mid_run_crash_catches_checkpoint_dir_alone(monkeypatch):
     # Without the quick look at the options, the crash itself must show the rollback.
-    monkeypatch.setattr(ch04, "_quick_options_problem", lambda session_options: None)
+    monkeypatch.setattr(ch04, "_quick_options_problem", lambda session_options, *cases: None)
 
     def checkpoint_dir_alone(checkpoint_dir, max_lost_steps):
         assert max_lost_steps > 0
@@ -379,7 +379,7 @@ def test_4_2_the_mid_run_crash_catches_checkpoint_dir_alone(monkeypatch):
 def test_4_2_the_mid_step_crash_catches_one_step_too_many(monkeypatch):
     # The ps dies after the update of global step max_lost_steps + 1 and before the chief's save:
     # an interval of max_lost_steps + 1 has saved nothing since step 0, whatever the timing.
-    monkeypatch.setattr(ch04, "_quick_options_problem", lambda session_options: None)
+    monkeypatch.setattr(ch04, "_quick_options_problem", lambda session_options, *cases: None)
 
     def one_too_many(checkpoint_dir, max_lost_steps):
         return {"checkpoint_dir": checkpoint_dir, "save_checkpoint_steps": max_lost_steps + 1}
