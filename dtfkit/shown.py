@@ -15,18 +15,25 @@ Example::
 from __future__ import annotations
 
 import reprlib
-
-_REPR = reprlib.Repr()
-_REPR.maxstring = 64
-_REPR.maxother = 64
-_REPR.maxlevel = 3
-_REPR.maxdict = 10  # a trace event or a record has about ten keys
-_REPR.maxlist = 10
+from collections.abc import Callable
 
 
-def shown(value: object) -> str:
-    """``repr(value)``, cut to a few dozen characters per string and a few items per container."""
-    try:
-        return _REPR.repr(value)
-    except Exception:  # noqa: BLE001 - an int too long to print, a __repr__ that raises
-        return f"<{type(value).__name__} object>"
+def repr_cutter(**limits: int) -> Callable[[object], str]:
+    """A ``repr`` cut to ``limits`` (``reprlib.Repr``'s attributes: ``maxstring``, ``maxlist``,
+    ``maxlevel``, ...); a value whose ``repr`` raises is named by its type."""
+    cutter = reprlib.Repr()
+    for name, limit in limits.items():
+        setattr(cutter, name, limit)
+
+    def cut(value: object) -> str:
+        try:
+            return cutter.repr(value)
+        except Exception:  # noqa: BLE001 - an int too long to print, a __repr__ that raises
+            return f"<{type(value).__name__} object>"
+
+    return cut
+
+
+# a trace event or a record has about ten keys
+shown = repr_cutter(maxstring=64, maxother=64, maxlevel=3, maxdict=10, maxlist=10)
+shown.__doc__ = "``repr(value)``, cut to a few dozen characters per string and a few items per container."

@@ -10,11 +10,11 @@ Example::
 
 from __future__ import annotations
 
-import reprlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dtfkit.errors import DtfkitError
+from dtfkit.shown import repr_cutter
 
 # Bounds far above any real cluster, low enough that reading stays well under a second.
 MAX_TEXT = 16 * 1024 * 1024  # characters (or bytes) of one TF_CONFIG text or one log
@@ -24,11 +24,8 @@ MAX_ADDRESSES = 200_000  # addresses read in all the TF_CONFIGs of one call
 MAX_MACHINES = 100_000
 MAX_LOGS = 10_000  # tasks in one logs mapping
 
-_SHORT = reprlib.Repr()
-_SHORT.maxlevel = 3
-_SHORT.maxstring = 60
-_SHORT.maxother = 60
-_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = 4
+# A short repr of any value: bounded in length and depth, never recursing without end.
+describe = repr_cutter(maxlevel=3, maxstring=60, maxother=60, maxlist=4, maxtuple=4, maxdict=4, maxset=4)
 
 
 class DiagnoseInputError(DtfkitError, ValueError, TypeError):
@@ -43,14 +40,6 @@ class DiagnoseInputError(DtfkitError, ValueError, TypeError):
         except DiagnoseInputError as error:
             print(error)      # diagnose was given nothing to diagnose: ...
     """
-
-
-def describe(value: Any) -> str:
-    """A short repr of any value: bounded in length and depth, never recursing without end."""
-    try:
-        return _SHORT.repr(value)
-    except Exception:  # a repr that raises (or recurses): name the type instead
-        return f"<{type(value).__name__}>"
 
 
 def a_type(value: Any) -> str:
