@@ -96,6 +96,40 @@ def _export(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _classroom_bench(ns: argparse.Namespace) -> int:
+    from dtfkit.hubbench import bench
+
+    try:
+        sizes = [int(n) for n in ns.students.split(",")]
+    except ValueError:
+        raise DtfkitError(f"--students {ns.students!r}: give class sizes as numbers, e.g. 1,2,4,8") from None
+    if not sizes or min(sizes) < 1:
+        raise DtfkitError(f"--students {ns.students!r}: every class size is at least 1")
+    problems = bench.preflight()
+    if problems:
+        raise DtfkitError("classroom-bench cannot run here:\n  - " + "\n  - ".join(problems))
+    results, stopped = bench.run_sizes(
+        sizes,
+        pool=ns.pool,
+        mem_limit=ns.mem_limit,
+        max_first_cluster=ns.max_first_cluster,
+        grade=not ns.no_grade,
+    )
+    held = max((r.students for r in results if not r.stopped), default=0)
+    text = bench.table(results) + "\n\n"
+    text += (
+        f"Held: {held} student(s) at once"
+        + (f"; stopped: {stopped}" if stopped else "; every size held")
+        + "\n\n"
+    )
+    text += bench.sizing(results) + "\n"
+    print(text)
+    if ns.markdown:
+        with open(ns.markdown, "w", encoding="utf-8") as f:
+            f.write(text)
+    return 0 if results and not results[0].stopped else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dtfkit", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -188,6 +222,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="nbgrader: mark every cell but the answers read-only (autograde restores them)",
     )
     s.set_defaults(func=_student_copies)
+
+    b = sub.add_parser(
+        "classroom-bench",
+        help="run a class of N students at once on a real JupyterHub here and measure it (root; see docs/teaching.md)",
+        description="Create N system users, start a JupyterHub (configurable-http-proxy, per-student memory caps), "
+        "have every student run chapter 1's first cluster and exercise 1.1 at the same moment, autograde them "
+        "with nbgrader, and print times, memory, CPU and failures; then remove the users. Classes grow over "
+        "--students until one does not hold; the bench says why.",
+    )
+    b.add_argument("--students", default="1,2,4,8", help="class sizes to run, in order (default 1,2,4,8)")
+    b.add_argument(
+        "--pool", action="store_true", help="the warm pool on in every student's kernel (DTFKIT_POOL=1)"
+    )
+    b.add_argument(
+        "--mem-limit", default="3G", help="memory cap per student, as JupyterHub's mem_limit (default 3G)"
+    )
+    b.add_argument(
+        "--max-first-cluster",
+        type=float,
+        default=300.0,
+        help="stop growing the class when a first cluster takes longer than this many seconds (default 300)",
+    )
+    b.add_argument("--no-grade", action="store_true", help="skip nbgrader autograde")
+    b.add_argument("--markdown", default=None, help="also write the tables to this markdown file")
+    b.set_defaults(func=_classroom_bench)
     return parser
 
 

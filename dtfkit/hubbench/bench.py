@@ -137,7 +137,9 @@ def _student_session(
         for code in lesson:
             run = student.execute(code, timeout=cell_timeout)
             if run.status != "ok":
-                row.failures.append(f"lesson cell {run.status}: " + (run.text.strip().splitlines() or ["?"])[-1][:120])
+                row.failures.append(
+                    f"lesson cell {run.status}: " + (run.text.strip().splitlines() or ["?"])[-1][:120]
+                )
                 break
             for line in run.text.splitlines():
                 if line.startswith("dtfkit-bench-cluster "):
@@ -152,13 +154,17 @@ def _student_session(
             run = student.execute(code, timeout=cell_timeout)
             cell["outputs"] = run.outputs
             if run.status != "ok":
-                row.failures.append(f"exercise cell {run.status}: " + (run.text.strip().splitlines() or ["?"])[-1][:120])
+                row.failures.append(
+                    f"exercise cell {run.status}: " + (run.text.strip().splitlines() or ["?"])[-1][:120]
+                )
                 break
             if "# check exercise" in code:
                 row.checked_s = run.finished - pressed
                 row.check_text = run.text.strip()
                 mark = f"exercise {EXERCISE} ("
-                row.outcome = "passed" if f"✔ {mark}" in run.text else "failed" if f"✘ {mark}" in run.text else ""
+                row.outcome = (
+                    "passed" if f"✔ {mark}" in run.text else "failed" if f"✘ {mark}" in run.text else ""
+                )
                 expected = "failed" if row.wrong_answer else "passed"
                 if row.outcome != expected:
                     row.failures.append(f"check said {row.outcome or 'nothing'}, expected {expected}")
@@ -172,7 +178,9 @@ def _student_session(
 
 def _port_collisions(rows: list[StudentResult]) -> int:
     """Port errors in any cell, plus addresses shared by two students whose clusters are not isolated."""
-    collisions = sum(1 for row in rows for f in row.failures + [row.check_text] if any(e in f for e in PORT_ERRORS))
+    collisions = sum(
+        1 for row in rows for f in row.failures + [row.check_text] if any(e in f for e in PORT_ERRORS)
+    )
     seen: dict[str, str] = {}
     for row in rows:
         if row.isolated:
@@ -220,7 +228,10 @@ def run_class(
         go = threading.Barrier(students, timeout=900)
         uids = {name: pwd.getpwnam(name).pw_uid for name in names}
         _progress(f"{students} student(s), warm pool {'on' if pool else 'off'}, memory cap {mem_limit} each")
-        with Hub(names, password, mem_limit=mem_limit, max_pids=max_pids, pool=pool) as hub, Sampler(uids) as sampler:
+        with (
+            Hub(names, password, mem_limit=mem_limit, max_pids=max_pids, pool=pool) as hub,
+            Sampler(uids) as sampler,
+        ):
             threads = []
             for row in rows:
                 notebook = answered(release, wrong_answer if row.wrong_answer else right)
@@ -237,7 +248,11 @@ def run_class(
                     rows[threads.index(thread)].failures.append("session did not end")
             for row in rows:
                 usage = StudentGroup(row.name, memory_bytes=None, max_pids=None).usage()
-                row.peak_cgroup, row.cpu_s, row.oom_kills = usage.peak_bytes, usage.cpu_seconds, usage.oom_kills
+                row.peak_cgroup, row.cpu_s, row.oom_kills = (
+                    usage.peak_bytes,
+                    usage.cpu_seconds,
+                    usage.oom_kills,
+                )
                 row.peak_pss = sampler.peak_pss[row.name]
                 if usage.oom_kills:
                     row.failures.append("memory cap: processes killed")
@@ -260,8 +275,12 @@ def run_class(
                 row.grade = course.autograde(row.name)
                 expected = 0.0 if row.wrong_answer else 1.0
                 if row.grade.score != expected:
-                    row.failures.append(f"autograde gave {row.grade.score}, expected {expected}: {row.grade.error}")
-                _progress(f"{row.name}: autograded {row.grade.score}/{row.grade.max_score} in {row.grade.seconds:.0f} s")
+                    row.failures.append(
+                        f"autograde gave {row.grade.score}, expected {expected}: {row.grade.error}"
+                    )
+                _progress(
+                    f"{row.name}: autograded {row.grade.score}/{row.grade.max_score} in {row.grade.seconds:.0f} s"
+                )
             result.grading_s = time.monotonic() - t_grading
     finally:
         restore_modes(opened)
@@ -339,7 +358,10 @@ def run_sizes(
             return results, f"{n} students: {result.stopped}"
         slowest = max((r.first_cluster_s or 0.0) for r in result.rows)
         if slowest > max_first_cluster:
-            return results, f"start time: at {n} students a first cluster took {slowest:.0f} s (> {max_first_cluster:.0f} s)"
+            return (
+                results,
+                f"start time: at {n} students a first cluster took {slowest:.0f} s (> {max_first_cluster:.0f} s)",
+            )
         measured = max(r.peak_pss for r in result.rows)
         per_student = measured if len(results) == 1 else max(per_student, measured)
     return results, ""
@@ -402,3 +424,34 @@ def preflight() -> list[str]:
         except ImportError:
             problems.append(f"the Python package {module!r} is missing: pip install 'dtfkit[hub]'")
     return problems
+
+
+# ------------------------------------------------------------------ sizing a bigger class
+def sizing(
+    results: list[ClassResult], class_sizes: tuple[int, ...] = (30, 100), burst_s: float = 120.0
+) -> str:
+    """Cores and GiB for bigger classes, from the largest class that held (a formula over measured figures).
+
+    Memory: the class's peak PSS per student (the highest student) times the class, plus the machine's own
+    use before the class. Cores: every student's CPU seconds for the lab (server, lesson, check) spent within
+    ``burst_s`` seconds of everyone pressing "run" — the burst a lab makes; spread over longer, fewer cores do.
+    """
+    held = [r for r in results if not r.stopped]
+    if not held:
+        return "no class held here: nothing to size from"
+    r = max(held, key=lambda c: c.students)
+    per_student = max(row.peak_pss for row in r.rows)
+    cpu = statistics.mean(row.cpu_s for row in r.rows)
+    lines = [
+        f"From the class of {r.students} (warm pool {'on' if r.pool else 'off'}): {per_student / GIB:.2f} GiB PSS "
+        f"per student at the peak, {cpu:.0f} CPU s per student, the machine using {r.machine_base / GIB:.1f} GiB before.",
+        "",
+        f"| students | memory, GiB (students × {per_student / GIB:.2f} + {r.machine_base / GIB:.1f}) "
+        f"| cores for the lab's burst within {burst_s:.0f} s (students × {cpu:.0f} CPU s / {burst_s:.0f} s) |",
+        "|---|---|---|",
+    ]
+    for n in class_sizes:
+        memory = n * per_student / GIB + r.machine_base / GIB
+        cores = n * cpu / burst_s
+        lines.append(f"| {n} | {memory:.0f} | {max(1, round(cores + 0.499))} |")
+    return "\n".join(lines)

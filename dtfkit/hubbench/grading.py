@@ -62,7 +62,7 @@ class Course:
         self._chown(self.root)
 
     def _chown(self, path: Path) -> None:
-        for folder, dirs, files in os.walk(path):
+        for folder, _dirs, files in os.walk(path):
             os.chown(folder, self.uid, self.gid)
             for name in files:
                 os.chown(os.path.join(folder, name), self.uid, self.gid)
@@ -90,7 +90,9 @@ class Course:
         done = self.nbgrader("generate_assignment", ASSIGNMENT, "--force")
         release = self.root / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
         if done.returncode != 0 or not release.exists():
-            raise RuntimeError(f"nbgrader generate_assignment failed ({done.returncode}):\n{done.stderr[-3000:]}")
+            raise RuntimeError(
+                f"nbgrader generate_assignment failed ({done.returncode}):\n{done.stderr[-3000:]}"
+            )
         return json.loads(release.read_text(encoding="utf-8"))
 
     def collect(self, student: str, notebook: str | Path) -> None:
@@ -106,10 +108,18 @@ class Course:
         try:
             done = self.nbgrader("autograde", ASSIGNMENT, "--student", student, "--force")
         except subprocess.TimeoutExpired:
-            return Grade(student, None, None, time.monotonic() - t0, error=f"autograde ran past {self.timeout:.0f} s")
+            return Grade(
+                student, None, None, time.monotonic() - t0, error=f"autograde ran past {self.timeout:.0f} s"
+            )
         seconds = time.monotonic() - t0
         if done.returncode != 0:
-            return Grade(student, None, None, seconds, error=f"autograde exited {done.returncode}: {done.stderr[-800:]}")
+            return Grade(
+                student,
+                None,
+                None,
+                seconds,
+                error=f"autograde exited {done.returncode}: {done.stderr[-800:]}",
+            )
         from nbgrader.api import Gradebook  # the bench's own interpreter reads the gradebook the grader wrote
 
         with Gradebook(f"sqlite:///{self.root / 'gradebook.db'}") as gradebook:
@@ -127,7 +137,9 @@ class Course:
             if cell["metadata"].get("nbgrader", {}).get("grade"):
                 parts = []
                 for out in cell.get("outputs", []):
-                    parts.append("".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", "")))
+                    parts.append(
+                        "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+                    )
                     if out["output_type"] == "error":
                         parts.append(f"{out['ename']}: {out['evalue'][:300]}")
                 return "\n".join(p for p in parts if p)

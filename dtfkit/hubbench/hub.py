@@ -144,7 +144,9 @@ class Hub:
         deadline = time.monotonic() + self.start_timeout
         while True:
             if self.process.poll() is not None:
-                raise HubError(f"jupyterhub exited with {self.process.returncode} while starting:\n{self.log_tail()}")
+                raise HubError(
+                    f"jupyterhub exited with {self.process.returncode} while starting:\n{self.log_tail()}"
+                )
             try:
                 if requests.get(f"{self.url}/hub/api/", timeout=2).ok:
                     return self
@@ -152,7 +154,9 @@ class Hub:
                 pass
             if time.monotonic() > deadline:
                 self.stop()
-                raise HubError(f"jupyterhub did not answer within {self.start_timeout:.0f} s:\n{self.log_tail()}")
+                raise HubError(
+                    f"jupyterhub did not answer within {self.start_timeout:.0f} s:\n{self.log_tail()}"
+                )
             time.sleep(0.2)  # poll: the hub has no readiness signal but its API answering
 
     def stop(self, timeout: float = 60.0) -> None:

@@ -179,7 +179,9 @@ class StudentGroup:
                 except ProcessLookupError:
                     pass
             time.sleep(0.05)  # poll: the kernel empties cgroup.procs when the killed processes are reaped
-        raise TimeoutError(f"the cgroup of {self.name} still holds {self.pids()} after {timeout} s of SIGKILL")
+        raise TimeoutError(
+            f"the cgroup of {self.name} still holds {self.pids()} after {timeout} s of SIGKILL"
+        )
 
     def remove(self) -> list[int]:
         """End what is left in the group (returns those pids), then remove its folders."""

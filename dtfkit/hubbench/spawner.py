@@ -46,7 +46,9 @@ class LimitedSpawner(LocalProcessSpawner):
     async def start(self):
         group = self._group()
         if group.kind is None:
-            self.log.warning("dtfkit LimitedSpawner: %s; %s runs without limits", group.why_not, self.user.name)
+            self.log.warning(
+                "dtfkit LimitedSpawner: %s; %s runs without limits", group.why_not, self.user.name
+            )
         group.create()
         return await super().start()
 
@@ -54,4 +56,6 @@ class LimitedSpawner(LocalProcessSpawner):
         await super().stop(now=now)
         left = self._group().remove()
         if left:
-            self.log.info("dtfkit LimitedSpawner: ended %d processes %s left behind", len(left), self.user.name)
+            self.log.info(
+                "dtfkit LimitedSpawner: ended %d processes %s left behind", len(left), self.user.name
+            )

@@ -105,7 +105,9 @@ class Student:
     def start_server(self, timeout: float = 600.0) -> float:
         """Start the single-user server; returns when the hub's progress events say it is ready (seconds)."""
         t0 = time.monotonic()
-        r = self.http.post(f"{self.hub_url}/hub/api/users/{self.name}/server", headers=self._headers(), timeout=60)
+        r = self.http.post(
+            f"{self.hub_url}/hub/api/users/{self.name}/server", headers=self._headers(), timeout=60
+        )
         if r.status_code not in (201, 202):
             raise self._fail("starting the server", f"HTTP {r.status_code}: {r.text[:300]}")
         if r.status_code == 202:  # pending: follow the progress stream (server-sent events) to the end
@@ -138,7 +140,9 @@ class Student:
         )
 
     def put_notebook(self, path: str, notebook: dict) -> None:
-        r = self.server("PUT", f"/api/contents/{path}", json={"type": "notebook", "format": "json", "content": notebook})
+        r = self.server(
+            "PUT", f"/api/contents/{path}", json={"type": "notebook", "format": "json", "content": notebook}
+        )
         if not r.ok:
             raise self._fail(f"saving {path}", f"HTTP {r.status_code}: {r.text[:300]}")
 
@@ -154,7 +158,12 @@ class Student:
             r = self.server(
                 "POST",
                 "/api/sessions",
-                json={"path": notebook_path, "name": notebook_path, "type": "notebook", "kernel": {"name": "python3"}},
+                json={
+                    "path": notebook_path,
+                    "name": notebook_path,
+                    "type": "notebook",
+                    "kernel": {"name": "python3"},
+                },
             )
             self.kernel_id = r.json()["kernel"]["id"] if r.ok else None
         else:
@@ -162,9 +171,13 @@ class Student:
             self.kernel_id = r.json()["id"] if r.ok else None
         if not r.ok:
             raise self._fail("opening a kernel", f"HTTP {r.status_code}: {r.text[:300]}")
-        ws_url = self.hub_url.replace("http", "ws", 1) + f"/user/{self.name}/api/kernels/{self.kernel_id}/channels"
+        ws_url = (
+            self.hub_url.replace("http", "ws", 1) + f"/user/{self.name}/api/kernels/{self.kernel_id}/channels"
+        )
         self.ws = websocket.create_connection(
-            f"{ws_url}?session_id={self.session_id}", header=[f"Authorization: token {self.token}"], timeout=60
+            f"{ws_url}?session_id={self.session_id}",
+            header=[f"Authorization: token {self.token}"],
+            timeout=60,
         )
 
     def execute(self, code: str, timeout: float = 600.0) -> CellRun:
@@ -214,7 +227,9 @@ class Student:
                 replied = True
                 run.status = content.get("status", "?")
             elif kind == "stream":
-                run.outputs.append({"output_type": "stream", "name": content["name"], "text": content["text"]})
+                run.outputs.append(
+                    {"output_type": "stream", "name": content["name"], "text": content["text"]}
+                )
             elif kind in ("execute_result", "display_data"):
                 out = {"output_type": kind, "data": content["data"], "metadata": content.get("metadata", {})}
                 if kind == "execute_result":

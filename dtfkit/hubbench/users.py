@@ -106,7 +106,21 @@ def remove(names: list[str], prefix: str) -> list[int]:
         # (sockets, state, logs), checks' temporary folders, kernels' files.
         for shared in ("/tmp", "/dev/shm", "/var/tmp"):
             subprocess.run(
-                ["find", shared, "-mindepth", "1", "-maxdepth", "1", "-uid", str(uid), "-exec", "rm", "-rf", "{}", "+"],
+                [
+                    "find",
+                    shared,
+                    "-mindepth",
+                    "1",
+                    "-maxdepth",
+                    "1",
+                    "-uid",
+                    str(uid),
+                    "-exec",
+                    "rm",
+                    "-rf",
+                    "{}",
+                    "+",
+                ],
                 check=False,
                 capture_output=True,
             )

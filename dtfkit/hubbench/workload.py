@@ -72,7 +72,9 @@ def assignment_source(path: Path = NOTEBOOKS / f"{CHAPTER}.ipynb") -> dict[str, 
     for cell in source["cells"]:
         grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id", "")
         text = _src(cell)
-        if grade_id.startswith(prefix) or (cell["cell_type"] == "code" and "from dtfkit.course import check" in text):
+        if grade_id.startswith(prefix) or (
+            cell["cell_type"] == "code" and "from dtfkit.course import check" in text
+        ):
             kept.append(cell)
         elif cell["cell_type"] == "markdown" and f"Exercise {EXERCISE} " in text:
             kept.append(cell)
