@@ -31,9 +31,12 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dtfkit.hubbench import users
+from dtfkit.hubbench.browser import browser_session, with_lesson
+from dtfkit.hubbench.browser import missing as missing_browser
 from dtfkit.hubbench.grading import Course, Grade
 from dtfkit.hubbench.hub import Hub, open_for_students, restore_modes
 from dtfkit.hubbench.limits import StudentGroup, available
@@ -202,13 +205,21 @@ def run_class(
     max_pids: int = 512,
     cell_timeout: float = 900.0,
     grade: bool = True,
+    browser: bool = False,
+    artifacts: str | None = None,
 ) -> ClassResult:
-    """One class of ``students`` (students numbered from 1; those in ``wrong`` answer 1.1 wrongly)."""
+    """One class of ``students`` (students numbered from 1; those in ``wrong`` answer 1.1 wrongly).
+
+    With ``browser``, student 1 works in a real JupyterLab page in headless Chromium (:mod:`.browser`), the
+    others over the kernel's websocket; ``artifacts`` is where the page's screenshots go.
+    """
     if students < 1:
         raise ValueError(f"a class has at least 1 student, not {students}")
     wrong = set(wrong or ())
     if not wrong <= set(range(1, students + 1)):
         raise ValueError(f"wrong={sorted(wrong)}: students are numbered 1..{students}")
+    if browser and (why := missing_browser()) is not None:
+        raise RuntimeError(f"a browser student cannot run here: {why}")
     result = ClassResult(students=students, pool=pool, mem_limit=mem_limit)
     prefix = users.new_prefix()
     names = users.create(prefix, students)
@@ -235,11 +246,23 @@ def run_class(
             threads = []
             for row in rows:
                 notebook = answered(release, wrong_answer if row.wrong_answer else right)
-                thread = threading.Thread(
-                    target=_student_session,
-                    args=(Student(hub.url, row.name, password), row, notebook, lesson, go, cell_timeout),
-                    name=f"student-{row.name}",
-                )
+                if browser and row is rows[0]:
+                    target, args = (
+                        browser_session,
+                        (
+                            hub.url,
+                            row,
+                            password,
+                            with_lesson(notebook, lesson),
+                            go,
+                            cell_timeout,
+                            Path(artifacts) if artifacts else None,
+                        ),
+                    )
+                else:
+                    target = _student_session
+                    args = (Student(hub.url, row.name, password), row, notebook, lesson, go, cell_timeout)
+                thread = threading.Thread(target=target, args=args, name=f"student-{row.name}")
                 thread.start()
                 threads.append(thread)
             for thread in threads:

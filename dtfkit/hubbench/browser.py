@@ -1,0 +1,185 @@
+"""One student in a real JupyterLab page, in headless Chromium (a thread of the bench's process drives it).
+
+The student types their name and password into the hub's login page; the hub starts their server and the page
+lands in JupyterLab; the notebook (the lesson's cells above exercise 1.1) is opened from the file browser's
+URL; when the class presses "run", the student picks Run > Run All Cells from the menu bar and watches the page
+until the lesson's "first cluster ready" line and the check's verdict appear, then saves with Ctrl+S. Only the
+REST API's token (for putting the notebook in their home, as a teacher's distribution would) does not go
+through the page. Needs the Python package ``playwright`` and a Chromium (Debian: ``apt-get install
+chromium``); it never downloads a browser.
+
+Example::
+
+    browser_session(hub.url, row, password, notebook, go, timeout=900, chromium="/usr/bin/chromium")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from dtfkit.hubbench.student import Student
+from dtfkit.hubbench.workload import ASSIGNMENT, EXERCISE, READY_MARK
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium() -> str | None:
+    """Chromium to drive: ``$DTFKIT_CHROMIUM``, else ``chromium`` on PATH (None when there is none)."""
+    explicit = os.environ.get("DTFKIT_CHROMIUM")
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def missing() -> str | None:
+    """Why a browser student cannot run here, or None."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return (
+            "the Python package 'playwright' is not installed (pip install playwright; no browser download)"
+        )
+    if chromium() is None:
+        return "no chromium on PATH (Debian: apt-get install chromium; or set DTFKIT_CHROMIUM)"
+    return None
+
+
+def with_lesson(notebook: dict[str, Any], lesson: list[str]) -> dict[str, Any]:
+    """The notebook with the lesson's cells above the exercise (plain cells nbgrader does not grade)."""
+    cells = [
+        {"cell_type": "code", "metadata": {}, "source": code, "outputs": [], "execution_count": None}
+        for code in lesson
+    ]
+    return {**notebook, "cells": cells + notebook["cells"]}
+
+
+def browser_session(
+    hub_url: str,
+    row: Any,
+    password: str,
+    notebook: dict[str, Any],
+    go: threading.Barrier,
+    timeout: float,
+    artifacts: Path | None = None,
+) -> None:
+    """A student's whole session through the page; fills ``row`` like the websocket students' sessions."""
+    from playwright.sync_api import sync_playwright
+
+    path = f"{ASSIGNMENT}.ipynb"
+    rest = Student(hub_url, row.name, password)
+    mark = f"exercise {EXERCISE} ("
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        try:
+            t0 = time.monotonic()
+            rest.login()  # a token for putting the notebook in place, as a teacher's distribution would
+            page.goto(f"{hub_url}/hub/login", timeout=120_000)
+            page.fill("#username_input", row.name)
+            page.fill("#password_input", password)
+            page.click("#login_submit")
+            page.wait_for_url(f"**/user/{row.name}/lab**", timeout=timeout * 1000)
+            page.wait_for_selector(".jp-LabShell", timeout=timeout * 1000)
+            row.server_s = time.monotonic() - t0
+            rest.put_notebook(path, notebook)
+            page.goto(f"{hub_url}/user/{row.name}/lab/tree/{path}", timeout=120_000)
+            page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=timeout * 1000)
+            _wait_kernel_idle(rest, page, timeout)
+        except Exception as err:  # noqa: BLE001 (reported as this student's failure)
+            row.failures.append("browser: " + type(err).__name__)
+            row.check_text = str(err)[:500]
+            _save(page, artifacts, row.name, "failure")
+            go.abort()
+            browser.close()
+            return
+        try:
+            go.wait()
+        except threading.BrokenBarrierError:
+            row.failures.append("class did not start (another student failed first)")
+            browser.close()
+            return
+        pressed = time.monotonic()
+        try:
+            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
+            page.get_by_text(READY_MARK).first.wait_for(timeout=timeout * 1000)
+            row.first_cluster_s = time.monotonic() - pressed
+            verdict = page.locator(".jp-OutputArea-output", has_text=mark).first
+            verdict.wait_for(timeout=timeout * 1000)
+            row.checked_s = time.monotonic() - pressed
+            row.check_text = verdict.inner_text().strip()
+            row.outcome = (
+                "passed"
+                if f"✔ {mark}" in row.check_text
+                else "failed"
+                if f"✘ {mark}" in row.check_text
+                else ""
+            )
+            expected = "failed" if row.wrong_answer else "passed"
+            if row.outcome != expected:
+                row.failures.append(f"check said {row.outcome or 'nothing'}, expected {expected}")
+            _save(page, artifacts, row.name, "checked")
+            page.keyboard.press("Control+s")
+            saved = _wait_saved(rest, path, mark, timeout=120)
+            for cell in saved["cells"]:
+                for out in cell.get("outputs", []):
+                    for line in "".join(out.get("text", "")).splitlines():
+                        if line.startswith("dtfkit-bench-cluster "):
+                            probe = json.loads(line.split(" ", 1)[1])
+                            row.isolated, row.addresses = probe["isolated"], probe["addresses"]
+            row.notebook = os.path.join(os.path.expanduser(f"~{row.name}"), path)
+        except Exception as err:  # noqa: BLE001
+            row.failures.append("browser: " + type(err).__name__ + ": " + str(err).splitlines()[0][:120])
+            _save(page, artifacts, row.name, "failure")
+        finally:
+            browser.close()
+            rest.close()
+
+
+def _wait_kernel_idle(rest: Student, page: Any, timeout: float) -> None:
+    """Until the server reports the notebook's kernel connected and idle (a Run All before that is lost)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        kernels = rest.server("GET", "/api/kernels").json()
+        if any(k.get("connections", 0) >= 1 and k.get("execution_state") == "idle" for k in kernels):
+            return
+        dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
+        if dialog.count() and dialog.first.is_visible():
+            dialog.first.locator(".jp-mod-accept").click()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no connected idle kernel within {timeout:.0f} s: {kernels}")
+        page.wait_for_timeout(250)
+
+
+def _wait_saved(rest: Student, path: str, mark: str, timeout: float) -> dict[str, Any]:
+    """Until the saved file holds the check's verdict (JupyterLab saves asynchronously after Ctrl+S)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        nb = rest.get_notebook(path)
+        text = str([c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code"])
+        if mark in text:
+            return nb
+        time.sleep(0.5)  # poll: the contents API has no "saved" event to wait on
+    raise TimeoutError(f"{path} was not saved with the check's output within {timeout:.0f} s")
+
+
+def _save(page: Any, folder: Path | None, name: str, what: str) -> None:
+    if folder is None:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(folder / f"classroom-{name}-{what}.png"))
+    except Exception:  # noqa: BLE001 (a screenshot is a help, never a failure)
+        pass
