@@ -34,10 +34,10 @@ def create(prefix: str, count: int, role: str = "s") -> list[str]:
     """
     if role not in ("s", "g"):
         raise ValueError(f"role is 's' (student) or 'g' (grader), not {role!r}")
-    if os.geteuid() != 0:
-        raise PermissionError("the classroom bench makes one system user per student: run it as root")
     if not prefix.startswith(PREFIX):
         raise ValueError(f"bench user prefixes start with {PREFIX!r}, not {prefix!r}")
+    if os.geteuid() != 0:
+        raise PermissionError("the classroom bench makes one system user per student: run it as root")
     names = [f"{prefix}{role}{i}" for i in range(1, count + 1)]
     made: list[str] = []
     try:

@@ -1,0 +1,128 @@
+"""The classroom bench's parts that need no hub (fast tier): what students run, the tables, bad input refused.
+
+The real hub, real users and real students are in ``test_hub_class.py`` (full run) and the bench itself.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import REPO
+
+from dtfkit.cli import main
+from dtfkit.hubbench import users
+from dtfkit.hubbench.bench import ClassResult, StudentResult, _port_collisions, _why_not_held, sizing, table
+from dtfkit.hubbench.grading import Grade
+from dtfkit.hubbench.limits import StudentGroup
+from dtfkit.hubbench.workload import (
+    READY_MARK,
+    WRONG_ANSWER,
+    answered,
+    assignment_source,
+    lesson_cells,
+    solution_of,
+)
+
+CHAPTER = REPO / "notebooks" / "01_clusterspec_basics.ipynb"
+
+
+def test_the_lesson_is_the_chapters_own_cells_up_to_its_first_check():
+    cells = lesson_cells(CHAPTER)
+    chapter = [
+        "".join(c["source"]) for c in json.loads(CHAPTER.read_text())["cells"] if c["cell_type"] == "code"
+    ]
+    own = cells[:-2]
+    assert own == chapter[chapter.index(own[0]) : chapter.index(own[0]) + len(own)]  # consecutive, unchanged
+    assert any("dtfkit.LocalCluster(" in c for c in own) and own[-1].startswith("# NBVAL_CHECK_OUTPUT")
+    assert READY_MARK in cells[-2] and cells[-1] == "cluster.close()"
+
+
+def test_the_assignment_is_exercise_1_1_with_its_hidden_tests():
+    source = assignment_source(CHAPTER)
+    ids = [c["metadata"].get("nbgrader", {}).get("grade_id") for c in source["cells"]]
+    assert [i for i in ids if i] == ["ex1_1_answer", "ex1_1_check"]
+    check = "".join(next(c for c in source["cells"] if "ex1_1_check" in str(c["metadata"]))["source"])
+    assert "### BEGIN HIDDEN TESTS" in check and ".require()" in check
+    solution = solution_of(source)
+    assert "### BEGIN SOLUTION" not in solution and "def build(tf, variables_on, compute_on)" in solution
+    filled = answered(source, WRONG_ANSWER)
+    answer = next(c for c in filled["cells"] if c["metadata"].get("nbgrader", {}).get("solution"))
+    assert answer["source"] == WRONG_ANSWER and source["cells"] != filled["cells"]
+
+
+def _row(name: str, **kw) -> StudentResult:
+    defaults = dict(wrong_answer=False, first_cluster_s=10.0, checked_s=20.0, peak_pss=2**30, cpu_s=30.0)
+    defaults.update(kw)
+    return StudentResult(name, **defaults)
+
+
+def test_the_table_and_the_sizing_come_from_the_rows():
+    rows = [
+        _row("a", first_cluster_s=10.0, checked_s=30.0, grade=Grade("a", 1.0, 1.0, 25.0)),
+        _row("b", first_cluster_s=20.0, checked_s=40.0, peak_pss=2 * 2**30, grade=Grade("b", 0.0, 1.0, 5.0)),
+    ]
+    result = ClassResult(
+        students=2, pool=False, mem_limit="3G", rows=rows, machine_base=2**30, machine_peak=5 * 2**30
+    )
+    text = table([result])
+    row = text.splitlines()[-1]
+    assert row.startswith("| 2 | off | 15.0 / 20.0 / 20.0 | 35.0 / 40.0 / 40.0 | 15 / 25 | 2.00 |"), row
+    assert "| 1.0 → 5.0 | 30 | 0 | 0 |" in row
+    sized = sizing([result], class_sizes=(30, 100), burst_s=120.0)
+    # 30 × 2 GiB + 1 GiB; 30 × 30 CPU s / 120 s = 7.5 -> 8 cores
+    assert "| 30 | 61 | 8 |" in sized and "| 100 | 201 | 25 |" in sized
+    assert sizing([ClassResult(1, False, "3G", rows=[_row("c")], stopped="memory: x")]).startswith(
+        "no class held"
+    )
+
+
+def test_a_class_with_failures_is_not_held_and_says_why():
+    ok = ClassResult(1, False, "3G", rows=[_row("a")], min_available=10 * 2**30)
+    assert _why_not_held(ok) == ""
+    oom = ClassResult(1, False, "3G", rows=[_row("a", oom_kills=2)], min_available=10 * 2**30)
+    assert _why_not_held(oom).startswith("memory: a student's memory cap")
+    slow = ClassResult(
+        1, False, "3G", rows=[_row("a", failures=["lesson cell timeout: x"])], min_available=10 * 2**30
+    )
+    assert _why_not_held(slow).startswith("CPU:")
+    left = ClassResult(
+        1, False, "3G", rows=[_row("a")], min_available=10 * 2**30, leftovers=["user dtfk0000s1"]
+    )
+    assert _why_not_held(left) == "left behind: user dtfk0000s1"
+
+
+def test_port_collisions_count_shared_ports_only_between_unisolated_clusters():
+    same = {"ps": ["localhost:5000"], "worker": ["localhost:5001"]}
+    isolated = [_row("a", isolated=True, addresses=same), _row("b", isolated=True, addresses=same)]
+    assert _port_collisions(isolated) == 0
+    host = [_row("a", isolated=False, addresses=same), _row("b", isolated=False, addresses=same)]
+    assert _port_collisions(host) == 2
+    error = [
+        _row("a", isolated=True, failures=["lesson cell error: OSError: [Errno 98] Address already in use"])
+    ]
+    assert _port_collisions(error) == 1
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["classroom-bench", "--students", "0"], "every class size is at least 1"),
+        (["classroom-bench", "--students", "two"], "give class sizes as numbers"),
+        (["classroom-bench", "--students", ""], "give class sizes as numbers"),
+    ],
+)
+def test_the_bench_command_refuses_bad_sizes(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_accounts_are_never_confused_with_real_ones():
+    with pytest.raises(ValueError, match="bench user prefixes start with 'dtfk'"):
+        users.create("alice", 1)
+    with pytest.raises(ValueError, match="role is 's'"):
+        users.create("dtfk0000", 1, role="x")
+    with pytest.raises(ValueError, match="refusing to remove 'root'"):
+        users.remove(["root"], prefix="dtfk0000")
+    with pytest.raises(ValueError, match="not a usable group name"):
+        StudentGroup("../etc", memory_bytes=None, max_pids=None)
