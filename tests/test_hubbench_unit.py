@@ -59,15 +59,24 @@ def _row(name: str, **kw) -> StudentResult:
 
 def test_the_table_and_the_sizing_come_from_the_rows():
     rows = [
-        _row("a", first_cluster_s=10.0, checked_s=30.0, grade=Grade("a", 1.0, 1.0, 25.0)),
-        _row("b", first_cluster_s=20.0, checked_s=40.0, peak_pss=2 * 2**30, grade=Grade("b", 0.0, 1.0, 5.0)),
+        _row("a", server_s=3.0, first_cluster_s=10.0, checked_s=30.0, grade=Grade("a", 1.0, 1.0, 25.0)),
+        _row(
+            "b",
+            server_s=5.0,
+            first_cluster_s=20.0,
+            checked_s=40.0,
+            peak_pss=2 * 2**30,
+            grade=Grade("b", 0.0, 1.0, 5.0),
+        ),
     ]
     result = ClassResult(
         students=2, pool=False, mem_limit="3G", rows=rows, machine_base=2**30, machine_peak=5 * 2**30
     )
     text = table([result])
     row = text.splitlines()[-1]
-    assert row.startswith("| 2 | off | 15.0 / 20.0 / 20.0 | 35.0 / 40.0 / 40.0 | 15 / 25 | 2.00 |"), row
+    assert row.startswith(
+        "| 2 | off | 4.0 / 5.0 | 15.0 / 20.0 / 20.0 | 35.0 / 40.0 / 40.0 | 15 / 25 | 2.00 |"
+    ), row
     assert "| 1.0 → 5.0 | 30 | 0 | 0 |" in row
     sized = sizing([result], class_sizes=(30, 100), burst_s=120.0)
     # 30 × 2 GiB + 1 GiB; 30 × 30 CPU s / 120 s = 7.5 -> 8 cores

@@ -406,10 +406,11 @@ def _pcts(values: list[float]) -> str:
 def table(results: list[ClassResult]) -> str:
     """A markdown table, one row per class."""
     head = (
-        "| students | warm pool | first cluster, s (p50 / p95 / max) | exercise checked, s (p50 / p95 / max) "
+        "| students | warm pool | server ready, s (p50 / max) | first cluster, s (p50 / p95 / max) "
+        "| exercise checked, s (p50 / p95 / max) "
         "| autograde per student, s (p50 / max) | peak PSS per student, GiB (max) | class PSS peak, GiB "
         "| machine used, GiB (before → peak) | CPU s per student (mean) | failures | port collisions |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in results:
@@ -417,9 +418,11 @@ def table(results: list[ClassResult]) -> str:
         checks = [row.checked_s for row in r.rows if row.checked_s is not None]
         grades = sorted(row.grade.seconds for row in r.rows if row.grade)
         grading = f"{statistics.median(grades):.0f} / {grades[-1]:.0f}" if grades else "—"
+        servers = sorted(row.server_s for row in r.rows if row.server_s is not None)
+        server = f"{statistics.median(servers):.1f} / {servers[-1]:.1f}" if servers else "—"
         failures = ", ".join(f"{k} × {v}" for k, v in r.failures().items()) or "0"
         lines.append(
-            f"| {r.students} | {'on' if r.pool else 'off'} | {_pcts(firsts)} | {_pcts(checks)} | {grading} "
+            f"| {r.students} | {'on' if r.pool else 'off'} | {server} | {_pcts(firsts)} | {_pcts(checks)} | {grading} "
             f"| {max(row.peak_pss for row in r.rows) / GIB:.2f} | {r.class_peak_pss / GIB:.2f} "
             f"| {r.machine_base / GIB:.1f} → {r.machine_peak / GIB:.1f} "
             f"| {statistics.mean(row.cpu_s for row in r.rows):.0f} | {failures} | {r.port_collisions} |"

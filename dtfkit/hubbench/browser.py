@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -79,7 +80,7 @@ def browser_session(
 
     path = f"{ASSIGNMENT}.ipynb"
     rest = Student(hub_url, row.name, password)
-    mark = f"exercise {EXERCISE} ("
+    mark = f"exercise {EXERCISE}"
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1600})
@@ -97,6 +98,11 @@ def browser_session(
             page.goto(f"{hub_url}/user/{row.name}/lab/tree/{path}", timeout=120_000)
             page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=timeout * 1000)
             _wait_kernel_idle(rest, page, timeout)
+            news = page.locator(".jp-Notification-Toast", has_text="Jupyter news").locator(
+                "button", has_text="No"
+            )
+            if news.count():
+                news.first.click()  # JupyterLab asks each new user whether to fetch its news: a student says no
         except Exception as err:  # noqa: BLE001 (reported as this student's failure)
             row.failures.append("browser: " + type(err).__name__)
             row.check_text = str(err)[:500]
@@ -114,19 +120,17 @@ def browser_session(
         try:
             page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
             page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
-            page.get_by_text(READY_MARK).first.wait_for(timeout=timeout * 1000)
+            _wait_output(page, READY_MARK, timeout)
             row.first_cluster_s = time.monotonic() - pressed
-            verdict = page.locator(".jp-OutputArea-output", has_text=mark).first
-            verdict.wait_for(timeout=timeout * 1000)
+            # The check shows its HTML box here: "✔ exercise 1.1 — <title>: passed" (the text form has "(title)").
+            verdict = _wait_output(page, re.compile(rf"[✔✘] exercise {re.escape(EXERCISE)}\b"), timeout)
             row.checked_s = time.monotonic() - pressed
             row.check_text = verdict.inner_text().strip()
-            row.outcome = (
-                "passed"
-                if f"✔ {mark}" in row.check_text
-                else "failed"
-                if f"✘ {mark}" in row.check_text
-                else ""
+            passed, failed = (
+                f"✔ exercise {EXERCISE}" in row.check_text,
+                f"✘ exercise {EXERCISE}" in row.check_text,
             )
+            row.outcome = "passed" if passed else "failed" if failed else ""
             expected = "failed" if row.wrong_answer else "passed"
             if row.outcome != expected:
                 row.failures.append(f"check said {row.outcome or 'nothing'}, expected {expected}")
@@ -146,6 +150,27 @@ def browser_session(
         finally:
             browser.close()
             rest.close()
+
+
+_PROMPTS_JS = """() => [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')]
+    .map(e => e.textContent.trim())"""
+
+
+def _wait_output(page: Any, text: str | re.Pattern, timeout: float) -> Any:
+    """The first cell output showing ``text``; fails early when Run All has finished without it."""
+    found = page.locator(".jp-OutputArea-output", has_text=text).first
+    deadline = time.monotonic() + timeout
+    idle_polls = 0
+    while not found.count():
+        prompts = page.evaluate(_PROMPTS_JS)
+        busy = any("*" in p for p in prompts) or not all(p[1:-2].isdigit() for p in prompts)
+        idle_polls = 0 if busy else idle_polls + 1
+        if idle_polls >= 20:  # 10 s with every cell run and none running: the output will not come
+            raise RuntimeError(f"every cell ran and no output shows {text!r}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no output shows {text!r} after {timeout:.0f} s (prompts {prompts})")
+        page.wait_for_timeout(500)
+    return found
 
 
 def _wait_kernel_idle(rest: Student, page: Any, timeout: float) -> None:
