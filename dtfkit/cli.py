@@ -99,6 +99,10 @@ def _export(ns: argparse.Namespace) -> int:
 def _classroom_bench(ns: argparse.Namespace) -> int:
     from dtfkit.hubbench import bench
 
+    if ns.remove_leftovers:
+        removed = bench.remove_leftovers()
+        print(f"removed {len(removed)} bench account(s)" + (f": {', '.join(removed)}" if removed else ""))
+        return 0
     try:
         sizes = [int(n) for n in ns.students.split(",")]
     except ValueError:
@@ -106,6 +110,11 @@ def _classroom_bench(ns: argparse.Namespace) -> int:
     if not sizes or min(sizes) < 1:
         raise DtfkitError(f"--students {ns.students!r}: every class size is at least 1")
     problems = bench.preflight()
+    if ns.browser:
+        from dtfkit.hubbench.browser import missing
+
+        if missing():
+            problems.append(f"--browser: {missing()}")
     if problems:
         raise DtfkitError("classroom-bench cannot run here:\n  - " + "\n  - ".join(problems))
     results, stopped = bench.run_sizes(
@@ -114,6 +123,8 @@ def _classroom_bench(ns: argparse.Namespace) -> int:
         mem_limit=ns.mem_limit,
         max_first_cluster=ns.max_first_cluster,
         grade=not ns.no_grade,
+        browser=ns.browser,
+        artifacts=ns.artifacts,
     )
     held = max((r.students for r in results if not r.stopped), default=0)
     text = bench.table(results) + "\n\n"
@@ -245,6 +256,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop growing the class when a first cluster takes longer than this many seconds (default 300)",
     )
     b.add_argument("--no-grade", action="store_true", help="skip nbgrader autograde")
+    b.add_argument(
+        "--browser",
+        action="store_true",
+        help="student 1 works in a real JupyterLab page in headless Chromium (needs playwright and chromium)",
+    )
+    b.add_argument("--artifacts", default=None, help="where the browser student's screenshots go")
+    b.add_argument(
+        "--remove-leftovers",
+        action="store_true",
+        help="only remove the accounts, processes and cgroups an interrupted bench run left behind",
+    )
     b.add_argument("--markdown", default=None, help="also write the tables to this markdown file")
     b.set_defaults(func=_classroom_bench)
     return parser

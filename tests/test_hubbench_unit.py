@@ -77,7 +77,7 @@ def test_the_table_and_the_sizing_come_from_the_rows():
     assert row.startswith(
         "| 2 | off | 4.0 / 5.0 | 15.0 / 20.0 / 20.0 | 35.0 / 40.0 / 40.0 | 15 / 25 | 2.00 |"
     ), row
-    assert "| 1.0 → 5.0 | 30 | 0 | 0 |" in row
+    assert "| 1.0 → 5.0 | 30 | 0 | 0 | 0 |" in row
     sized = sizing([result], class_sizes=(30, 100), burst_s=120.0)
     # 30 × 2 GiB + 1 GiB; 30 × 30 CPU s / 120 s = 7.5 -> 8 cores
     assert "| 30 | 61 | 8 |" in sized and "| 100 | 201 | 25 |" in sized

@@ -73,6 +73,7 @@ class StudentResult:
     isolated: bool | None = None
     addresses: dict[str, list[str]] = field(default_factory=dict)
     peak_pss: int = 0
+    peak_threads: int = 0  # processes and threads at once: what the pids cap counts
     peak_cgroup: int = 0
     cpu_s: float = 0.0
     oom_kills: int = 0
@@ -202,7 +203,7 @@ def run_class(
     pool: bool = False,
     wrong: set[int] | None = None,
     mem_limit: str = "3G",
-    max_pids: int = 512,
+    max_pids: int = 4096,
     cell_timeout: float = 900.0,
     grade: bool = True,
     browser: bool = False,
@@ -221,6 +222,7 @@ def run_class(
     if browser and (why := missing_browser()) is not None:
         raise RuntimeError(f"a browser student cannot run here: {why}")
     result = ClassResult(students=students, pool=pool, mem_limit=mem_limit)
+    remove_stale_groups()
     prefix = users.new_prefix()
     names = users.create(prefix, students)
     grader = users.create(prefix, 1, role="g")
@@ -277,6 +279,7 @@ def run_class(
                     usage.oom_kills,
                 )
                 row.peak_pss = sampler.peak_pss[row.name]
+                row.peak_threads = sampler.peak_threads[row.name]
                 if usage.oom_kills:
                     row.failures.append("memory cap: processes killed")
                 _progress(
@@ -409,8 +412,9 @@ def table(results: list[ClassResult]) -> str:
         "| students | warm pool | server ready, s (p50 / max) | first cluster, s (p50 / p95 / max) "
         "| exercise checked, s (p50 / p95 / max) "
         "| autograde per student, s (p50 / max) | peak PSS per student, GiB (max) | class PSS peak, GiB "
-        "| machine used, GiB (before → peak) | CPU s per student (mean) | failures | port collisions |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| machine used, GiB (before → peak) | CPU s per student (mean) | threads per student (max) "
+        "| failures | port collisions |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in results:
@@ -425,14 +429,50 @@ def table(results: list[ClassResult]) -> str:
             f"| {r.students} | {'on' if r.pool else 'off'} | {server} | {_pcts(firsts)} | {_pcts(checks)} | {grading} "
             f"| {max(row.peak_pss for row in r.rows) / GIB:.2f} | {r.class_peak_pss / GIB:.2f} "
             f"| {r.machine_base / GIB:.1f} → {r.machine_peak / GIB:.1f} "
-            f"| {statistics.mean(row.cpu_s for row in r.rows):.0f} | {failures} | {r.port_collisions} |"
+            f"| {statistics.mean(row.cpu_s for row in r.rows):.0f} | {max(row.peak_threads for row in r.rows)} "
+            f"| {failures} | {r.port_collisions} |"
         )
     return "\n".join(lines)
+
+
+def remove_stale_groups() -> list[str]:
+    """Remove the cgroups of bench accounts that no longer exist (a run killed before its cleanup)."""
+    from dtfkit.hubbench.limits import PARENT, ROOT
+
+    removed = []
+    for folder in sorted(ROOT.glob(f"*/{PARENT}/{users.PREFIX}*")):
+        try:
+            pwd.getpwnam(folder.name)
+            continue  # the account exists: its run may still be going
+        except KeyError:
+            pass
+        group = StudentGroup(folder.name, memory_bytes=None, max_pids=None)
+        group.kill_all()
+        for own in group.folders():
+            if own.exists():
+                own.rmdir()
+                removed.append(str(own))
+    return removed
+
+
+def remove_leftovers() -> list[str]:
+    """Remove the bench accounts (and their processes, homes and groups) an interrupted run left behind."""
+    left = users.leftovers()
+    for name in left:
+        users.remove([name], prefix=name[: len(users.PREFIX) + 4])
+    remove_stale_groups()
+    return left
 
 
 def preflight() -> list[str]:
     """What stops the bench from running here (empty when it can run)."""
     problems = []
+    left = users.leftovers() if os.geteuid() == 0 else []
+    if left:
+        problems.append(
+            f"accounts left by an interrupted bench run: {', '.join(left)}; "
+            "remove them with: python -m dtfkit classroom-bench --remove-leftovers"
+        )
     if os.geteuid() != 0:
         problems.append("run it as root: it creates one system user per student and starts a hub as root")
     ok, why = available()

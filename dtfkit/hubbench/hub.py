@@ -92,7 +92,7 @@ class Hub:
         password: str,
         *,
         mem_limit: str = "3G",
-        max_pids: int = 512,
+        max_pids: int = 4096,
         pool: bool = False,
         start_timeout: float = 120.0,
         extra_env: dict[str, str] | None = None,

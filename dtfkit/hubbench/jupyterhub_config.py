@@ -41,7 +41,8 @@ c.JupyterHub.spawner_class = "dtfkit.hubbench.spawner.LimitedSpawner"
 c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]
 c.Spawner.default_url = "/lab"
 c.Spawner.mem_limit = os.environ.get("DTFKIT_HUB_MEM_LIMIT", "3G")
-c.LimitedSpawner.max_pids = int(os.environ.get("DTFKIT_HUB_MAX_PIDS", "512"))
+# processes + threads per student: a TensorFlow task runs ~100 threads on 2 cores, a student up to 9 tasks at once
+c.LimitedSpawner.max_pids = int(os.environ.get("DTFKIT_HUB_MAX_PIDS", "4096"))
 c.Spawner.start_timeout = 300  # a class starting at once on a small machine is slow to answer
 c.Spawner.http_timeout = 300
 c.JupyterHub.concurrent_spawn_limit = 0  # a lab: everyone starts within the same minute

@@ -9,7 +9,7 @@ written, :func:`available` says why and nothing is capped.
 
 Example::
 
-    group = StudentGroup("student1", memory_bytes=3 * 2**30, max_pids=512)
+    group = StudentGroup("student1", memory_bytes=3 * 2**30, max_pids=4096)
     group.create()
     group.add(pid)                 # the server's pid, before it execs (see spawner.LimitedSpawner)
     group.usage().peak_bytes       # the most memory the student held

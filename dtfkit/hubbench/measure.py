@@ -32,6 +32,15 @@ def pss_of(pid: int) -> int:
     return 0
 
 
+def threads_of(pid: int) -> int:
+    """The process's thread count (what a pids cgroup counts), 0 if it has gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[17])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def pids_by_uid(uids: set[int]) -> dict[int, list[int]]:
     found: dict[int, list[int]] = {uid: [] for uid in uids}
     for entry in os.listdir("/proc"):
@@ -67,6 +76,7 @@ class Sampler:
         self.uids = dict(uids)
         self.interval = interval
         self.peak_pss: dict[str, int] = {name: 0 for name in uids}
+        self.peak_threads: dict[str, int] = {name: 0 for name in uids}  # what a pids cap counts
         self.peak_class_pss = 0  # the students' PSS summed, at its highest
         self.base_machine_used = machine_used()
         self.peak_machine_used = self.base_machine_used
@@ -81,6 +91,9 @@ class Sampler:
         for name, uid in self.uids.items():
             pss = sum(pss_of(pid) for pid in by_uid[uid])
             self.peak_pss[name] = max(self.peak_pss[name], pss)
+            self.peak_threads[name] = max(
+                self.peak_threads[name], sum(threads_of(pid) for pid in by_uid[uid])
+            )
             total += pss
         self.peak_class_pss = max(self.peak_class_pss, total)
         info = meminfo()

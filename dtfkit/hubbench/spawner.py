@@ -9,7 +9,7 @@ In ``jupyterhub_config.py``::
 
     c.JupyterHub.spawner_class = "dtfkit.hubbench.spawner.LimitedSpawner"
     c.Spawner.mem_limit = "3G"
-    c.LimitedSpawner.max_pids = 512
+    c.LimitedSpawner.max_pids = 4096
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ class LimitedSpawner(LocalProcessSpawner):
     """``LocalProcessSpawner`` whose servers run inside per-student memory and pids cgroups."""
 
     max_pids = Integer(
-        512,
+        4096,
         config=True,
-        help="Processes (threads count too) one student may have at once; a fork loop stops here.",
+        help="Processes and threads one student may have at once; a fork loop stops here. Each TensorFlow "
+        "task runs about 100 threads on a 2-core machine (more with more cores), and a student with a lesson "
+        "cluster, the warm pool and a check's cluster runs 9 tasks: leave room for them.",
     )
 
     def _group(self) -> StudentGroup:

@@ -43,7 +43,16 @@ def create(prefix: str, count: int, role: str = "s") -> list[str]:
     try:
         for name in names:
             subprocess.run(
-                ["useradd", "--create-home", "--shell", "/bin/bash", "--user-group", name],
+                [
+                    "useradd",
+                    "--create-home",
+                    "--shell",
+                    "/bin/bash",
+                    "--user-group",
+                    "--comment",
+                    _owner_mark(),
+                    name,
+                ],
                 check=True,
                 capture_output=True,
                 text=True,
@@ -127,11 +136,38 @@ def remove(names: list[str], prefix: str) -> list[int]:
     return ended
 
 
+def _owner_mark() -> str:
+    """The account's comment: which process made it, so that a later run can tell a live run from a dead one."""
+    return f"dtfkit classroom bench, pid {os.getpid()} started {_start_time(os.getpid())}"
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (with the pid, it names one process for ever)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "?"
+
+
+def _owner_alive(comment: str) -> bool:
+    parts = comment.split()
+    try:
+        pid, started = int(parts[parts.index("pid") + 1]), parts[parts.index("started") + 1]
+    except (ValueError, IndexError):
+        return False
+    return _start_time(pid) == started
+
+
 def leftovers() -> list[str]:
-    """Bench accounts still on this machine (``dtfk`` + 4 hex digits + ``s`` + a number)."""
+    """Bench accounts (``dtfk`` + 4 hex digits + ``s`` or ``g`` + a number) whose run has ended without removing them.
+
+    An account whose creating process is still running belongs to a run in progress and is not listed.
+    """
     found = []
     for entry in pwd.getpwall():
         rest = entry.pw_name[len(PREFIX) :]
         if entry.pw_name.startswith(PREFIX) and len(rest) > 5 and rest[4] in "sg" and rest[5:].isdigit():
-            found.append(entry.pw_name)
+            if not _owner_alive(entry.pw_gecos):
+                found.append(entry.pw_name)
     return found
