@@ -97,8 +97,14 @@ def _export(ns: argparse.Namespace) -> int:
 
 
 def _classroom_bench(ns: argparse.Namespace) -> int:
+    import signal
+
     from dtfkit.hubbench import bench
 
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # so that a killed bench still removes its users, hub and groups
+
+    signal.signal(signal.SIGTERM, interrupted)
     if ns.remove_leftovers:
         removed = bench.remove_leftovers()
         print(f"removed {len(removed)} bench account(s)" + (f": {', '.join(removed)}" if removed else ""))

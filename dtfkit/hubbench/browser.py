@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dtfkit.hubbench.student import Student
+from dtfkit.hubbench.student import Student, StudentError
 from dtfkit.hubbench.workload import ASSIGNMENT, EXERCISE, READY_MARK
 
 CHROMIUM_ARGS = [
@@ -192,7 +192,10 @@ def _wait_saved(rest: Student, path: str, mark: str, timeout: float) -> dict[str
     """Until the saved file holds the check's verdict (JupyterLab saves asynchronously after Ctrl+S)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        nb = rest.get_notebook(path)
+        try:
+            nb = rest.get_notebook(path)
+        except StudentError:
+            nb = {"cells": []}  # read while JupyterLab was writing it: the server answers 500; read again
         text = str([c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code"])
         if mark in text:
             return nb
