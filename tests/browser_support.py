@@ -16,7 +16,6 @@ from __future__ import annotations
 import http.cookiejar
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -26,17 +25,14 @@ from pathlib import Path
 
 import pytest
 
+from dtfkit.hubbench import browser as hub_browser
+
 REPO = Path(__file__).resolve().parents[1]
 REQUIRE_ENV = "DTFKIT_REQUIRE_BROWSER"
 ARTIFACTS_ENV = "DTFKIT_ARTIFACTS"
+# The classroom bench drives the same Chromium the same way (dtfkit/hubbench/browser.py): one definition.
 CHROMIUM_ENV = "DTFKIT_CHROMIUM"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+CHROMIUM_ARGS = hub_browser.CHROMIUM_ARGS
 
 # Every code cell's editor and outputs stay in the DOM (no windowing), so the test can read all prompts.
 _LAB_SETTINGS = {
@@ -54,23 +50,12 @@ _LAB_SETTINGS = {
 # ------------------------------------------------------------------ prerequisites
 def chromium_executable() -> str | None:
     """The Chromium binary to drive: ``$DTFKIT_CHROMIUM``, else ``chromium`` on PATH."""
-    explicit = os.environ.get(CHROMIUM_ENV)
-    if explicit:
-        return explicit if os.access(explicit, os.X_OK) else None
-    return shutil.which("chromium") or shutil.which("chromium-browser")
+    return hub_browser.chromium()
 
 
 def missing_browser_reason() -> str | None:
     """Why the browser test cannot run here, or None when playwright and chromium are present."""
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "the Python package 'playwright' is not installed (pip install -e '.[test]')"
-    if chromium_executable() is None:
-        if os.environ.get(CHROMIUM_ENV):
-            return f"{CHROMIUM_ENV}={os.environ[CHROMIUM_ENV]} is not an executable file"
-        return "no chromium executable on PATH (Debian: apt-get install chromium; or set DTFKIT_CHROMIUM)"
-    return None
+    return hub_browser.missing()
 
 
 def require_browser() -> str:

@@ -53,7 +53,9 @@ def missing() -> str | None:
             "the Python package 'playwright' is not installed (pip install playwright; no browser download)"
         )
     if chromium() is None:
-        return "no chromium on PATH (Debian: apt-get install chromium; or set DTFKIT_CHROMIUM)"
+        if os.environ.get("DTFKIT_CHROMIUM"):
+            return f"DTFKIT_CHROMIUM={os.environ['DTFKIT_CHROMIUM']} is not an executable file"
+        return "no chromium executable on PATH (Debian: apt-get install chromium; or set DTFKIT_CHROMIUM)"
     return None
 
 

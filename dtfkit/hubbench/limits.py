@@ -21,12 +21,30 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 PARENT = "dtfkit-hub"  # every student's groups sit under this folder, so one look finds them all
 V1_CONTROLLERS = ("memory", "pids", "cpuacct")
+
+
+def kill_until_gone(alive: Callable[[], list[int]], what: str, timeout: float = 10.0) -> list[int]:
+    """SIGKILL the pids ``alive()`` lists until it lists none (bounded); returns the pids it signalled."""
+    killed: list[int] = []
+    deadline = time.monotonic() + timeout
+    while left := alive():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} still holds {left} after {timeout} s of SIGKILL")
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)  # poll: the pids leave /proc and cgroup.procs only once their parents reap them
+    return killed
 
 
 @dataclass(frozen=True)
@@ -166,22 +184,7 @@ class StudentGroup:
     # -------------------------------------------------------------- ending
     def kill_all(self, timeout: float = 10.0) -> list[int]:
         """SIGKILL every process still in the group, waiting (bounded) until the group is empty."""
-        killed: list[int] = []
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            left = self.pids()
-            if not left:
-                return killed
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.05)  # poll: the kernel empties cgroup.procs when the killed processes are reaped
-        raise TimeoutError(
-            f"the cgroup of {self.name} still holds {self.pids()} after {timeout} s of SIGKILL"
-        )
+        return kill_until_gone(self.pids, f"the cgroup of {self.name}", timeout)
 
     def remove(self) -> list[int]:
         """End what is left in the group (returns those pids), then remove its folders."""

@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import pwd
 import secrets
-import signal
 import subprocess
-import time
+
+from dtfkit.hubbench.limits import kill_until_gone
 
 PREFIX = "dtfk"  # every bench account starts with it (useradd names: 32 characters at most)
 
@@ -84,19 +84,7 @@ def processes_of(name: str) -> list[int]:
 
 def end_processes(name: str, timeout: float = 10.0) -> list[int]:
     """SIGKILL every process of ``name`` until none is left (bounded); returns the pids it had to end."""
-    ended: list[int] = []
-    deadline = time.monotonic() + timeout
-    while (left := processes_of(name)) and time.monotonic() < deadline:
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                ended.append(pid)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)  # poll: /proc loses the entries once the killed processes are reaped
-    if processes_of(name):
-        raise TimeoutError(f"processes of {name} survived {timeout} s of SIGKILL: {processes_of(name)}")
-    return ended
+    return kill_until_gone(lambda: processes_of(name), f"the account {name}", timeout)
 
 
 def remove(names: list[str], prefix: str) -> list[int]:
