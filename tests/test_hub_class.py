@@ -64,9 +64,9 @@ def _uid(name: str) -> int:
     return pwd.getpwnam(name).pw_uid
 
 
-def _nothing_left(prefix: str, uids: list[int]) -> None:
+def _nothing_left(prefix: str, names: list[str], uids: list[int]) -> None:
     """No account, process, cgroup or temporary file of the class is left on the machine."""
-    assert not [n for n in users.leftovers() if n.startswith(prefix)]
+    assert not [n for n in names if users.exists(n)]
     procs = [e for e in os.listdir("/proc") if e.isdigit() and _owner(f"/proc/{e}") in uids]
     assert not procs, f"processes of the class's users are still running: {procs}"
     groups = [str(p) for c in ("memory", "pids", "cpuacct") for p in (ROOT / c / PARENT).glob(f"{prefix}*")]
@@ -326,4 +326,4 @@ def test_a_student_cannot_reach_another(tmp_path):
         assert hub.process is None and hub.listening() == []
     finally:
         users.remove(names, prefix)
-    _nothing_left(prefix, uids)
+    _nothing_left(prefix, names, uids)

@@ -224,13 +224,15 @@ def run_class(
     result = ClassResult(students=students, pool=pool, mem_limit=mem_limit)
     remove_stale_groups()
     prefix = users.new_prefix()
-    names = users.create(prefix, students)
-    grader = users.create(prefix, 1, role="g")
+    names: list[str] = []
+    grader: list[str] = []
     course: Course | None = None
     password = secrets.token_urlsafe(16)
     t_class = time.monotonic()
     opened = open_for_students([sys.executable, __file__])  # the grader runs this Python too
     try:
+        names = users.create(prefix, students)
+        grader = users.create(prefix, 1, role="g")
         source = assignment_source()
         course = Course(grader[0], source)
         release = course.generate()
@@ -313,7 +315,7 @@ def run_class(
         if course is not None:
             course.remove()
         users.remove(names + grader, prefix)
-        result.leftovers = [f"user {n}" for n in users.leftovers() if n.startswith(prefix)]
+        result.leftovers = [f"user {n}" for n in names + grader if users.exists(n)]
         result.leftovers += [f"cgroup {g}" for g in _cgroup_leftovers(prefix)]
         result.wall_s = time.monotonic() - t_class
     result.stopped = _why_not_held(result)

@@ -65,6 +65,14 @@ def create(prefix: str, count: int, role: str = "s") -> list[str]:
     return names
 
 
+def exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
 def processes_of(name: str) -> list[int]:
     """Pids of every process running as ``name``."""
     try:
