@@ -290,6 +290,9 @@ def run_class(
                     f"PSS {row.peak_pss / GIB:.2f} GiB, CPU {row.cpu_s:.0f} s"
                     + (f", FAILED: {'; '.join(row.failures)}" if row.failures else "")
                 )
+        result.leftovers += [
+            f"port {port} still listening" for port in hub.listening()
+        ]  # the hub's and proxy's
         result.machine_base, result.machine_peak = sampler.base_machine_used, sampler.peak_machine_used
         result.class_peak_pss, result.min_available = sampler.peak_class_pss, sampler.min_available
         result.port_collisions = _port_collisions(rows)
@@ -315,7 +318,7 @@ def run_class(
         if course is not None:
             course.remove()
         users.remove(names + grader, prefix)
-        result.leftovers = [f"user {n}" for n in names + grader if users.exists(n)]
+        result.leftovers += [f"user {n}" for n in names + grader if users.exists(n)]
         result.leftovers += [f"cgroup {g}" for g in _cgroup_leftovers(prefix)]
         result.wall_s = time.monotonic() - t_class
     result.stopped = _why_not_held(result)
