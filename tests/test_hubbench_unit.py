@@ -135,3 +135,37 @@ def test_bench_accounts_are_never_confused_with_real_ones():
         users.remove(["root"], prefix="dtfk0000")
     with pytest.raises(ValueError, match="not a usable group name"):
         StudentGroup("../etc", memory_bytes=None, max_pids=None)
+
+
+def test_an_account_belongs_to_a_live_run_only_while_the_process_that_made_it_runs():
+    import os
+    import subprocess
+    import sys
+
+    assert users._owner_alive(users._owner_mark())  # this process: alive
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead_pid = int(done.stdout)
+    assert not users._owner_alive(
+        f"dtfkit classroom bench, pid {dead_pid} started {users._start_time(os.getpid())}"
+    )
+    # the same pid, reused by another process later, has another start time
+    assert not users._owner_alive(f"dtfkit classroom bench, pid {os.getpid()} started 1")
+    assert not users._owner_alive("Alice Example,,,")  # not a bench account's comment at all
+
+
+def test_stale_groups_of_accounts_that_are_gone_are_removed():
+    from dtfkit.hubbench.bench import remove_stale_groups
+    from dtfkit.hubbench.limits import available
+
+    if not available()[0]:
+        pytest.skip("no writable cgroups here (needs root)")
+    gone = "dtfk0000s9"
+    assert not users.exists(gone)
+    group = StudentGroup(gone, memory_bytes=2**30, max_pids=64)
+    group.create()
+    assert all(folder.is_dir() for folder in group.folders())
+    removed = remove_stale_groups()
+    assert sorted(removed) == sorted(str(f) for f in group.folders())
+    assert not any(folder.exists() for folder in group.folders())
