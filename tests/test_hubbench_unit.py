@@ -169,3 +169,32 @@ def test_stale_groups_of_accounts_that_are_gone_are_removed():
     removed = remove_stale_groups()
     assert sorted(removed) == sorted(str(f) for f in group.folders())
     assert not any(folder.exists() for folder in group.folders())
+
+
+def test_the_plot_reads_the_table_the_bench_writes(tmp_path):
+    from dtfkit.hubbench.plot import draw, read_table
+
+    rows = [
+        _row("a", server_s=3.0, first_cluster_s=10.0, checked_s=30.0, peak_pss=int(1.5 * 2**30)),
+        _row("b", server_s=5.0, first_cluster_s=20.0, checked_s=40.0, peak_pss=2**30),
+    ]
+    result = ClassResult(2, True, "4G", rows=rows, class_peak_pss=int(2.5 * 2**30), machine_peak=3 * 2**30)
+    (tmp_path / "bench.md").write_text(table([result]) + "\n\nHeld: 2 student(s) at once\n")
+    (parsed,) = read_table(tmp_path / "bench.md")
+    assert parsed == {
+        "students": 2,
+        "pool": "on",
+        "first_p50": 15.0,
+        "first_max": 20.0,
+        "checked_p50": 35.0,
+        "checked_max": 40.0,
+        "pss_per_student": 1.5,
+        "class_pss": 2.5,
+        "machine_before": 0.0,
+        "machine_peak": 3.0,
+    }
+    png = draw({"pool on": [parsed]}, tmp_path / "bench.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "empty.md").write_text("no table here\n")
+    with pytest.raises(ValueError, match="no classroom-bench table"):
+        read_table(tmp_path / "empty.md")

@@ -100,11 +100,6 @@ def browser_session(
             page.goto(f"{hub_url}/user/{row.name}/lab/tree/{path}", timeout=120_000)
             page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=timeout * 1000)
             _wait_kernel_idle(rest, page, timeout)
-            news = page.locator(".jp-Notification-Toast", has_text="Jupyter news").locator(
-                "button", has_text="No"
-            )
-            if news.count():
-                news.first.click()  # JupyterLab asks each new user whether to fetch its news: a student says no
         except Exception as err:  # noqa: BLE001 (reported as this student's failure)
             row.failures.append("browser: " + type(err).__name__)
             row.check_text = str(err)[:500]
@@ -136,6 +131,8 @@ def browser_session(
             expected = "failed" if row.wrong_answer else "passed"
             if row.outcome != expected:
                 row.failures.append(f"check said {row.outcome or 'nothing'}, expected {expected}")
+            _dismiss_news(page)
+            verdict.scroll_into_view_if_needed()
             _save(page, artifacts, row.name, "checked")
             page.keyboard.press("Control+s")
             saved = _wait_saved(rest, path, mark, timeout=120)
@@ -173,6 +170,13 @@ def _wait_output(page: Any, text: str | re.Pattern, timeout: float) -> Any:
             raise TimeoutError(f"no output shows {text!r} after {timeout:.0f} s (prompts {prompts})")
         page.wait_for_timeout(500)
     return found
+
+
+def _dismiss_news(page: Any) -> None:
+    """Answer JupyterLab's one-time "notified about Jupyter news?" toast with No, as a student would."""
+    toast = page.get_by_text("Would you like to get notified about official Jupyter news?")
+    if toast.count():
+        page.get_by_role("button", name="No", exact=True).first.click()
 
 
 def _wait_kernel_idle(rest: Student, page: Any, timeout: float) -> None:
