@@ -135,7 +135,7 @@ def browser_session(
             verdict.scroll_into_view_if_needed()
             _save(page, artifacts, row.name, "checked")
             page.keyboard.press("Control+s")
-            saved = _wait_saved(rest, path, mark, timeout=120)
+            saved = _wait_saved(rest, page, path, mark, timeout=120)
             for cell in saved["cells"]:
                 for out in cell.get("outputs", []):
                     for line in "".join(out.get("text", "")).splitlines():
@@ -194,19 +194,32 @@ def _wait_kernel_idle(rest: Student, page: Any, timeout: float) -> None:
         page.wait_for_timeout(250)
 
 
-def _wait_saved(rest: Student, path: str, mark: str, timeout: float) -> dict[str, Any]:
-    """Until the saved file holds the check's verdict (JupyterLab saves asynchronously after Ctrl+S)."""
+def _wait_saved(rest: Student, page: Any, path: str, mark: str, timeout: float) -> dict[str, Any]:
+    """Until the page says the notebook is saved (its tab no longer dirty) and the file holds the verdict."""
     deadline = time.monotonic() + timeout
+    seen = "nothing read yet"
+    try:
+        page.wait_for_function(
+            "() => !document.querySelector('.lm-TabBar-tab.jp-mod-current.jp-mod-dirty')",
+            timeout=timeout * 1000,
+        )
+    except Exception as err:  # noqa: BLE001 (explained below, with whatever dialog the page shows)
+        dialog = page.locator(".jp-Dialog")
+        shown = dialog.first.inner_text()[:300] if dialog.count() else "no dialog"
+        raise TimeoutError(f"JupyterLab did not finish saving {path} ({shown}): {err}") from err
     while time.monotonic() < deadline:
         try:
             nb = rest.get_notebook(path)
-        except StudentError:
-            nb = {"cells": []}  # read while JupyterLab was writing it: the server answers 500; read again
+        except StudentError as err:  # read while the server was writing it: read again
+            seen = str(err)[:300]
+            nb = {"cells": []}
+        else:
+            seen = f"{len(nb['cells'])} cells, no output with {mark!r}"
         text = str([c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code"])
         if mark in text:
             return nb
         time.sleep(0.5)  # poll: the contents API has no "saved" event to wait on
-    raise TimeoutError(f"{path} was not saved with the check's output within {timeout:.0f} s")
+    raise TimeoutError(f"{path} was saved but not with the check's output within {timeout:.0f} s: {seen}")
 
 
 def _save(page: Any, folder: Path | None, name: str, what: str) -> None:
