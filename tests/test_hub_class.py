@@ -258,7 +258,7 @@ def test_a_student_cannot_reach_another(tmp_path):
                 "tf_servers": [a for hosts in probe["addresses"].values() for a in hosts],
                 "pids": b_pids,
                 "cgroup_files": [str(f / "cgroup.procs") for f in b_group.folders()]
-                + [str(ROOT / "memory" / PARENT / b_name / "memory.limit_in_bytes")],
+                + [str(b_group.memory_limit_file())],
                 "kernel_shell_port": connection["shell_port"],
                 "marker": marker,
             }

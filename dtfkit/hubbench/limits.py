@@ -119,6 +119,10 @@ class StudentGroup:
             return self.folders()[0] / v2_name
         return None
 
+    def memory_limit_file(self) -> Path | None:
+        """The file that holds the memory cap (v1 ``memory.limit_in_bytes``, v2 ``memory.max``)."""
+        return self._file("memory", "memory.limit_in_bytes", "memory.max")
+
     def create(self) -> None:
         """Make the folders and write the caps; a no-op where cgroups are not available."""
         if self.kind == "v2":
