@@ -39,7 +39,7 @@ from dtfkit.hubbench.browser import browser_session, with_lesson
 from dtfkit.hubbench.browser import missing as missing_browser
 from dtfkit.hubbench.grading import Course, Grade
 from dtfkit.hubbench.hub import Hub, open_for_students, restore_modes
-from dtfkit.hubbench.limits import StudentGroup, available
+from dtfkit.hubbench.limits import StudentGroup, available, group_folders
 from dtfkit.hubbench.measure import Sampler, meminfo
 from dtfkit.hubbench.student import Student, StudentError
 from dtfkit.hubbench.workload import (
@@ -319,21 +319,10 @@ def run_class(
             course.remove()
         users.remove(names + grader, prefix)
         result.leftovers += [f"user {n}" for n in names + grader if users.exists(n)]
-        result.leftovers += [f"cgroup {g}" for g in _cgroup_leftovers(prefix)]
+        result.leftovers += [f"cgroup {g}" for g in group_folders(prefix)]
         result.wall_s = time.monotonic() - t_class
     result.stopped = _why_not_held(result)
     return result
-
-
-def _cgroup_leftovers(prefix: str) -> list[str]:
-    from dtfkit.hubbench.limits import PARENT, ROOT
-
-    found = []
-    for controller in ("memory", "pids", "cpuacct", "unified", ""):
-        folder = ROOT / controller / PARENT
-        if folder.is_dir():
-            found += [str(p) for p in folder.iterdir() if p.is_dir() and p.name.startswith(prefix)]
-    return found
 
 
 def _why_not_held(result: ClassResult) -> str:
@@ -442,10 +431,8 @@ def table(results: list[ClassResult]) -> str:
 
 def remove_stale_groups() -> list[str]:
     """Remove the cgroups of bench accounts that no longer exist (a run killed before its cleanup)."""
-    from dtfkit.hubbench.limits import PARENT, ROOT
-
     removed = []
-    for folder in sorted(ROOT.glob(f"*/{PARENT}/{users.PREFIX}*")):
+    for folder in group_folders(users.PREFIX):
         try:
             pwd.getpwnam(folder.name)
             continue  # the account exists: its run may still be going

@@ -30,6 +30,15 @@ PARENT = "dtfkit-hub"  # every student's groups sit under this folder, so one lo
 V1_CONTROLLERS = ("memory", "pids", "cpuacct")
 
 
+def group_folders(name_prefix: str) -> list[Path]:
+    """Every student group folder whose name starts with ``name_prefix``, in any controller, v1 or v2."""
+    return sorted(
+        p
+        for p in [*ROOT.glob(f"{PARENT}/{name_prefix}*"), *ROOT.glob(f"*/{PARENT}/{name_prefix}*")]
+        if p.is_dir()
+    )
+
+
 def kill_until_gone(alive: Callable[[], list[int]], what: str, timeout: float = 10.0) -> list[int]:
     """SIGKILL the pids ``alive()`` lists until it lists none (bounded); returns the pids it signalled."""
     killed: list[int] = []
