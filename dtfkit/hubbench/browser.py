@@ -21,6 +21,7 @@ import re
 import shutil
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -101,8 +102,10 @@ def browser_session(
             page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=timeout * 1000)
             _wait_kernel_idle(rest, page, timeout)
         except Exception as err:  # noqa: BLE001 (reported as this student's failure)
-            row.failures.append("browser: " + type(err).__name__)
-            row.check_text = str(err)[:500]
+            row.failures.append(
+                "browser: " + type(err).__name__ + ": " + (str(err).splitlines() or [""])[0][:120]
+            )
+            row.check_text = traceback.format_exc()[-800:]  # where it failed, for the report
             _save(page, artifacts, row.name, "failure")
             go.abort()
             browser.close()
@@ -144,7 +147,9 @@ def browser_session(
                             row.isolated, row.addresses = probe["isolated"], probe["addresses"]
             row.notebook = os.path.join(os.path.expanduser(f"~{row.name}"), path)
         except Exception as err:  # noqa: BLE001
-            row.failures.append("browser: " + type(err).__name__ + ": " + str(err).splitlines()[0][:120])
+            row.failures.append(
+                "browser: " + type(err).__name__ + ": " + (str(err).splitlines() or [""])[0][:120]
+            )
             _save(page, artifacts, row.name, "failure")
         finally:
             browser.close()
@@ -183,15 +188,29 @@ def _wait_kernel_idle(rest: Student, page: Any, timeout: float) -> None:
     """Until the server reports the notebook's kernel connected and idle (a Run All before that is lost)."""
     deadline = time.monotonic() + timeout
     while True:
-        kernels = rest.server("GET", "/api/kernels").json()
-        if any(k.get("connections", 0) >= 1 and k.get("execution_state") == "idle" for k in kernels):
-            return
+        # Not always the list: while the server or its proxy route settles, the hub can answer for it with a JSON
+        # error object (seen once in CI), which is read as "not yet" and shown if it never becomes a list.
+        answer = rest.server("GET", "/api/kernels")
+        kernels = _json_or_text(answer)
+        if answer.ok and isinstance(kernels, list):
+            if any(k.get("connections", 0) >= 1 and k.get("execution_state") == "idle" for k in kernels):
+                return
+        else:
+            kernels = f"HTTP {answer.status_code}: {str(kernels)[:300]}"
         dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
         if dialog.count() and dialog.first.is_visible():
             dialog.first.locator(".jp-mod-accept").click()
         if time.monotonic() > deadline:
             raise TimeoutError(f"no connected idle kernel within {timeout:.0f} s: {kernels}")
         page.wait_for_timeout(250)
+
+
+def _json_or_text(answer: Any) -> Any:
+    """The answer's JSON, or its text when it is not JSON (a proxy's HTML error page)."""
+    try:
+        return answer.json()
+    except ValueError:
+        return answer.text
 
 
 def _wait_saved(rest: Student, page: Any, path: str, mark: str, timeout: float) -> dict[str, Any]:
