@@ -47,7 +47,7 @@ WORKERS = 2
 def measure(repeat: int, steps: int, log) -> tuple[dict[str, list[dict]], dict[str, float]]:
     """Runs per method (one per repeat) and the wall times: cluster start, each compare()."""
     import dtfkit
-    from dtfkit.engine import netns
+    from dtfkit.engine.platform import netns
     from dtfkit.recipes import compression
 
     ok, why = netns.isolation_available()
@@ -124,7 +124,7 @@ def table(rows_: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.run import LoadSampler, machine
-    from dtfkit.engine import netns
+    from dtfkit.engine.platform import netns
     from dtfkit.recipes import compression
 
     parser = argparse.ArgumentParser(

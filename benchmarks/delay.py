@@ -4,7 +4,7 @@ tasks against the model.
 For each delay d (no relay at all, 0, 10 ms, 50 ms) one cluster of 1 ps + 1 worker at rate
 r = 100 mbit/s, and for each size S:
 
-- **TCP stream**: the worker sends S bytes to a relay (``dtfkit.engine.relay``, the one
+- **TCP stream**: the worker sends S bytes to a relay (``dtfkit.engine.task.relay``, the one
   every task's server sits behind) that the ps task starts in its own namespace in front of
   a plain socket; time from the sender's first byte to the receiver's last
   (``time.monotonic`` is one clock for every process of the machine). Model: ``d + S/r``.
@@ -51,7 +51,7 @@ def stream_receive(port: int, size: int, delay: float) -> float:
     import socket
     import time
 
-    from dtfkit.engine import relay
+    from dtfkit.engine.task import relay
 
     public = socket.socket()  # bound, not listening: the relay listens once it runs
     public.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -132,7 +132,7 @@ def tf_reads(sizes: list[int], times: int) -> dict[int, list[float]]:
 def measure(repeat: int, log) -> list[dict]:
     """One result per (d, kind, S): measured median and model, in seconds."""
     import dtfkit
-    from dtfkit.engine import netns
+    from dtfkit.engine.platform import netns
 
     ok, why = netns.isolation_available()
     if not ok:
@@ -169,14 +169,14 @@ FRAME = 1514 / 1448
 
 def refined(model: float, size: int, rate: int) -> float:
     """``model`` (d + S/r or 2d + S/r) with the token bucket's burst and frame overhead."""
-    from dtfkit.engine import netns
+    from dtfkit.engine.platform import netns
 
     burst = netns._tbf_args(rate)["burst"]
     return model - size * 8 / rate + max(0, size - burst) * FRAME * 8 / rate
 
 
 def _result(delay, kind: str, size: int, seconds: list[float], model: float, rate: int) -> dict:
-    from dtfkit.engine import netns
+    from dtfkit.engine.platform import netns
 
     median = statistics.median(seconds)
     return {

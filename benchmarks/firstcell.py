@@ -36,7 +36,7 @@ import psutil
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 READING_S = 20.0
 
-IMPORT = "import json, time, dtfkit\nfrom dtfkit.engine import prewarm\nprewarm.wait_decided(60)\n"
+IMPORT = "import json, time, dtfkit\nfrom dtfkit.engine.launchers import prewarm\nprewarm.wait_decided(60)\n"
 FIRST = """
 t = time.monotonic()
 cluster = dtfkit.LocalCluster(ps=1, workers=2, progress=False)
@@ -138,7 +138,7 @@ def _memory(pids: list[int]) -> tuple[float, float]:
 
 def bench_firstcell(repeat: int, log: Callable[[str], None], Row) -> list:
     """Rows for ``benchmarks/run.py`` (``Row`` is its row class)."""
-    from dtfkit.engine import netns
+    from dtfkit.engine.platform import netns
 
     ok, why = netns.isolation_available()
     if not ok:

@@ -59,6 +59,14 @@ SERVER = (
     "import sys, tensorflow as tf; spec = tf.train.ClusterSpec({{'ps': {ps}, 'worker': {workers}}}); "
     "tf.distribute.Server(spec, job_name=sys.argv[1], task_index=int(sys.argv[2])).join()"
 )
+# The hand-launched server, with a time stamp (time.monotonic(), the machine's clock) after each step.
+SERVER_STAMPED = (
+    "import time; t0 = time.monotonic(); import sys, tensorflow as tf; t1 = time.monotonic(); "
+    "spec = tf.train.ClusterSpec({{'ps': {ps}, 'worker': {workers}}}); "
+    "s = tf.distribute.Server(spec, job_name=sys.argv[1], task_index=int(sys.argv[2])); "
+    "print('STAMPS', t0, t1, time.monotonic(), flush=True); s.join()"
+)
+HAND_PHASES = ("spawn", "tensorflow imported", "server up", "port seen open")
 ALL = ("ready", "seed", "shutdown", "import", "links", "firstcell")
 
 
@@ -152,15 +160,21 @@ def all_gone(pids: list[int], timeout: float = 30.0) -> float:
 
 
 # -------------------------------------------------------------- 1. ready
-def ready_hand() -> float:
+def ready_hand(phases: dict[str, dict[str, list[float]]] | None = None) -> float:
+    """Seconds until all three hand-launched servers accept connections; ``phases`` gets where it went."""
     ports = free_ports(3)
-    code = SERVER.format(ps=[f"localhost:{ports[0]}"], workers=[f"localhost:{p}" for p in ports[1:]])
+    code = SERVER_STAMPED.format(ps=[f"localhost:{ports[0]}"], workers=[f"localhost:{p}" for p in ports[1:]])
     start = time.monotonic()
+    tasks = (("ps", 0), ("worker", 0), ("worker", 1))
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", code, job, str(i)], env=env_for_tasks(), stderr=subprocess.DEVNULL
+            [sys.executable, "-c", code, job, str(i)],
+            env=env_for_tasks(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
         )
-        for job, i in (("ps", 0), ("worker", 0), ("worker", 1))
+        for job, i in tasks
     ]
     try:
         deadline = start + 180
@@ -168,7 +182,16 @@ def ready_hand() -> float:
             if time.monotonic() > deadline:
                 raise TimeoutError("hand-launched servers did not open their ports in 180 s")
             time.sleep(0.05)
-        return time.monotonic() - start
+        ready = time.monotonic()
+        if phases is not None:
+            for (job, i), proc in zip(tasks, procs, strict=True):
+                # The stamp line is printed right after the server is made; its port is open, so it is on its way.
+                line = proc.stdout.readline().split()
+                t0, t1, t2 = (float(x) for x in line[1:4])
+                steps = dict(zip(HAND_PHASES, (t0 - start, t1 - t0, t2 - t1, ready - t2), strict=True))
+                for phase, seconds in steps.items():
+                    phases.setdefault(phase, {}).setdefault(f"{job}:{i}", []).append(seconds)
+        return ready - start
     finally:
         end(procs)
 
@@ -192,7 +215,8 @@ def ready_docs() -> tuple[float, bool]:
         end(procs)
 
 
-def ready_dtfkit(pool) -> float:
+def ready_dtfkit(pool, phases: dict[str, dict[str, list[float]]] | None = None) -> float:
+    """Seconds until ``LocalCluster(ps=1, workers=2)`` returns; for a cold one, ``phases`` gets where it went."""
     import dtfkit
 
     start = time.monotonic()
@@ -201,12 +225,32 @@ def ready_dtfkit(pool) -> float:
     if pool and not all(cluster.adopted.values()):
         cluster.close()
         raise RuntimeError(f"the warm start was not warm: {cluster.pool_note}")
+    if phases is not None:
+        longest = 0.0
+        for task in cluster.tasks:
+            steps = cluster._rt.task_view(task).start_phases  # noqa: SLF001 (a benchmark looks inside)
+            longest = max(longest, sum(seconds for _, seconds in steps))
+            for phase, seconds in steps:
+                phases.setdefault(phase, {}).setdefault(task, []).append(seconds)
+        phases.setdefault("owner, outside the tasks' starts", {}).setdefault("cluster", []).append(
+            elapsed - longest
+        )
     cluster.close()
     return elapsed
 
 
+def phase_rows(who: str, phases: dict[str, dict[str, list[float]]]) -> list[Row]:
+    """One row per phase: the median over runs and tasks, each task's median in the note."""
+    rows = []
+    for phase, by_task in phases.items():
+        values = [v for vs in by_task.values() for v in vs]
+        note = ", ".join(f"{task} {statistics.median(vs):.2f}" for task, vs in sorted(by_task.items()))
+        rows.append(Row("ready phases", f"{who}: {phase}", values, note=note))
+    return rows
+
+
 def bench_ready(repeat: int, log: Callable[[str], None]) -> list[Row]:
-    from dtfkit.engine.pool import TaskPool
+    from dtfkit.engine.launchers.pool import TaskPool
 
     hand = Row("ready", "(a) hand-launched, poll ports")
     docs = Row("ready", "(b) TF docs: background + sleep(10)", baseline=hand.label)
@@ -214,16 +258,18 @@ def bench_ready(repeat: int, log: Callable[[str], None]) -> list[Row]:
     warm = Row("ready", "(d) dtfkit warm pool", baseline=cold.label)
     refill = Row("ready", "pool refill, 3 processes (background)")
     docs_ready = []
+    hand_phases: dict[str, dict[str, list[float]]] = {}
+    cold_phases: dict[str, dict[str, list[float]]] = {}
     pool = TaskPool(size=3)
     try:
         if not pool.wait_warm(3, timeout=300):
             raise RuntimeError(f"the pool did not warm up in 300 s: {pool}")
         for i in range(repeat):  # interleaved so every variant sees the same machine load
-            hand.values.append(ready_hand())
+            hand.values.append(ready_hand(hand_phases))
             seconds, really = ready_docs()
             docs.values.append(seconds)
             docs_ready.append(really)
-            cold.values.append(ready_dtfkit(None))
+            cold.values.append(ready_dtfkit(None, cold_phases))
             warm.values.append(ready_dtfkit(pool))
             # Wait for the refill here, timed, so that it does not load the next variants.
             t = time.monotonic()
@@ -239,7 +285,15 @@ def bench_ready(repeat: int, log: Callable[[str], None]) -> list[Row]:
     docs.note = f"servers actually up after the sleep: {sum(docs_ready)}/{len(docs_ready)}"
     warm.note = "pool filled beforehand (not timed)"
     refill.note = "after a warm start, until 3 processes are warm again (nothing else of ours runs)"
-    return [hand, docs, cold, warm, refill]
+    return [
+        hand,
+        docs,
+        cold,
+        warm,
+        refill,
+        *phase_rows("(a) hand", hand_phases),
+        *phase_rows("(c) cold", cold_phases),
+    ]
 
 
 def bench_firstcell(repeat: int, log: Callable[[str], None]) -> list[Row]:
@@ -473,7 +527,7 @@ def bench_import(repeat: int, log: Callable[[str], None]) -> list[Row]:
         )
     )
     import dtfkit
-    from dtfkit.engine.pool import TaskPool
+    from dtfkit.engine.launchers.pool import TaskPool
 
     with dtfkit.LocalCluster(ps=1, workers=2, progress=False, pool=False, name=None) as cluster:
         rss = {}
@@ -583,7 +637,7 @@ def _link_tensor_read(floats: int) -> float:
 
 def bench_links(repeat: int, log: Callable[[str], None]) -> list[Row]:
     import dtfkit
-    from dtfkit.engine import netns
+    from dtfkit.engine.platform import netns
 
     ok, why = netns.isolation_available()
     if not ok:

@@ -2,7 +2,7 @@
 
 ``import dtfkit`` does not import TensorFlow: TensorFlow runs in the tasks. In a
 notebook kernel it starts filling the warm pool in the background
-(``dtfkit.engine.prewarm``; ``DTFKIT_POOL=0`` turns that off).
+(``dtfkit.engine.launchers.prewarm``; ``DTFKIT_POOL=0`` turns that off).
 
 Example::
 
@@ -48,7 +48,7 @@ __all__ = [
 if TYPE_CHECKING:
     from dtfkit.cluster import LocalCluster
     from dtfkit.diagnosis import diagnose
-    from dtfkit.engine.state import cleanup
+    from dtfkit.engine.platform.state import cleanup
     from dtfkit.launch import launch
     from dtfkit.ray.cluster import RayCluster
 
@@ -56,7 +56,7 @@ _LAZY = {
     "LocalCluster": ("dtfkit.cluster", "LocalCluster"),
     "launch": ("dtfkit.launch", "launch"),
     "RayCluster": ("dtfkit.ray.cluster", "RayCluster"),  # imports Ray only when used
-    "cleanup": ("dtfkit.engine.state", "cleanup"),
+    "cleanup": ("dtfkit.engine.platform.state", "cleanup"),
     "diagnose": ("dtfkit.diagnosis", "diagnose"),
 }
 
@@ -74,9 +74,9 @@ def __getattr__(name: str):
 
 
 def _warm_from_import() -> None:
-    # In a notebook kernel only; returns at once and never raises (see dtfkit.engine.prewarm).
+    # In a notebook kernel only; returns at once and never raises (see dtfkit.engine.launchers.prewarm).
     try:
-        from dtfkit.engine import prewarm
+        from dtfkit.engine.launchers import prewarm
 
         prewarm.start_on_import()
     except Exception:  # noqa: BLE001 - `import dtfkit` must not fail for the pool's sake

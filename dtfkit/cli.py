@@ -47,7 +47,7 @@ def _demo(ns: argparse.Namespace) -> int:
 
 
 def _cleanup(ns: argparse.Namespace) -> int:
-    from dtfkit.engine.state import cleanup
+    from dtfkit.engine.platform.state import cleanup
 
     print(cleanup(everything=ns.all, dry_run=ns.dry_run, keep_logs=ns.keep_logs))
     return 0

@@ -25,13 +25,13 @@ from collections.abc import Callable, Iterable
 from types import MappingProxyType
 from typing import Any
 
-from dtfkit.engine.calls import ERROR_POLICIES, RunHandle
-from dtfkit.engine.launcher import Launcher, LauncherDescription, LauncherSpec, PoolStart
-from dtfkit.engine.layout import ClusterLayout, TaskId
-from dtfkit.engine.metrics import MetricLog
-from dtfkit.engine.notebook import cell_key as _cell_key
-from dtfkit.engine.runtime import ClusterRuntime, check_task_count
-from dtfkit.engine.sources import PickledCall, pickle_call
+from dtfkit.engine.launchers.contract import Launcher, LauncherDescription, LauncherSpec, PoolStart
+from dtfkit.engine.owner.calls import ERROR_POLICIES, RunHandle
+from dtfkit.engine.owner.metrics import MetricLog
+from dtfkit.engine.owner.runtime import ClusterRuntime, check_task_count
+from dtfkit.engine.platform.notebook import cell_key as _cell_key
+from dtfkit.engine.wire.layout import ClusterLayout, TaskId
+from dtfkit.engine.wire.sources import PickledCall, pickle_call
 from dtfkit.errors import DtfkitError, TaskNotRunning
 from dtfkit.htmltable import html_table
 from dtfkit.progress import start_display
@@ -84,10 +84,10 @@ class LocalCluster:
             (``us``, ``ms``, ``s``, no space), 0 to 10 s. Gives every task its own namespace
             like ``link`` (without a rate limit if ``link`` is None). The delay applies to
             the servers' traffic (the addresses in ``cluster_spec``; a relay in front of
-            each server holds it, see ``dtfkit.engine.relay``), not to sockets of your
+            each server holds it, see ``dtfkit.engine.task.relay``), not to sockets of your
             own. A restarted task keeps its delay. Refused where ``link`` is, and with
             ``start_servers=False`` or ``launcher=``.
-        gpus: ``"auto"``, ``"share"`` or ``"none"`` (see ``dtfkit.engine.gpu_plan``).
+        gpus: ``"auto"``, ``"share"`` or ``"none"`` (see ``dtfkit.engine.platform.gpu_plan``).
         env: extra environment variables for every task (e.g. ``GRPC_FAIL_FAST``).
         start_servers: False starts the processes (TensorFlow imported, ``TF_CONFIG``
             set) without a server, for strategies that start their own
@@ -102,19 +102,19 @@ class LocalCluster:
         name: a cluster started with the name of an open one replaces it. In a
             notebook the default name is the cell's id.
         pool: take the tasks from a warm pool (processes that imported TensorFlow
-            ahead of need, see ``dtfkit.engine.pool``). ``None`` (default): on in a Jupyter
+            ahead of need, see ``dtfkit.engine.launchers.pool``). ``None`` (default): on in a Jupyter
             kernel, off elsewhere, as ``DTFKIT_POOL=0``/``1`` says if set. ``True``:
             the process-wide pool; ``False``: start every task cold; or a
             ``TaskPool``. ``cluster.pool_note`` says what happened.
         max_tasks: the most tasks this cluster may have. ``None`` (default): what the
-            machine allows (``dtfkit.engine.runtime.task_limit()``: available memory and CPU
+            machine allows (``dtfkit.engine.owner.runtime.task_limit()``: available memory and CPU
             cores; ``DTFKIT_MAX_TASKS`` overrides it). A larger cluster fails at once,
             before any process starts.
         echo: where the tasks' output goes, ``echo(task, line)``; default: printed in
             the cell that waits (``[worker:0] ...``).
-        launcher: where the tasks run (``dtfkit.engine.launcher``); default: local
+        launcher: where the tasks run (``dtfkit.engine.launchers.contract``); default: local
             processes, from the warm pool when there is one (see ``pool``).
-            ``dtfkit.engine.fake.FakeLauncher()`` runs plain Python tasks without
+            ``dtfkit.engine.launchers.fake.FakeLauncher()`` runs plain Python tasks without
             TensorFlow, for fast tests of your own.
 
     Example::
@@ -163,7 +163,7 @@ class LocalCluster:
                     f"LocalLauncher({option}=...) as launcher= instead"
                 )
         if delay is not None and not start_servers:
-            from dtfkit.engine.local import DELAY_REFUSED_MODES
+            from dtfkit.engine.launchers.local import DELAY_REFUSED_MODES
 
             raise DtfkitError(DELAY_REFUSED_MODES["noserve"])
         if launcher is None:
@@ -173,7 +173,9 @@ class LocalCluster:
             self._launcher_spec = launcher
             launcher = launcher.build()
         elif not isinstance(launcher, Launcher):
-            raise DtfkitError(f"launcher must be a dtfkit.engine.launcher.Launcher, not {shown(launcher)}")
+            raise DtfkitError(
+                f"launcher must be a dtfkit.engine.launchers.contract.Launcher, not {shown(launcher)}"
+            )
         else:  # a LocalLauncher of yours: its link= and delay= must name tasks of this cluster too
             _check_link_keys(getattr(launcher, "links", None), getattr(launcher, "delays", None), layout)
         self._runtime_options = dict(
@@ -586,8 +588,8 @@ def _pool_words(start: PoolStart) -> str:
 def _link_words(described: LauncherDescription, task: str) -> str:
     """``"100mbit"``, ``"no limit"``, ``"100mbit, delay 20ms"``: ``task``'s link, as the cluster
     table shows it."""
-    from dtfkit.engine import netns
-    from dtfkit.engine.local import link_delay, link_rate
+    from dtfkit.engine.launchers.local import link_delay, link_rate
+    from dtfkit.engine.platform import netns
 
     rate = link_rate(described.links, task)
     words = netns.format_rate(rate) if rate else "no limit"
@@ -598,7 +600,7 @@ def _link_words(described: LauncherDescription, task: str) -> str:
 
 def _check_link_keys(links, delays, layout: ClusterLayout) -> None:
     """Refuse ``link=``/``delay=`` keys naming no task of ``layout``, before anything starts."""
-    from dtfkit.engine.local import check_plan_tasks
+    from dtfkit.engine.launchers.local import check_plan_tasks
 
     names = [task.name for task in layout.tasks]
     check_plan_tasks("link", links, names)
@@ -608,7 +610,7 @@ def _check_link_keys(links, delays, layout: ClusterLayout) -> None:
 def _local_spec(network: str, pool, link, tasks: int, delay=None) -> LauncherSpec:
     """How to build this cluster's local launcher, ``link=`` and ``delay=`` checked once (see
     ``_local_launcher``)."""
-    from dtfkit.engine.local import plan_delays, plan_links
+    from dtfkit.engine.launchers.local import plan_delays, plan_links
 
     options = {"network": network, "pool": pool, "link": plan_links(link), "tasks": tasks}
     if delay is not None:
@@ -620,9 +622,9 @@ def _local_launcher(network: str, pool, link=None, tasks: int = 0, delay=None) -
     """Local processes, adopted from a warm pool when one is used (see ``LocalCluster(pool=)``).
 
     With ``link=`` the tasks start cold (the launcher says why in ``describe().start``)."""
-    from dtfkit.engine import pool as pools
-    from dtfkit.engine import prewarm
-    from dtfkit.engine.local import LocalLauncher
+    from dtfkit.engine.launchers import pool as pools
+    from dtfkit.engine.launchers import prewarm
+    from dtfkit.engine.launchers.local import LocalLauncher
 
     chosen = pool  # what the caller passed: pool=False remembers "no pool" for the next kernel
     if pool is None:
@@ -642,7 +644,9 @@ def _local_launcher(network: str, pool, link=None, tasks: int = 0, delay=None) -
         return LocalLauncher(network, link, delay=delay)
     if isinstance(pool, pools.TaskPool):
         return pools.PoolLauncher(pool, network, link, tasks=tasks, delay=delay)
-    raise DtfkitError(f"pool must be True, False, None or a dtfkit.engine.pool.TaskPool, not {shown(pool)}")
+    raise DtfkitError(
+        f"pool must be True, False, None or a dtfkit.engine.launchers.pool.TaskPool, not {shown(pool)}"
+    )
 
 
 def _counts(layout: ClusterLayout) -> str:

@@ -56,7 +56,7 @@ class TaskTimeout(DtfkitError):
         stacks: each stuck task's Python stacks when the time was up, by task name. A
             task whose Python could not answer (TensorFlow's C++ held the interpreter) is
             ended with SIGABRT and its stacks are ``faulthandler``'s, after a note saying
-            so (``dtfkit.engine.dumps``); ``"(no stack received)"`` when there are none
+            so (``dtfkit.engine.wire.dumps``); ``"(no stack received)"`` when there are none
             (a task on another machine).
         stopped: the tasks whose process was stopped (SIGSTOP, Ctrl-Z), not stuck.
 

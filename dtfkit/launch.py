@@ -19,10 +19,10 @@ import time
 import types
 from dataclasses import dataclass, field
 
-from dtfkit.engine.layout import ClusterLayout, TaskId
-from dtfkit.engine.local import LocalLauncher
-from dtfkit.engine.logs import OUTPUT_DRAIN_SECONDS
-from dtfkit.engine.runtime import ClusterRuntime, Script
+from dtfkit.engine.launchers.local import LocalLauncher
+from dtfkit.engine.owner.logs import OUTPUT_DRAIN_SECONDS
+from dtfkit.engine.owner.runtime import ClusterRuntime, Script
+from dtfkit.engine.wire.layout import ClusterLayout, TaskId
 from dtfkit.errors import DtfkitError
 from dtfkit.progress import start_display
 

@@ -191,8 +191,8 @@ def start_display(enabled: bool) -> Callable[[list[str], str], Progress] | None:
 
 
 def _in_kernel() -> bool:
-    """True inside a Jupyter kernel (``dtfkit.engine.notebook``, which never imports IPython itself)."""
-    from dtfkit.engine import notebook
+    """True inside a Jupyter kernel (``dtfkit.engine.platform.notebook``, which never imports IPython itself)."""
+    from dtfkit.engine.platform import notebook
 
     return notebook.in_kernel()
 

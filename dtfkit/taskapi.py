@@ -77,7 +77,7 @@ class _TaskState:
 
     def __init__(self) -> None:
         self.context: TaskContext | None = None
-        # callable(event) once connected to the owner: the task bootstrap (dtfkit.engine.task_main)
+        # callable(event) once connected to the owner: the task bootstrap (dtfkit.engine.task.task_main)
         # sets it and wraps the event in its message; this module knows no protocol (no engine import).
         self.send = None
         self.local_metrics: list[dict] = []

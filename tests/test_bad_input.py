@@ -16,8 +16,8 @@ from types import SimpleNamespace
 import pytest
 
 import dtfkit
-from dtfkit.engine.fake import FakeLauncher
-from dtfkit.engine.local import LocalLauncher, check_plan_tasks, plan_delays, plan_links
+from dtfkit.engine.launchers.fake import FakeLauncher
+from dtfkit.engine.launchers.local import LocalLauncher, check_plan_tasks, plan_delays, plan_links
 from dtfkit.errors import DtfkitError
 from dtfkit.recipes import allreduce
 
@@ -131,7 +131,7 @@ def test_a_bad_link_rate_is_refused_naming_it(bad, no_spawn):
 
 
 def test_keys_of_a_launcher_of_yours_are_checked_against_the_cluster_too(monkeypatch):
-    from dtfkit.engine import netns
+    from dtfkit.engine.platform import netns
 
     monkeypatch.setattr(netns, "isolation_available", lambda: (True, ""))
     launcher = LocalLauncher(delay={"worker:5": "5ms"})  # it cannot know the cluster's tasks
@@ -427,7 +427,7 @@ class _IsolatedFake(FakeLauncher):
     the owner's restart logic for an isolated cluster, on processes without TensorFlow."""
 
     def describe(self):
-        from dtfkit.engine.launcher import LauncherDescription
+        from dtfkit.engine.launchers.contract import LauncherDescription
 
         return LauncherDescription(network="namespace", namespace="net:[fake]")
 

@@ -14,8 +14,8 @@ import pytest
 from conftest import share_cluster, wait_gone, wait_until
 
 import dtfkit
-from dtfkit.engine import protocol
-from dtfkit.engine.fake import FakeLauncher
+from dtfkit.engine.launchers.fake import FakeLauncher
+from dtfkit.engine.wire import protocol
 from dtfkit.errors import DtfkitError, TaskExited, TaskFailed, TaskNotRunning, TaskTimeout
 
 pytestmark = pytest.mark.timeout(60)
@@ -144,7 +144,7 @@ def stuck_without_letting_go_of_the_interpreter():
 
 
 def test_a_task_that_cannot_answer_shows_faulthandlers_stacks(cluster, monkeypatch):
-    from dtfkit.engine import calls
+    from dtfkit.engine.owner import calls
 
     monkeypatch.setattr(calls, "STACK_DUMP_WAIT", 1.0)  # no Python thread of the task can run
     with pytest.raises(TaskTimeout) as info:

@@ -16,7 +16,7 @@ import psutil
 import pytest
 from conftest import subprocess_env, wait_gone
 
-from dtfkit.engine import state
+from dtfkit.engine.platform import state
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,7 +36,7 @@ def _idle_process(cluster_id: str | None) -> subprocess.Popen:
 # state file naming some of them, prints their pids and dies. Its tasks are orphans.
 OWNER = r"""
 import json, os, subprocess, sys
-from dtfkit.engine import state
+from dtfkit.engine.platform import state
 
 path, cluster_id, layout = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 pids, listed = {}, []

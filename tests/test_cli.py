@@ -158,7 +158,7 @@ def test_launch_shows_lines_printed_before_it_starts_supervising(tmp_path, monke
     # A script starts as soon as its task has the ClusterSpec, so it may print while
     # launch() is between starting the cluster and watching it. Make that certain:
     # start() returns only once worker:0's first line is in the log book.
-    from dtfkit.engine.runtime import ClusterRuntime
+    from dtfkit.engine.owner.runtime import ClusterRuntime
 
     script = tmp_path / "early.py"
     script.write_text(

@@ -1,5 +1,5 @@
 """Emulated link delay (``LocalCluster(delay=...)``): a relay in front of every task's
-server holds each byte for the link's one-way delay (``dtfkit.engine.relay``).
+server holds each byte for the link's one-way delay (``dtfkit.engine.task.relay``).
 
 What is asserted is the invariant a delay guarantees, a lower bound: nothing arrives
 before it was sent plus the delay, however busy the machine. How close to the delay a
@@ -17,10 +17,11 @@ from conftest import share_cluster, wait_gone
 
 import dtfkit
 from dtfkit.cluster import _link_words
-from dtfkit.engine import netns, relay
-from dtfkit.engine.launcher import LauncherDescription
-from dtfkit.engine.local import LocalLauncher, link_delay, plan_delays
-from dtfkit.engine.protocol import TaskConfig
+from dtfkit.engine.launchers.contract import LauncherDescription
+from dtfkit.engine.launchers.local import LocalLauncher, link_delay, plan_delays
+from dtfkit.engine.platform import netns
+from dtfkit.engine.task import relay
+from dtfkit.engine.wire.protocol import TaskConfig
 from dtfkit.errors import DtfkitError
 
 DELAY = "100ms"
@@ -208,7 +209,7 @@ def relays_of(cluster) -> list[psutil.Process]:
         if name == "netns":
             continue
         for child in psutil.Process(pid).children(recursive=True):
-            if "dtfkit.engine.relay" in " ".join(child.cmdline()):
+            if "dtfkit.engine.task.relay" in " ".join(child.cmdline()):
                 out.append(child)
     return out
 

@@ -1,4 +1,4 @@
-"""Reading faulthandler's dumps (``dtfkit.engine.dumps``): real dumps of real processes."""
+"""Reading faulthandler's dumps (``dtfkit.engine.wire.dumps``): real dumps of real processes."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import subprocess
 import sys
 import textwrap
 
-from dtfkit.engine import dumps
+from dtfkit.engine.wire import dumps
 
 # A process with a second thread of its own, stuck in a regex (C code that holds the
 # interpreter lock), armed as dtfkit's tasks are.
 STUCK = textwrap.dedent(
     """
     import re, sys, threading
-    from dtfkit.engine import dumps
+    from dtfkit.engine.wire import dumps
     dumps.arm(sys.argv[1])
     ready = threading.Event()
 

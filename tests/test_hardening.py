@@ -27,11 +27,13 @@ import pytest
 from conftest import subprocess_env, wait_gone, wait_until
 
 import dtfkit
-from dtfkit.engine import logs, protocol, runtime, state, tasks
-from dtfkit.engine.fake import FakeLauncher
-from dtfkit.engine.layout import ClusterLayout
-from dtfkit.engine.local import LocalLauncher
-from dtfkit.engine.protocol import TaskConfig
+from dtfkit.engine.launchers.fake import FakeLauncher
+from dtfkit.engine.launchers.local import LocalLauncher
+from dtfkit.engine.owner import logs, runtime, tasks
+from dtfkit.engine.platform import state
+from dtfkit.engine.wire import lines, protocol
+from dtfkit.engine.wire.layout import ClusterLayout
+from dtfkit.engine.wire.protocol import TaskConfig
 from dtfkit.errors import ClusterStartError, DtfkitError, TaskExited, TaskTimeout
 
 pytestmark = pytest.mark.timeout(240)
@@ -263,14 +265,14 @@ def test_close_ends_what_a_task_started_in_a_session_of_its_own():
 
 # --------------------------------------------------- 6: byte-bounded logs
 def test_a_huge_line_is_cut_but_its_end_is_kept():
-    line = b"x" * (3 * logs.MAX_LINE_BYTES) + protocol.OUTPUT_DONE_MARK.encode() + b"7\n"
+    line = b"x" * (3 * lines.MAX_LINE_BYTES) + protocol.OUTPUT_DONE_MARK.encode() + b"7\n"
     stream = io.BytesIO(line + b"next\n")
-    first = logs.read_line(stream)
-    assert len(first) < logs.MAX_LINE_BYTES + logs.LINE_END_BYTES + 100
+    first = lines.read_line(stream)
+    assert len(first) < lines.MAX_LINE_BYTES + lines.LINE_END_BYTES + 100
     assert b"bytes cut by dtfkit" in first
     before, kind, number = protocol.parse_done_mark(first.decode().rstrip("\n"))
     assert (kind, number) == ("output_done", 7) and before.startswith("xxx")
-    assert logs.read_line(stream) == b"next\n"
+    assert lines.read_line(stream) == b"next\n"
 
 
 def test_memory_and_files_are_bounded_in_bytes(tmp_path):
@@ -353,7 +355,7 @@ def test_bad_selectors_are_clear_errors():
         with pytest.raises(DtfkitError, match="cannot select tasks"):
             layout.select(bad)
     with pytest.raises(DtfkitError, match="whole number"):
-        dtfkit.engine.layout.TaskId.parse("worker", "x")
+        dtfkit.engine.wire.layout.TaskId.parse("worker", "x")
 
 
 def test_host_network_warns_about_what_it_exposes(no_spawn):
@@ -495,7 +497,7 @@ def test_huge_output_is_bounded_in_memory_and_said_so(cluster, capsys):
     assert cluster.run(print_huge_lines, args=(80,), on="worker:1", timeout=120) == {"worker:1": 80}
     capsys.readouterr()
     kept = cluster._rt.log_lines("worker:1")
-    assert max(len(line) for line in kept) < 64 * 1024 + 1000  # logs.MAX_LINE_BYTES and its kept end
+    assert max(len(line) for line in kept) < 64 * 1024 + 1000  # lines.MAX_LINE_BYTES and its kept end
     assert sum(len(line) for line in kept) <= 4 * 1024 * 1024  # logs.TASK_MEMORY_BYTES
     assert "worker:1:" in repr(cluster) and "dropped from memory" in repr(cluster)
     assert "dropped from memory" in cluster._repr_html_()

@@ -19,7 +19,7 @@ import pytest
 from conftest import listening_ports, port_of, share_cluster
 
 import dtfkit
-from dtfkit.engine import netns
+from dtfkit.engine.platform import netns
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -1,5 +1,6 @@
-"""dtfkit's layers, read from the source: no import cycle between folders, none inside the engine,
-and the engine imports nothing above it.
+"""dtfkit's layers, read from the source: no import cycle between folders and none between modules
+anywhere, the engine's wings import only downwards, the engine imports nothing above it, and no module
+that runs in the notebook kernel imports TensorFlow when it is imported.
 
 The graph counts every ``import`` and ``from ... import`` in every module (inside functions and
 ``if TYPE_CHECKING:`` too: a lazy import is still a dependency). A module's *folder* is the package
@@ -7,9 +8,14 @@ that holds it (``dtfkit.engine``, ``dtfkit.course.check``, ...); a module direct
 is a node of its own (the facade ``dtfkit``, ``dtfkit.cluster``, ``dtfkit.errors``...): that level
 holds the top (cli, the facade) and the bottom (errors, taskapi) at once.
 
+The engine's wings, top to bottom, each named for the process that runs its code (``WINGS``):
+``owner`` (the kernel's session: tasks, events, calls, output), ``launchers`` (where a task runs; in
+the kernel's process), ``task`` (the program a task process runs), ``wire`` (what both sides agree
+on), ``platform`` (the machine). A wing imports its own modules and the wings below it, never ``task``.
+
 Layers, top to bottom: the front ends (``dtfkit``, ``cluster``, ``launch``, ``cli``, ``ray``,
 ``lab``, ``course``, ``recipes``, ``kube``), the engine (``dtfkit.engine``, whose
-``dtfkit.engine.notebook`` answers the notebook facts), and ``BOTTOM`` (standard library only,
+``dtfkit.engine.platform.notebook`` answers the notebook facts), and ``BOTTOM`` (standard library only,
 plus each other).
 """
 
@@ -18,16 +24,29 @@ from __future__ import annotations
 import ast
 import functools
 import shutil
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from conftest import subprocess_env
 
-from dtfkit.engine.layout import TaskId, tutorial_flags
+from dtfkit.engine.wire.layout import TaskId, tutorial_flags
 from dtfkit.kube import tfjob_entry
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dtfkit"
 ENGINE = "dtfkit.engine"
+
+# The engine's wings, top to bottom; a wing may import itself and the wings after it, except "task"
+# (a program of its own: nothing imports it).
+WINGS = ("owner", "launchers", "task", "wire", "platform")
+# Programs that run in a task process (or a container), not in the notebook's kernel: the only
+# modules that may import TensorFlow when they are imported.
+TASK_SIDE = ("dtfkit.engine.task", "dtfkit.examples", "dtfkit.kube.tfjob_entry")
+TENSORFLOW = ("tensorflow", "keras", "tf_keras")
+# Files that are not imported as modules but executed by a program of their own.
+NOT_IMPORTED = {"dtfkit.hubbench.jupyterhub_config": "JupyterHub executes it as its configuration file"}
 
 # Modules outside the engine that the engine may import: they import nothing from dtfkit but each other.
 BOTTOM = {
@@ -42,7 +61,7 @@ KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 @functools.lru_cache(maxsize=8)
 def module_names(root: Path) -> dict[str, Path]:
-    """``{"dtfkit.engine.pool": path, "dtfkit": path of __init__.py, ...}`` under ``root``."""
+    """``{"dtfkit.engine.launchers.pool": path, "dtfkit": path of __init__.py, ...}`` under ``root``."""
     names = {}
     for path in sorted(root.rglob("*.py")):
         parts = list(path.relative_to(root.parent).with_suffix("").parts)
@@ -52,15 +71,47 @@ def module_names(root: Path) -> dict[str, Path]:
     return names
 
 
-def imported_modules(path: Path, module: str, modules: dict[str, Path]) -> set[str]:
+def _type_only_nodes(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under ``if TYPE_CHECKING:`` (they never run)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            found.update(id(n) for child in node.body for n in ast.walk(child))
+    return found
+
+
+def _module_level_nodes(tree: ast.Module) -> set[int]:
+    """ids of the nodes that run when the module is imported: not inside a function or a class body's method."""
+    found = set()
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        found.add(id(node))
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def imported_modules(
+    path: Path, module: str, modules: dict[str, Path], *, type_only: bool = True, at_import: bool = False
+) -> set[str]:
     """The dtfkit modules ``module`` imports (relative imports resolved), inside functions too.
 
-    ``from dtfkit.engine import pool`` imports the module ``dtfkit.engine.pool``;
-    ``from dtfkit.engine.pool import TaskPool`` the module ``dtfkit.engine.pool`` too.
+    ``type_only=False`` leaves out the imports under ``if TYPE_CHECKING:`` (they never run);
+    ``at_import=True`` keeps only those that run when ``module`` is imported (not inside functions).
+
+    ``from dtfkit.engine.launchers import pool`` imports the module ``dtfkit.engine.launchers.pool``;
+    ``from dtfkit.engine.launchers.pool import TaskPool`` the module ``dtfkit.engine.launchers.pool`` too.
     """
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    skip = set() if type_only else _type_only_nodes(tree)
+    keep = _module_level_nodes(tree) if at_import else None
     names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in ast.walk(tree):
+        if id(node) in skip or (keep is not None and id(node) not in keep):
+            continue
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -71,19 +122,25 @@ def imported_modules(path: Path, module: str, modules: dict[str, Path]) -> set[s
             names.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
     found = set()
     for name in names:
-        while name and name not in modules:  # `import dtfkit.engine.pool as p`, names of a module
+        while name and name not in modules:  # `import dtfkit.engine.launchers.pool as p`, names of a module
             name = name.rpartition(".")[0]
         if name and name != module:
             found.add(name)
     return found
 
 
-@functools.lru_cache(maxsize=8)
-def module_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+@functools.lru_cache(maxsize=32)
+def module_graph(
+    root: Path = PACKAGE, *, type_only: bool = True, at_import: bool = False
+) -> dict[str, set[str]]:
     """``{module: {dtfkit modules it imports}}``, without the rule-breakers of KNOWN_EXCEPTIONS."""
     modules = module_names(root)
     return {
-        module: {t for t in imported_modules(path, module, modules) if (module, t) not in KNOWN_EXCEPTIONS}
+        module: {
+            t
+            for t in imported_modules(path, module, modules, type_only=type_only, at_import=at_import)
+            if (module, t) not in KNOWN_EXCEPTIONS
+        }
         for module, path in modules.items()
     }
 
@@ -178,6 +235,93 @@ def engine_imports_from_above(root: Path = PACKAGE) -> list[str]:
     ]
 
 
+def wing_of(module: str) -> str | None:
+    """``"owner"`` for ``dtfkit.engine.owner.calls``; None outside the wings."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["dtfkit", "engine"] and parts[2] in WINGS else None
+
+
+def wing_violations(root: Path = PACKAGE) -> list[str]:
+    """Imports from a wing to a wing above it (or into ``task``): ``"a -> b (wire imports owner)"``."""
+    found = []
+    for module, targets in sorted(module_graph(root).items()):
+        here = wing_of(module)
+        for target in sorted(targets):
+            there = wing_of(target)
+            if here is None or there is None or here == there:
+                continue
+            if there == "task" or WINGS.index(there) < WINGS.index(here):
+                found.append(f"{module} -> {target} ({here} imports {there})")
+    return found
+
+
+def engine_modules_outside_wings(root: Path = PACKAGE) -> list[str]:
+    return sorted(
+        m
+        for m in module_names(root)
+        if m.startswith(ENGINE + ".") and wing_of(m) is None and m.count(".") > 2
+    ) + sorted(
+        m
+        for m in module_names(root)
+        if m.count(".") == 2 and m.startswith(ENGINE + ".") and m.split(".")[2] not in WINGS
+    )
+
+
+def module_cycles(root: Path = PACKAGE) -> list[list[str]]:
+    """Import circles between modules anywhere in dtfkit, counting every import that can run."""
+    return cycles(module_graph(root, type_only=False))
+
+
+def _imports_tensorflow_at_import(path: Path) -> list[int]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    keep, skip = _module_level_nodes(tree), _type_only_nodes(tree)
+    lines = []
+    for node in ast.walk(tree):
+        if id(node) not in keep or id(node) in skip:
+            continue
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] in TENSORFLOW for a in node.names):
+            lines.append(node.lineno)
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and (node.module or "").split(".")[0] in TENSORFLOW
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def kernel_side(module: str) -> bool:
+    return not any(module == t or module.startswith(t + ".") for t in TASK_SIDE)
+
+
+def tensorflow_at_import(root: Path = PACKAGE) -> dict[str, list[str]]:
+    """``{kernel-side module: [the chain of imports that reaches TensorFlow when it is imported]}``.
+
+    Importing ``a.b.c`` also runs ``a/__init__`` and ``a/b/__init__``, so parents count.
+    """
+    modules = module_names(root)
+    graph = module_graph(root, type_only=False, at_import=True)
+    direct = {m: _imports_tensorflow_at_import(path) for m, path in modules.items()}
+
+    def parents(module: str) -> list[str]:
+        parts = module.split(".")
+        return [".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in modules]
+
+    found = {}
+    for start in sorted(m for m in modules if kernel_side(m)):
+        seen, todo = {start: [start]}, [start]
+        while todo:
+            module = todo.pop(0)
+            if direct[module]:
+                found[start] = [*seen[module], f"import tensorflow (line {direct[module][0]})"]
+                break
+            for nxt in sorted(graph[module] | set(parents(module))):
+                if nxt not in seen:
+                    seen[nxt] = [*seen[module], nxt]
+                    todo.append(nxt)
+    return found
+
+
 # ---------------------------------------------------------------- the rules
 
 
@@ -195,14 +339,58 @@ def test_the_engine_imports_nothing_above_it():
     assert above == [], f"the engine imports outside dtfkit.engine and BOTTOM: {above}"
 
 
-@pytest.mark.parametrize("module", [*sorted(BOTTOM), "dtfkit.engine.notebook"])
+@pytest.mark.parametrize("module", [*sorted(BOTTOM), "dtfkit.engine.platform.notebook"])
 def test_the_bottom_layer_imports_only_the_bottom_layer(module):
     above = sorted(module_graph()[module] - set(BOTTOM))
     assert above == [], f"{module} must sit below everything, but imports {above}"
 
 
 def test_the_pool_never_imports_prewarm():
-    assert "dtfkit.engine.prewarm" not in module_graph()["dtfkit.engine.pool"]
+    assert "dtfkit.engine.launchers.prewarm" not in module_graph()["dtfkit.engine.launchers.pool"]
+
+
+def test_every_engine_module_sits_in_a_wing():
+    assert engine_modules_outside_wings() == [], (
+        f"engine modules outside {WINGS}: put each in the wing of the process that runs it"
+    )
+
+
+def test_the_wings_import_only_downwards():
+    assert wing_violations() == [], "\n".join(wing_violations())
+
+
+def test_no_import_circle_between_modules_anywhere():
+    assert module_cycles() == [], (
+        f"import circles (imports under TYPE_CHECKING do not count): {module_cycles()}"
+    )
+
+
+def test_no_kernel_side_module_imports_tensorflow_when_imported():
+    found = tensorflow_at_import()
+    assert found == {}, "\n".join(" -> ".join(chain) for chain in found.values())
+
+
+def test_importing_the_kernel_side_really_loads_no_tensorflow():
+    # The AST rules above, checked once for real: every kernel-side module this machine can import.
+    modules = [
+        m
+        for m in module_names(PACKAGE)
+        if kernel_side(m) and not m.endswith("__main__") and m not in NOT_IMPORTED
+    ]
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(m)\n"
+        "    except ImportError as e:\n"
+        "        if getattr(e, 'name', '') and e.name.split('.')[0] == 'dtfkit': raise\n"
+        "    if 'tensorflow' in sys.modules: print('TENSORFLOW', m); break\n"
+        "else: print('clean')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=subprocess_env()
+    )
+    assert out.stdout.strip().endswith("clean"), out.stdout[-2000:] + out.stderr[-2000:]
 
 
 # ---------------------------------------------------------------- the checks can fail
@@ -223,18 +411,76 @@ def _add_import(root: Path, module: str, statement: str) -> None:
 
 def test_a_cycle_added_between_folders_is_found(tmp_path):
     root = _copy(tmp_path)
-    _add_import(root, "dtfkit.engine.layout", "from dtfkit.kube import tfjob_entry")  # inside a function
-    _add_import(root, "dtfkit.kube.tfjob_entry", "import dtfkit.engine.layout")
+    _add_import(root, "dtfkit.engine.wire.layout", "from dtfkit.kube import tfjob_entry")  # inside a function
+    _add_import(root, "dtfkit.kube.tfjob_entry", "import dtfkit.engine.wire.layout")
     found, picture = folder_cycles(root)
-    assert any({"dtfkit.engine", "dtfkit.kube"} <= set(cycle) for cycle in found), found
-    assert "    dtfkit.engine.layout -> dtfkit.kube.tfjob_entry" in picture.splitlines()
-    assert "dtfkit.engine.layout -> dtfkit.kube.tfjob_entry" in engine_imports_from_above(root)
+    assert any({"dtfkit.engine.wire", "dtfkit.kube"} <= set(cycle) for cycle in found), found
+    assert "    dtfkit.engine.wire.layout -> dtfkit.kube.tfjob_entry" in picture.splitlines()
+    assert "dtfkit.engine.wire.layout -> dtfkit.kube.tfjob_entry" in engine_imports_from_above(root)
 
 
 def test_a_cycle_added_inside_the_engine_is_found(tmp_path):
     root = _copy(tmp_path)
-    _add_import(root, "dtfkit.engine.pool", "from dtfkit.engine import prewarm")
-    assert any({"dtfkit.engine.pool", "dtfkit.engine.prewarm"} <= set(c) for c in engine_cycles(root))
+    _add_import(root, "dtfkit.engine.launchers.pool", "from dtfkit.engine.launchers import prewarm")
+    assert any(
+        {"dtfkit.engine.launchers.pool", "dtfkit.engine.launchers.prewarm"} <= set(c)
+        for c in engine_cycles(root)
+    )
+
+
+def test_an_upward_import_between_wings_is_found(tmp_path):
+    root = _copy(tmp_path)
+    _add_import(root, "dtfkit.engine.wire.protocol", "from dtfkit.engine.owner import calls")
+    assert "dtfkit.engine.wire.protocol -> dtfkit.engine.owner.calls (wire imports owner)" in wing_violations(
+        root
+    )
+
+
+def test_an_import_of_the_task_program_is_found(tmp_path):
+    root = _copy(tmp_path)
+    _add_import(root, "dtfkit.engine.launchers.local", "from dtfkit.engine.task import task_main")
+    assert any("(launchers imports task)" in v for v in wing_violations(root))
+
+
+def test_a_module_outside_the_wings_is_found(tmp_path):
+    root = _copy(tmp_path)
+    (root / "engine" / "helpers.py").write_text("X = 1\n")
+    assert engine_modules_outside_wings(root) == ["dtfkit.engine.helpers"]
+
+
+def test_a_circle_through_a_lazy_import_is_found_and_a_type_only_one_is_not(tmp_path):
+    root = _copy(tmp_path)
+    _add_import(root, "dtfkit.engine.wire.lines", "from dtfkit.engine.wire import protocol")
+    _add_import(root, "dtfkit.engine.wire.protocol", "from dtfkit.engine.wire import lines")
+    assert ["dtfkit.engine.wire.lines", "dtfkit.engine.wire.protocol"] in module_cycles(root)
+    typed = _copy(tmp_path / "typed")
+    path = typed / "engine" / "wire" / "lines.py"
+    path.write_text(
+        path.read_text()
+        + "\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dtfkit.engine.wire import protocol\n"
+    )
+    _add_import(typed, "dtfkit.engine.wire.protocol", "from dtfkit.engine.wire import lines")
+    assert module_cycles(typed) == []
+
+
+def test_tensorflow_reached_through_a_chain_of_imports_is_found(tmp_path):
+    root = _copy(tmp_path)
+    # A recipe that imports TensorFlow at its top, reached by the kernel through cluster -> ... -> it.
+    path = root / "engine" / "platform" / "admission.py"
+    path.write_text("import tensorflow as tf\n" + path.read_text())
+    found = tensorflow_at_import(root)
+    assert "dtfkit.cluster" in found, sorted(found)
+    assert found["dtfkit.cluster"][-2:] == ["dtfkit.engine.platform.admission", "import tensorflow (line 1)"]
+    # A task-side program may: the task's main imports TensorFlow inside functions today, at the top would be fine.
+    main = root / "engine" / "task" / "task_main.py"
+    main.write_text("import tensorflow\n" + main.read_text())
+    assert not any(k.startswith("dtfkit.engine.task") for k in tensorflow_at_import(root))
+
+
+def test_tensorflow_inside_a_function_is_not_an_import_time_import(tmp_path):
+    root = _copy(tmp_path)
+    _add_import(root, "dtfkit.engine.platform.admission", "import tensorflow")
+    assert tensorflow_at_import(root) == {}
 
 
 # ---------------------------------------------------------------- one rule, two copies

@@ -18,8 +18,8 @@ from conftest import share_cluster, wait_gone
 
 import dtfkit
 from dtfkit.cluster import _local_launcher, _pool_words
-from dtfkit.engine import netns
-from dtfkit.engine.local import LocalLauncher, link_rate, plan_links
+from dtfkit.engine.launchers.local import LocalLauncher, link_rate, plan_links
+from dtfkit.engine.platform import netns
 from dtfkit.errors import DtfkitError
 
 PORT = 47001  # any port: each task has a network namespace of its own

@@ -1,4 +1,4 @@
-"""dtfkit.engine.notebook: the one place that decides kernel, task, cell and ``DTFKIT_POOL``."""
+"""dtfkit.engine.platform.notebook: the one place that decides kernel, task, cell and ``DTFKIT_POOL``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import types
 
 import pytest
 
-from dtfkit.engine import notebook, pool, prewarm, protocol
+from dtfkit.engine.launchers import pool, prewarm
+from dtfkit.engine.platform import notebook
+from dtfkit.engine.wire import protocol
 
 
 def fake_ipython(monkeypatch, shell) -> None:
@@ -102,5 +104,5 @@ def test_a_task_is_known_by_its_config_variable(monkeypatch):
 def test_the_pool_and_prewarm_keep_their_names():
     assert pool.POOL_ENV == "DTFKIT_POOL"
     assert pool.in_kernel is notebook.in_kernel
-    assert prewarm.first_cluster.__module__ == "dtfkit.engine.first_clusters"
+    assert prewarm.first_cluster.__module__ == "dtfkit.engine.launchers.first_clusters"
     assert prewarm.MEMORY_FILE == "first-clusters.json" and prewarm.SESSION_ENV == "JPY_SESSION_NAME"

@@ -1,6 +1,6 @@
 """No committed chapter output shows the machine that ran it (issue 29): no home folder, no
 virtual environment or Python installation, no path of the checkout, no kernel's temporary
-cell file. Remote tracebacks and stacks shorten their paths (``dtfkit.engine.frames``), and
+cell file. Remote tracebacks and stacks shorten their paths (``dtfkit.engine.wire.frames``), and
 dtfkit's warnings name the cell as IPython does; this test keeps it so in every saved output.
 
 Every output of every code cell is read: streams, errors (their traceback too), and the

@@ -1,4 +1,4 @@
-"""The warm pool (``dtfkit.engine.pool``): clusters adopt processes that imported TensorFlow
+"""The warm pool (``dtfkit.engine.launchers.pool``): clusters adopt processes that imported TensorFlow
 ahead of need, the pool refills, it can be turned off, it leaves nothing behind
 (after close, after its owner is SIGKILLed, and ``cleanup`` knows its processes), and
 a cluster made of pool processes is as isolated as a cold one.
@@ -25,7 +25,8 @@ from conftest import (
 )
 
 import dtfkit
-from dtfkit.engine import netns, pool, state
+from dtfkit.engine.launchers import pool
+from dtfkit.engine.platform import netns, state
 from dtfkit.errors import DtfkitError
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -179,7 +180,9 @@ def test_a_bad_pool_argument_fails_before_any_process_starts(no_spawn):
 
 
 def test_importing_the_pool_does_not_import_tensorflow():
-    code = "import sys, dtfkit, dtfkit.engine.pool, dtfkit.cluster; print('tensorflow' in sys.modules)"
+    code = (
+        "import sys, dtfkit, dtfkit.engine.launchers.pool, dtfkit.cluster; print('tensorflow' in sys.modules)"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), timeout=60
     )
@@ -202,7 +205,7 @@ def test_cleanup_knows_the_pool_and_the_adopted_tasks(warm_pool):
 OWNER = """
 import json, sys
 import dtfkit
-from dtfkit.engine.pool import TaskPool
+from dtfkit.engine.launchers.pool import TaskPool
 
 pool = TaskPool(size=2)
 assert pool.wait_warm(2, timeout=180), pool

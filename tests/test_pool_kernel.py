@@ -1,4 +1,4 @@
-"""Warm from the first cell (``dtfkit.engine.prewarm``): in a real Jupyter kernel, ``import
+"""Warm from the first cell (``dtfkit.engine.launchers.prewarm``): in a real Jupyter kernel, ``import
 dtfkit`` starts filling the warm pool, the chapter's first cluster adopts it, the notebook's
 first cluster is remembered, and nothing is left once the kernel shuts down. Also: a cluster
 that arrives while the pool is still importing TensorFlow takes those processes instead of
@@ -18,7 +18,8 @@ import pytest
 from conftest import processes_of, subprocess_env, wait_gone, wait_until
 
 import dtfkit
-from dtfkit.engine import first_clusters, netns, notebook, pool, prewarm
+from dtfkit.engine.launchers import first_clusters, pool, prewarm
+from dtfkit.engine.platform import netns, notebook
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -96,7 +97,7 @@ def remembered(home, notebook: str):
 
 IMPORT = """
 import json, dtfkit
-from dtfkit.engine import prewarm
+from dtfkit.engine.launchers import prewarm
 warm = prewarm.wait_warm(timeout={timeout})
 p = prewarm.pool()
 print("FACTS " + json.dumps({{"warm": warm, "note": prewarm.note(), "pids": p.pids() if p else []}}))
@@ -141,7 +142,7 @@ def test_a_notebook_that_started_no_cluster_warms_nothing_the_next_time(tmp_path
     first = Kernel(notebook, str(tmp_path))
     try:
         note = first.facts(
-            'import json, dtfkit\nfrom dtfkit.engine import prewarm\nassert prewarm.wait_decided(60)\nprint("FACTS " + json.dumps(prewarm.note()))'
+            'import json, dtfkit\nfrom dtfkit.engine.launchers import prewarm\nassert prewarm.wait_decided(60)\nprint("FACTS " + json.dumps(prewarm.note()))'
         )
         assert note.startswith("filling 3"), note  # never seen: the default
     finally:
@@ -170,7 +171,7 @@ def test_a_remembered_first_cluster_sizes_the_fill_and_sets_its_import_time_vari
     )
     monkey = {prewarm.SESSION_ENV: notebook}
     code = (
-        "from dtfkit.engine import prewarm, pool; import json;"
+        "from dtfkit.engine.launchers import prewarm, pool; import json;"
         "print(json.dumps([prewarm.plan(prewarm.remembered()), pool.import_env("
         f"{{**pool.task_environment('x', '/tmp/x'), **{env!r}}})]))"
     )
@@ -183,9 +184,9 @@ def test_a_remembered_first_cluster_sizes_the_fill_and_sets_its_import_time_vari
 
 def test_import_outside_a_kernel_warms_nothing():
     code = (
-        "import sys, threading, dtfkit; from dtfkit.engine import prewarm;"
+        "import sys, threading, dtfkit; from dtfkit.engine.launchers import prewarm;"
         "print(prewarm.note()); print([t.name for t in threading.enumerate()]);"
-        "print('tensorflow' in sys.modules, 'dtfkit.engine.pool' in sys.modules)"
+        "print('tensorflow' in sys.modules, 'dtfkit.engine.launchers.pool' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],

@@ -63,7 +63,7 @@ def _task_listeners(ports) -> list[str]:
             cmd = " ".join(psutil.Process(conn.pid).cmdline())
         except psutil.Error:
             continue
-        if "dtfkit.engine.task_main" in cmd:
+        if "dtfkit.engine.task.task_main" in cmd:
             out.append(f"port {conn.laddr.port}: pid {conn.pid} {cmd}")
     return out
 

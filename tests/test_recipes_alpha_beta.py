@@ -182,7 +182,7 @@ def test_measure_on_a_real_delayed_cluster():
     and the lower bound the delay guarantees on the communication (not on the step, whose calls
     alone cost about 4d): each round of messages crosses a link and waits for the one before, so
     a traced step's transfers span >= rounds × d, and each logged transfer takes >= d."""
-    from dtfkit.engine import netns
+    from dtfkit.engine.platform import netns
 
     ok, why = netns.isolation_available()
     if not ok:

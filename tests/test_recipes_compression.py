@@ -221,7 +221,7 @@ def test_the_weights_going_down_set_a_floor_on_every_step():
     """Over a 50 mbit/s link ps:0 sends each of 2 workers the float32 weights every step, whatever
     the gradients are compressed to: every step takes at least half of those bytes over the rate
     (a busy machine makes a step slower, never faster; the token bucket's burst is 10 ms)."""
-    from dtfkit.engine import netns
+    from dtfkit.engine.platform import netns
 
     ok, why = netns.isolation_available()
     if not ok:

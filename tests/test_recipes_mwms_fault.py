@@ -13,7 +13,7 @@ import pytest
 from conftest import share_cluster
 
 import dtfkit
-from dtfkit.engine.fake import FakeLauncher
+from dtfkit.engine.launchers.fake import FakeLauncher
 from dtfkit.errors import TaskExited, TaskFailed, TaskTimeout
 from dtfkit.recipes import mwms_fault as mf
 

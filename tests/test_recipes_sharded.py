@@ -13,7 +13,7 @@ import pytest
 from conftest import share_cluster
 
 import dtfkit
-from dtfkit.engine import netns
+from dtfkit.engine.platform import netns
 from dtfkit.recipes import allreduce, partitioned, timeline
 
 FLOATS = 1200  # divisible by 2 and 3

@@ -1,6 +1,6 @@
 """A remote traceback shows the learner's own code: the file (or ``Cell In[N]``), the line
 number and the line's text, wherever the function came from and whatever cloudpickle does
-with code file names (``dtfkit.engine.sources``).
+with code file names (``dtfkit.engine.wire.sources``).
 
 The unit tests need no task process; the cluster tests run plain Python tasks
 (``FakeLauncher``, a fraction of a second); one runs a notebook in a real kernel on a real
@@ -20,8 +20,8 @@ import pytest
 from conftest import share_cluster, subprocess_env
 
 import dtfkit
-from dtfkit.engine import frames, sources
-from dtfkit.engine.fake import FakeLauncher
+from dtfkit.engine.launchers.fake import FakeLauncher
+from dtfkit.engine.wire import frames, sources
 from dtfkit.errors import ClusterStartError, TaskFailed, TaskTimeout
 
 pytestmark = pytest.mark.timeout(120)

@@ -19,7 +19,7 @@ from notebook_sections import load
 from section_reruns import AGAIN, RERUNS, rerun_spans
 
 import dtfkit
-from dtfkit.engine.fake import FakeLauncher
+from dtfkit.engine.launchers.fake import FakeLauncher
 from dtfkit.errors import DtfkitError, TaskExited
 
 

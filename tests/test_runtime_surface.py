@@ -1,6 +1,6 @@
 """The front ends touch the runtime only through its methods and frozen views.
 
-``cluster.py``, ``launch.py``, ``engine/calls.py`` and ``ray/`` may read the runtime's
+``cluster.py``, ``launch.py``, ``engine/owner/calls.py`` and ``ray/`` may read the runtime's
 read-only properties and call its methods (``ALLOWED``), and a call's ``TaskCall``
 methods; they never read or write a part (``tasks``, ``events``, ``output``), a
 ``TaskProcess``, or a private name. The check reads the source (AST), so it cannot
@@ -15,14 +15,14 @@ import pathlib
 
 import pytest
 
-from dtfkit.engine.process import TaskCall
-from dtfkit.engine.runtime import ClusterRuntime
+from dtfkit.engine.owner.process import TaskCall
+from dtfkit.engine.owner.runtime import ClusterRuntime
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "dtfkit"
 FRONT_ENDS = [
     ROOT / "cluster.py",
     ROOT / "launch.py",
-    ROOT / "engine" / "calls.py",
+    ROOT / "engine" / "owner" / "calls.py",
     *sorted((ROOT / "ray").glob("*.py")),
 ]
 # Names that hold a runtime in the front ends (self._rt, rt = self._rt, runtime).
@@ -145,7 +145,7 @@ def test_the_check_catches_a_field_read_and_a_write(tmp_path):
 
 def test_the_engine_imports_no_ui():
     """The progress display is passed in (``progress=``); the engine never imports it."""
-    for path in sorted((ROOT / "engine").glob("*.py")):
+    for path in sorted((ROOT / "engine").rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
             names = []

@@ -20,7 +20,7 @@ import yaml
 from conftest import REPO, subprocess_env
 
 import dtfkit
-from dtfkit.engine.layout import TaskId, cluster_dict, tutorial_flags
+from dtfkit.engine.wire.layout import TaskId, cluster_dict, tutorial_flags
 from dtfkit.kube import check_manifest, export_tfjob, manifest_problems, simulate
 from dtfkit.kube.controller import is_distributed, operator_tf_config, pods_deleted_at_end, tf_config_text
 from dtfkit.kube.validate import ManifestInvalid, is_dtfkit_rule, tfjob_schema

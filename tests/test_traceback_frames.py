@@ -1,4 +1,4 @@
-"""A task's tracebacks and stacks read like local ones (``dtfkit.engine.frames``): dtfkit's
+"""A task's tracebacks and stacks read like local ones (``dtfkit.engine.wire.frames``): dtfkit's
 engine frames that ran the call are left out, and no folder of the machine shows.
 
 The paths are checked against literal expectations, and the tracebacks are real ones: raised
@@ -18,8 +18,8 @@ import pytest
 from conftest import share_cluster
 
 import dtfkit
-from dtfkit.engine import frames
-from dtfkit.engine.fake import FakeLauncher
+from dtfkit.engine.launchers.fake import FakeLauncher
+from dtfkit.engine.wire import frames
 from dtfkit.errors import ClusterStartError, TaskFailed, TaskTimeout
 from dtfkit.recipes import alpha_beta
 
@@ -227,7 +227,7 @@ def test_a_failing_setup_starts_at_the_setup_function():
 
 # ------------------------------------------------------------------ warnings
 def test_dtfkits_warnings_name_the_learners_place_as_a_traceback_does():
-    from dtfkit.engine import local
+    from dtfkit.engine.launchers import local
 
     with pytest.warns(UserWarning, match="exposed") as record:
         local._warn("exposed")  # WARNED-HERE: the first frame outside dtfkit

@@ -54,7 +54,7 @@ _RULES = (
         # another socket); older gRPC printed the OS's "Address already in use".
         re.compile(
             r"Address already in use|Could not start gRPC server|Failed to add port to server: No address added|"
-            # dtfkit/engine/tasks.py: a restart on a shared network whose port another program holds.
+            # dtfkit/engine/owner/tasks.py: a restart on a shared network whose port another program holds.
             r"\bPortTaken\b|could not bind its port|another program now holds its old address"
         ),
         "This task's server could not listen on its port: something else (another task, an old process, "

@@ -29,7 +29,7 @@ EXERCISE = "1.1"
 READY_MARK = "dtfkit-bench: first cluster ready"
 # Printed by the lesson's probe cell: the student's cluster, isolated or not, and its addresses.
 PROBE = f"""import json as _json
-from dtfkit.engine import state as _state
+from dtfkit.engine.platform import state as _state
 _probe = {{"isolated": cluster.isolated, "addresses": cluster.cluster_spec, "pids": cluster.pids(),
           "runtime": _state.base_dir()}}
 print("dtfkit-bench-cluster " + _json.dumps(_probe))

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dtfkit.engine.local import kill_group, spawn_group
+from dtfkit.engine.launchers.local import kill_group, spawn_group
 from dtfkit.errors import DtfkitError
 from dtfkit.kube import controller
 from dtfkit.kube.validate import check_manifest

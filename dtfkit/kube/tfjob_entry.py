@@ -9,7 +9,7 @@ are the script's own; ``TF_CONFIG`` stays in the environment.
 
 It uses only the standard library, so a TFJob can run it from a ConfigMap in any
 image that has Python (``dtfkit export tfjob`` puts it there). dtfkit's own launcher
-gets the flags from ``dtfkit.engine.layout.tutorial_flags``, the same rule (the engine
+gets the flags from ``dtfkit.engine.wire.layout.tutorial_flags``, the same rule (the engine
 imports nothing from ``dtfkit.kube``; ``tests/test_layering.py`` checks the two agree), so a
 script sees the same flags under ``dtfkit launch`` and in a TFJob.
 

@@ -36,12 +36,14 @@ from __future__ import annotations
 
 import html
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
 from dtfkit.lab import plots
-from dtfkit.lab.runner import Lab, RunRecord
+
+if TYPE_CHECKING:  # the lab makes its panel (Lab.panel()); the panel only drives it
+    from dtfkit.lab.runner import Lab, RunRecord
 
 RUNNING = "running…"
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dtfkit.engine import notebook
+from dtfkit.engine.platform import notebook
 from dtfkit.recipes import analysis
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """The Ray actor that runs one dtfkit task on its node and relays everything it says.
 
 One ``TaskActor`` per task start. It listens on a Unix socket in a temporary folder
-of its own, starts ``python -m dtfkit.engine.task_main`` (in a session of its own,
+of its own, starts ``python -m dtfkit.engine.task.task_main`` (in a session of its own,
 stdout and stderr on one pipe) with the cluster's config rewritten to that socket,
 authenticates the task's connection (``control.first_message``, expecting
 ``Hello``) and relays:
@@ -39,10 +39,11 @@ from typing import Any
 
 import ray
 
-from dtfkit.engine import control, lifeline, protocol
-from dtfkit.engine.local import spawn_task
-from dtfkit.engine.logs import read_line
-from dtfkit.engine.protocol import TaskConfig
+from dtfkit.engine.launchers.local import spawn_task
+from dtfkit.engine.platform import lifeline
+from dtfkit.engine.wire import control, protocol
+from dtfkit.engine.wire.lines import read_line
+from dtfkit.engine.wire.protocol import TaskConfig
 
 CONNECT_SECONDS = 120.0  # how long a send waits for the task to connect (it connects before importing TF)
 ACCEPT_POLL = 0.5

@@ -23,9 +23,9 @@ from types import MappingProxyType
 from typing import Any
 
 from dtfkit.cluster import LocalCluster
-from dtfkit.engine import frames
-from dtfkit.engine.launcher import LauncherDescription, LauncherSpec
-from dtfkit.engine.layout import ClusterLayout
+from dtfkit.engine.launchers.contract import LauncherDescription, LauncherSpec
+from dtfkit.engine.wire import frames
+from dtfkit.engine.wire.layout import ClusterLayout
 from dtfkit.ray.launcher import RayLauncher, RayStart, check_resources
 
 RAY_NETWORK_WARNING = (

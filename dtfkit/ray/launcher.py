@@ -1,6 +1,6 @@
 """Tasks on a Ray cluster: ``RayLauncher``, one ``TaskActor`` per task start, pinned to a node.
 
-The runtime (``dtfkit.engine.runtime``) is the same as for local processes: it only
+The runtime (``dtfkit.engine.owner.runtime``) is the same as for local processes: it only
 sees ``TaskHandle`` s. A ``RayTaskHandle``'s ``connection`` is a relay that speaks to
 the task through its actor (the notebook never accepts a connection from a node),
 and its output lines come through the actor too. Where each task runs is decided
@@ -28,9 +28,9 @@ import types
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from dtfkit.engine import state
-from dtfkit.engine.launcher import Launcher, LauncherDescription, TaskHandle
-from dtfkit.engine.protocol import TaskConfig
+from dtfkit.engine.launchers.contract import Launcher, LauncherDescription, TaskHandle
+from dtfkit.engine.platform import state
+from dtfkit.engine.wire.protocol import TaskConfig
 from dtfkit.errors import ClusterStartError, DtfkitError
 from dtfkit.ray.simulated import SimulatedRayCluster, connect, is_loopback, require_ray
 

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 
-from dtfkit.engine import state
+from dtfkit.engine.platform import state
 from dtfkit.errors import ClusterStartError, DtfkitError
 
 START_SECONDS = 120.0  # a head and two nodes take 10-15 s on a busy 2-core machine

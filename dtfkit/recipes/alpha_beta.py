@@ -179,7 +179,7 @@ def fastest(rows: Iterable[dict[str, Any]], key: str = "comm_s") -> dict[tuple[s
 # ------------------------------------------------------------------------ measuring
 def _check_measure_args(delays: Sequence[str], sizes: Sequence[int], n: int, link: str, steps: int) -> int:
     """Refuse bad input before any cluster starts; returns the link's rate in bits/s."""
-    from dtfkit.engine import netns
+    from dtfkit.engine.platform import netns
 
     if not isinstance(n, int) or isinstance(n, bool) or n < 2:
         raise ValueError(f"n (how many workers synchronise) must be an integer >= 2, not {n!r}")
@@ -233,7 +233,7 @@ def measure(
         fastest(rows)     # {('1ms', 1200): 'sharded_ps', ..., ('20ms', 1200000): 'ring'}
     """
     import dtfkit
-    from dtfkit.engine import netns
+    from dtfkit.engine.platform import netns
 
     rate = _check_measure_args(delays, sizes, n, link, steps)
     if not isinstance(trace, bool):

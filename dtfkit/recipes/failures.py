@@ -268,7 +268,7 @@ def tensorflow_frames(stack: str) -> list[tuple[str, str]]:
     """
     frames = []
     for match in _FRAME.finditer(stack):
-        path = "/" + match["file"]  # a task's stacks show the path as Python finds it (engine/frames.py)
+        path = "/" + match["file"]  # a task's stacks show the path as Python finds it (engine/wire/frames.py)
         if "/tensorflow/" in path:
             frames.append(("tensorflow/" + path.split("/tensorflow/", 1)[1], match["name"]))
     if "most recent call first" in stack:

@@ -1,20 +1,20 @@
-"""What each notebook's first cluster was, remembered across kernels (for ``dtfkit.engine.prewarm``).
+"""What each notebook's first cluster was, remembered across kernels (for ``dtfkit.engine.launchers.prewarm``).
 
 The next kernel of a notebook warms what its first cluster needed the last time: how many
 tasks, and the variables TensorFlow reads at import that it set with ``env=``. A notebook whose
 first cluster the pool could not serve (``link=``, ``pool=False``), or that ran no cluster at
 all, is remembered with ``tasks`` None and the reason. Kept per notebook in a small JSON file
-(``memory_path()``); only in a notebook kernel (``dtfkit.engine.notebook.in_kernel()``).
+(``memory_path()``); only in a notebook kernel (``dtfkit.engine.platform.notebook.in_kernel()``).
 
 A notebook is named by ``JPY_SESSION_NAME`` (jupyter_server sets it to the notebook's
 path in the kernels it starts), else by the kernel's working folder.
 
-The pool (``dtfkit.engine.pool``) and the front end (``dtfkit.cluster``) tell it about the
+The pool (``dtfkit.engine.launchers.pool``) and the front end (``dtfkit.cluster``) tell it about the
 first cluster; ``prewarm`` reads it. It imports neither.
 
 Example (in a notebook)::
 
-    >>> from dtfkit.engine import first_clusters
+    >>> from dtfkit.engine.launchers import first_clusters
     >>> first_clusters.record(3, {}, "/home/me/notebooks")               # doctest: +SKIP
     >>> first_clusters.remembered()                                      # doctest: +SKIP
     {'cwd': '/home/me/notebooks', 'env': {}, 'tasks': 3, 'why': ''}
@@ -26,7 +26,7 @@ import json
 import os
 import threading
 
-from dtfkit.engine import notebook
+from dtfkit.engine.platform import notebook
 
 SESSION_ENV = "JPY_SESSION_NAME"
 MEMORY_FILE = "first-clusters.json"

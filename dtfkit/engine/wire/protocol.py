@@ -112,6 +112,9 @@ class Port(NamedTuple):
 class Ready(NamedTuple):
     target: str | None
     pid: int
+    # When each step of the task's start ended, as ("phase", time.monotonic()) in order (the clock is
+    # the machine's, so the owner can set them against its own spawn time): where a cold start goes.
+    phases: tuple[tuple[str, float], ...] = ()
 
 
 class StartFailed(NamedTuple):
@@ -142,7 +145,7 @@ class Metric(NamedTuple):
 
 # ---------------------------------------------------------------- owner -> task
 # {file name: (the name tracebacks give it, its lines)}: the source of the code a payload
-# runs, which the task registers in linecache (dtfkit.engine.sources).
+# runs, which the task registers in linecache (dtfkit.engine.wire.sources).
 Sources = dict[str, tuple[str, list[str]]]
 
 

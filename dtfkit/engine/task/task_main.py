@@ -1,4 +1,4 @@
-"""The program every task process runs (``python -m dtfkit.engine.task_main``).
+"""The program every task process runs (``python -m dtfkit.engine.task.task_main``).
 
 Order matters: connect to the owner (over a Unix socket, no thread started),
 wait for the namespace anchor if it is still starting, join the cluster's network
@@ -8,7 +8,13 @@ is up), reserve a port, import TensorFlow while the owner gathers everyone's por
 then start the server from the ClusterSpec the owner sends back.
 """
 
+# ruff: noqa: E402
+# (imports below the first line: it takes the time Python came up, before the imports it times)
 from __future__ import annotations
+
+import time
+
+_PHASES: list[tuple[str, float]] = [("interpreter", time.monotonic())]  # Python is up, this module starts
 
 import io
 import os
@@ -18,10 +24,17 @@ import signal
 import socket
 import sys
 import threading
-import time
 
-from dtfkit.engine import dumps, frames, lifeline, protocol, sources
-from dtfkit.engine.protocol import TaskConfig
+from dtfkit.engine.platform import lifeline
+from dtfkit.engine.wire import dumps, frames, protocol, sources
+from dtfkit.engine.wire.protocol import TaskConfig
+
+_PHASES.append(("dtfkit imports", time.monotonic()))
+
+
+def _phase(name: str) -> None:
+    """Mark the end of a start-up step (sent to the owner with Ready)."""
+    _PHASES.append((name, time.monotonic()))
 
 
 class Channel:
@@ -214,7 +227,7 @@ def _import_tensorflow():
 
 def _serve(tf, cluster: dict, task_job: str, task_index: int, port: int | None = None):
     """Start this task's server; ``port``: bind it instead of the cluster's port for this
-    task (a relay holds that one, see ``dtfkit.engine.relay``)."""
+    task (a relay holds that one, see ``dtfkit.engine.task.relay``)."""
     spec = tf.train.ClusterSpec(cluster)
     if port is None:
         return tf.distribute.Server(spec, job_name=task_job, task_index=task_index, start=True)
@@ -229,7 +242,7 @@ def _start_relay(cfg: TaskConfig, cluster: dict, reserved: socket.socket) -> int
     delays = (cfg.launch.get("link") or {}).get("delays")
     if delays is None:
         return None
-    from dtfkit.engine import relay
+    from dtfkit.engine.task import relay
 
     own, peers = relay.peer_delays(cluster, f"{cfg.job}:{cfg.index}", delays)
     server_port, _ = relay.start(reserved, own, peers)  # it ends with this process
@@ -243,7 +256,7 @@ def _text(value) -> str:
 def _run_script(cfg: TaskConfig, cluster: dict, job: str, index: int) -> int:
     import runpy
 
-    from dtfkit.engine.layout import TaskId, tutorial_flags
+    from dtfkit.engine.wire.layout import TaskId, tutorial_flags
 
     script = cfg.script
     sys.argv = [script, *tutorial_flags(cluster, TaskId(job, index)), *cfg.script_args]
@@ -275,7 +288,7 @@ def _start_cold(cfg: TaskConfig, conn):
     taskapi.STATE.send = lambda event: channel.send(protocol.Metric(event))
     link = cfg.launch.get("link")
     if link:
-        from dtfkit.engine import netns
+        from dtfkit.engine.platform import netns
 
         try:
             netns.request_link(link["socket"], link["address"], link["rate"])
@@ -290,6 +303,7 @@ def _start_cold(cfg: TaskConfig, conn):
             channel.send(protocol.StartFailed("bind", sources.format_exc()))
             os._exit(3)
         channel.send(protocol.Port(reserved.getsockname()[1]))
+        _phase("port reserved")
 
     tf = None
     if mode != "script" and cfg.tensorflow:
@@ -298,6 +312,7 @@ def _start_cold(cfg: TaskConfig, conn):
         except BaseException:  # noqa: BLE001
             channel.send(protocol.StartFailed("import", sources.format_exc()))
             os._exit(3)
+        _phase("tensorflow imported")
     return channel, reserved, tf
 
 
@@ -365,7 +380,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # until the channel is up
     netns_pid, ready_fd = cfg.launch.get("netns_pid"), cfg.launch.get("netns_ready_fd")
     if ready_fd is not None:
-        from dtfkit.engine import netns
+        from dtfkit.engine.platform import netns
 
         # Spawned while the anchor still starts: wait until it made the namespace, and
         # leave without a word (not even a Hello) if it failed: the launcher starts
@@ -373,8 +388,9 @@ def main() -> None:
         if not netns.wait_ready(ready_fd):
             os._exit(netns.NO_NAMESPACE_EXIT)
     conn = connect(cfg) if cfg.mode != "warm" else None
+    _phase("connected")
     if netns_pid:
-        from dtfkit.engine import netns
+        from dtfkit.engine.platform import netns
 
         if cfg.launch.get(
             "link"
@@ -391,6 +407,7 @@ def main() -> None:
     mode = cfg.mode  # "serve", "noserve", "script" or "client"
 
     cluster, tf_config, setup, setup_sources = channel.wait_for(protocol.Spec)
+    _phase("ClusterSpec received")
     if tf_config:
         os.environ["TF_CONFIG"] = tf_config
     if setup is not None:
@@ -419,12 +436,15 @@ def main() -> None:
         except BaseException:  # noqa: BLE001
             channel.send(protocol.StartFailed("bind", sources.format_exc()))
             os._exit(3)
+    if server is not None:
+        _phase("server up")
     target = _text(server.target) if server is not None else None
     from dtfkit import taskapi
 
     taskapi.STATE.context = taskapi.TaskContext(job, index, cluster, target, server)
     _mark_output_done(protocol.STARTUP_OUTPUT_ID)
-    channel.send(protocol.Ready(target, os.getpid()))
+    _phase("ready sent")
+    channel.send(protocol.Ready(target, os.getpid(), tuple(_PHASES)))
 
     if mode == "script":
         code = _run_script(cfg, cluster, job, index)

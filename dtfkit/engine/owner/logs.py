@@ -43,40 +43,13 @@ NOISE_PATTERNS = [
 # How long to wait for the rest of an exited task's output (a grandchild may hold its pipe open).
 OUTPUT_DRAIN_SECONDS = 5.0
 # Bounds, in bytes, so that a task printing without end cannot fill the notebook's
-# memory or the disk: one line is cut after MAX_LINE_BYTES (its end is kept, where a
-# done mark may be); each task keeps its newest lines up to TASK_MEMORY_BYTES in
+# memory or the disk: one line is cut after MAX_LINE_BYTES (wire/lines.py: its end is kept,
+# where a done mark may be); each task keeps its newest lines up to TASK_MEMORY_BYTES in
 # memory (RECENT_MEMORY_BYTES for all tasks' lines not yet shown); a log file is
 # rotated to "<name>.log.1" at LOG_FILE_BYTES, so each task has at most twice that on disk.
-MAX_LINE_BYTES = 64 * 1024
-LINE_END_BYTES = 256
 TASK_MEMORY_BYTES = 4 * 1024 * 1024
 RECENT_MEMORY_BYTES = 16 * 1024 * 1024
 LOG_FILE_BYTES = 16 * 1024 * 1024
-
-
-def read_line(stream, limit: int = MAX_LINE_BYTES) -> bytes:
-    """One line from a binary stream, at most about ``limit`` bytes of it kept.
-
-    A longer line keeps its first ``limit`` bytes and its last ``LINE_END_BYTES``,
-    with a note of how much was cut between them. Returns b"" at the end of the stream.
-    """
-    head = stream.readline(limit)
-    if not head or head.endswith(b"\n") or len(head) < limit:
-        return head
-    end = b""
-    cut = 0
-    while True:
-        more = stream.readline(limit)
-        if not more:
-            break
-        joined = end + more
-        cut += max(0, len(joined) - LINE_END_BYTES)
-        end = joined[-LINE_END_BYTES:]
-        if more.endswith(b"\n"):
-            break
-    if not cut:
-        return head + end
-    return head + f" [... {cut} bytes cut by dtfkit ...] ".encode() + end
 
 
 _NOISE = re.compile("|".join(f"(?:{p})" for p in NOISE_PATTERNS))

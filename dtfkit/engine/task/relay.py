@@ -2,7 +2,7 @@
 
 The kernel of a user namespace here has no ``netem`` (``tc qdisc add ... netem``:
 "Specified qdisc kind is unknown"), and none of the qdiscs it does accept holds a packet
-for a fixed time (see ``dtfkit.engine.netns``). So the delay is made in user space, one
+for a fixed time (see ``dtfkit.engine.platform.netns``). So the delay is made in user space, one
 relay per task: the task's public port (the one in ``cluster_spec``) is held by this
 relay process, and the TensorFlow server itself binds another port, reachable only
 inside the task's own network namespace. Every byte a peer sends is held ``delay``
@@ -53,9 +53,9 @@ def peer_delays(cluster: dict, task: str, plan) -> tuple[float, dict[str, float]
     """This task's own delay, and ``{peer host: seconds}`` for every task of ``cluster``.
 
     A connection's delay is the larger of the two tasks' delays (``plan`` as
-    ``dtfkit.engine.local.plan_delays`` makes it: ``{"default"|job|task: seconds}``).
+    ``dtfkit.engine.launchers.local.plan_delays`` makes it: ``{"default"|job|task: seconds}``).
     """
-    from dtfkit.engine.netns import task_value
+    from dtfkit.engine.platform.netns import task_value
 
     own = task_value(plan, task) or 0.0
     peers = {}
@@ -89,14 +89,14 @@ def start(listener: socket.socket, own: float, peers: dict[str, float]) -> tuple
         "peers": peers,
         "parent": os.getpid(),
     }
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     env = {**os.environ, CONFIG_ENV: json.dumps(config)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     # -S: only the standard library is needed (and dtfkit, on PYTHONPATH); its output goes
     # to the task's, so a failure shows in the task's log.
     try:
         process = subprocess.Popen(
-            [sys.executable, "-S", "-m", "dtfkit.engine.relay"],
+            [sys.executable, "-S", "-m", "dtfkit.engine.task.relay"],
             stdin=subprocess.DEVNULL,
             env=env,
             pass_fds=(listener.fileno(), ready_write),
@@ -119,7 +119,7 @@ def start(listener: socket.socket, own: float, peers: dict[str, float]) -> tuple
             f"ended with exit code {ended}" if ended is not None else f"did not start in {READY_SECONDS:g} s"
         )
         raise OSError(
-            f"the delay relay (python -m dtfkit.engine.relay) {why}; its output is in this task's log"
+            f"the delay relay (python -m dtfkit.engine.task.relay) {why}; its output is in this task's log"
         )
     return server_port, process
 

@@ -24,23 +24,23 @@ import threading
 import time
 from collections.abc import Callable, Collection
 
-from dtfkit.engine import gpu_plan, state
-from dtfkit.engine.admission import (  # noqa: F401 - part of this module's interface
+from dtfkit.engine.launchers.contract import Launcher, LauncherDescription
+from dtfkit.engine.owner.events import Deadline, Event, Events
+from dtfkit.engine.owner.metrics import MetricLog
+from dtfkit.engine.owner.output import NO_PROGRESS, Echo, Output, ProgressFactory, StartProgress, print_line
+from dtfkit.engine.owner.process import ClusterView, TaskCall, TaskView
+from dtfkit.engine.owner.tasks import Script, Tasks
+from dtfkit.engine.platform import gpu_plan, state
+from dtfkit.engine.platform.admission import (  # noqa: F401 - part of this module's interface
     MAX_TASKS_ENV,
     TASK_MEMORY_BYTES,
     check_env,
     check_task_count,
     task_limit,
 )
-from dtfkit.engine.events import Deadline, Event, Events
-from dtfkit.engine.launcher import Launcher, LauncherDescription
-from dtfkit.engine.layout import ClusterLayout, TaskId
-from dtfkit.engine.metrics import MetricLog
-from dtfkit.engine.output import NO_PROGRESS, Echo, Output, ProgressFactory, StartProgress, print_line
-from dtfkit.engine.process import ClusterView, TaskCall, TaskView
-from dtfkit.engine.sources import PickledCall
-from dtfkit.engine.taskenv import task_environment
-from dtfkit.engine.tasks import Script, Tasks
+from dtfkit.engine.platform.taskenv import task_environment
+from dtfkit.engine.wire.layout import ClusterLayout, TaskId
+from dtfkit.engine.wire.sources import PickledCall
 from dtfkit.errors import DtfkitError
 
 __all__ = [
@@ -72,7 +72,7 @@ def _close_all_at_exit() -> None:
 class ClusterRuntime:
     """Starts and owns the processes of one cluster. ``LocalCluster`` and ``launch`` are its faces.
 
-    Where the tasks run is the launcher's business (``dtfkit.engine.launcher``); what
+    Where the tasks run is the launcher's business (``dtfkit.engine.launchers.contract``); what
     they say arrives as ``Event`` s on one queue, which the thread that waits (one at a
     time, see ``waiting()``) applies with ``wait_until()``. ``progress`` makes the
     start-up display (``dtfkit.progress.Progress`` in the front ends; none by default).
@@ -127,7 +127,7 @@ class ClusterRuntime:
                 f"progress must be a function progress(task names, description) or None, not {progress!r}"
             )
         if launcher is None:
-            from dtfkit.engine.local import LocalLauncher
+            from dtfkit.engine.launchers.local import LocalLauncher
 
             launcher = LocalLauncher()
         self.launcher = launcher

@@ -1,7 +1,7 @@
 """The contract between the runtime and the place its tasks run: ``Launcher`` and ``TaskHandle``.
 
-The runtime (``dtfkit.engine.runtime``) decides *what* runs: which tasks, with which
-config, and it speaks the protocol (``dtfkit.engine.protocol``) with them. A launcher
+The runtime (``dtfkit.engine.owner.runtime``) decides *what* runs: which tasks, with which
+config, and it speaks the protocol (``dtfkit.engine.wire.protocol``) with them. A launcher
 decides *where and how* a task process runs, in the spirit of dask's
 ``ProcessInterface`` and ipyparallel's ``BaseLauncher``. Its whole contract:
 
@@ -16,10 +16,10 @@ decides *where and how* a task process runs, in the spirit of dask's
 - ``close()`` ends what it made. ``started()`` (optional) hears that the cluster's
   start is over, for a launcher that holds something back meanwhile (the warm pool).
 
-Launchers: ``dtfkit.engine.local.LocalLauncher`` (a fresh interpreter per task, its own
-process group, a private namespace or the host network), ``dtfkit.engine.pool.PoolLauncher``
+Launchers: ``dtfkit.engine.launchers.local.LocalLauncher`` (a fresh interpreter per task, its own
+process group, a private namespace or the host network), ``dtfkit.engine.launchers.pool.PoolLauncher``
 (adopts warm processes from a ``TaskPool``, else starts cold like the local one), and
-``dtfkit.engine.fake.FakeLauncher`` (plain Python tasks without TensorFlow, for tests).
+``dtfkit.engine.launchers.fake.FakeLauncher`` (plain Python tasks without TensorFlow, for tests).
 A front end keeps a ``LauncherSpec`` (class and options) to build the same launcher again
 when a closed cluster starts anew.
 
@@ -27,7 +27,7 @@ Example, a launcher of one's own::
 
     class MyLauncher(Launcher):
         def start(self, config):
-            ...                                  # start `python -m dtfkit.engine.task_main`
+            ...                                  # start `python -m dtfkit.engine.task.task_main`
             return MyHandle(...)                 # with config.env + {CONFIG_ENV: config.to_json()}
 
     runtime = ClusterRuntime(layout, launcher=MyLauncher())
@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from dtfkit.engine.protocol import TaskConfig
+from dtfkit.engine.wire.protocol import TaskConfig
 
 #: ``LauncherDescription.network``: where the tasks' servers listen.
 NETWORKS = (
@@ -75,10 +75,10 @@ class LauncherDescription:
     #: local launchers that had a pool to choose from, ``RayStart`` for Ray, else None.
     start: Any = None
     #: With emulated links: the plan ``{"default"|job|task: bits per second}`` (see
-    #: ``dtfkit.engine.local.link_rate``); None without links.
+    #: ``dtfkit.engine.launchers.local.link_rate``); None without links.
     links: Mapping[str, int] | None = None
     #: With ``delay=``: the plan ``{"default"|job|task: seconds}`` (see
-    #: ``dtfkit.engine.local.link_delay``); None without a delay.
+    #: ``dtfkit.engine.launchers.local.link_delay``); None without a delay.
     delays: Mapping[str, float] | None = None
     #: Tasks spread over several machines: ``{task: node id}``; None on one machine.
     nodes: Mapping[str, str] | None = None
@@ -122,7 +122,7 @@ class LauncherSpec:
 
     Example::
 
-        >>> from dtfkit.engine.fake import FakeLauncher
+        >>> from dtfkit.engine.launchers.fake import FakeLauncher
         >>> type(LauncherSpec(FakeLauncher).build()).__name__
         'FakeLauncher'
     """
@@ -188,7 +188,7 @@ class Launcher(ABC):
 
     @abstractmethod
     def start(self, config: TaskConfig) -> TaskHandle:
-        """Start one task process running ``python -m dtfkit.engine.task_main`` in
+        """Start one task process running ``python -m dtfkit.engine.task.task_main`` in
         ``config.cwd`` with ``config.env`` plus ``CONFIG_ENV`` set to the config's JSON.
 
         The first call sets up what the tasks share; raises ``ClusterStartError`` if

@@ -2,7 +2,7 @@
 
 Importing TensorFlow takes seconds (about 4 s alone, 7 s for three at once on two
 cores); a student who reruns a cell should not wait for it again. A ``TaskPool``
-keeps one *warm namespace* ready: a network-namespace anchor (``dtfkit.engine.netns``) and
+keeps one *warm namespace* ready: a network-namespace anchor (``dtfkit.engine.platform.netns``) and
 up to ``size`` processes inside it that have joined the namespace, imported
 TensorFlow, reserved a port and connected to the pool. The next isolated cluster
 adopts the whole warm namespace: its processes become the cluster's tasks (any
@@ -27,7 +27,7 @@ crash.
 
 On by default in a Jupyter/IPython kernel, off elsewhere. ``LocalCluster(pool=False)``
 or ``DTFKIT_POOL=0`` turn it off; ``DTFKIT_POOL=1`` turns it on outside a kernel. In a
-kernel it starts filling when ``dtfkit`` is imported (``dtfkit.engine.prewarm``).
+kernel it starts filling when ``dtfkit`` is imported (``dtfkit.engine.launchers.prewarm``).
 
 A cluster that arrives while the pool is still filling takes the namespace as it is:
 the warm processes, and the ones still importing TensorFlow (they are further along
@@ -37,7 +37,7 @@ competes with the fill for the same cores.
 
 Example::
 
-    >>> from dtfkit.engine.pool import TaskPool
+    >>> from dtfkit.engine.launchers.pool import TaskPool
     >>> with TaskPool(size=3) as pool:                                   # doctest: +SKIP
     ...     pool.wait_warm(3, timeout=60)
     ...     with dtfkit.LocalCluster(ps=1, workers=2, pool=pool) as cluster:
@@ -55,9 +55,9 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Listener
 
-from dtfkit.engine import control, first_clusters, lifeline, netns, notebook, state
-from dtfkit.engine.launcher import PoolStart
-from dtfkit.engine.local import (
+from dtfkit.engine.launchers import first_clusters
+from dtfkit.engine.launchers.contract import PoolStart
+from dtfkit.engine.launchers.local import (
     LocalLauncher,
     LocalProcess,
     NamespaceAnchor,
@@ -65,11 +65,13 @@ from dtfkit.engine.local import (
     spawn_task,
     with_lifeline,
 )
-from dtfkit.engine.protocol import CONFIG_ENV, Adopt, TaskConfig, Warm
-from dtfkit.engine.taskenv import task_environment
+from dtfkit.engine.platform import lifeline, netns, notebook, state
+from dtfkit.engine.platform.taskenv import task_environment
+from dtfkit.engine.wire import control
+from dtfkit.engine.wire.protocol import CONFIG_ENV, Adopt, TaskConfig, Warm
 from dtfkit.errors import ClusterStartError
 
-POOL_ENV = notebook.POOL_ENV  # read by dtfkit.engine.notebook.pool_flag(), nowhere else
+POOL_ENV = notebook.POOL_ENV  # read by dtfkit.engine.platform.notebook.pool_flag(), nowhere else
 SIZE_ENV = "DTFKIT_POOL_SIZE"
 DEFAULT_SIZE = 4
 WARM_WAIT_S = 180.0  # how long a cluster waits for a process still importing TensorFlow
@@ -604,7 +606,7 @@ def _close_all_at_exit() -> None:
 
 
 # Whether we run in a kernel and whether the pool is on by default are notebook facts
-# (dtfkit.engine.notebook); these names stay for callers of the pool's API.
+# (dtfkit.engine.platform.notebook); these names stay for callers of the pool's API.
 in_kernel = notebook.in_kernel
 enabled_by_default = notebook.pool_on_by_default
 

@@ -55,8 +55,9 @@ import traceback
 import types
 from typing import Any, NamedTuple
 
-from dtfkit.engine import frames, notebook
-from dtfkit.engine.protocol import Sources
+from dtfkit.engine.platform import notebook
+from dtfkit.engine.wire import frames
+from dtfkit.engine.wire.protocol import Sources
 
 MAX_FILE_BYTES = 2_000_000  # a bigger file travels without its source
 MAX_TOTAL_BYTES = 8_000_000  # and so do the files after this much in one call
@@ -65,7 +66,7 @@ MAX_TOTAL_BYTES = 8_000_000  # and so do the files after this much in one call
 _IMPORTABLE_DIRS = tuple(
     os.path.join(os.path.realpath(path), "")
     for path in {
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # dtfkit/
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),  # dtfkit/
         *(sysconfig.get_paths().get(key) for key in ("stdlib", "purelib", "platlib")),
     }
     if path

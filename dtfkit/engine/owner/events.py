@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import Listener
 from typing import Any, Protocol
 
-from dtfkit.engine import control, protocol
-from dtfkit.engine.metrics import MetricLog
-from dtfkit.engine.output import Output
-from dtfkit.engine.process import CallInbox, TaskProcess
+from dtfkit.engine.owner.metrics import MetricLog
+from dtfkit.engine.owner.output import Output
+from dtfkit.engine.owner.process import CallInbox, TaskProcess
+from dtfkit.engine.wire import control, protocol
 from dtfkit.errors import DtfkitError
 
 # A deadline for wait_until: a time.monotonic() value, None (no bound), or a function
@@ -252,6 +252,7 @@ class Events:
             proc.port_reported = True
         elif isinstance(message, protocol.Ready):
             proc.said_ready = True
+            proc.ready_phases = (*message.phases, ("owner saw ready", time.monotonic()))
             proc.ready = proc.startup_output_in
         elif isinstance(message, (protocol.Result, protocol.Error)):
             inbox = self._calls.get(message.call_id)

@@ -14,7 +14,7 @@ seconds, and a kernel has imported it long before any of these questions is aske
 
 Example (in a script, with ``DTFKIT_POOL`` unset)::
 
-    >>> from dtfkit.engine import notebook
+    >>> from dtfkit.engine.platform import notebook
     >>> notebook.in_kernel(), notebook.cell_key(), notebook.pool_flag()   # doctest: +SKIP
     (False, None, None)
     >>> notebook.pool_on_by_default()                                     # doctest: +SKIP
@@ -28,7 +28,9 @@ import sys
 from typing import Any
 
 POOL_ENV = "DTFKIT_POOL"
-TASK_ENV = "DTFKIT_TASK"  # the task config a launcher gives each task (dtfkit.engine.protocol.CONFIG_ENV)
+TASK_ENV = (
+    "DTFKIT_TASK"  # the task config a launcher gives each task (dtfkit.engine.wire.protocol.CONFIG_ENV)
+)
 POOL_OFF = ("0", "false", "no", "off")
 POOL_ON = ("1", "true", "yes", "on")
 

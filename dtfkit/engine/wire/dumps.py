@@ -36,7 +36,7 @@ import sysconfig
 import traceback
 from typing import NamedTuple
 
-from dtfkit.engine import frames, sources
+from dtfkit.engine.wire import frames, sources
 
 # The header of a dump, then one block per thread, innermost call first.
 _THREAD_RE = re.compile(
@@ -44,7 +44,7 @@ _THREAD_RE = re.compile(
 )
 _FRAME_RE = re.compile(r'^  File "(.*)", line (\d+) in (.*)$')
 
-_ENGINE_DIR = os.path.dirname(os.path.abspath(__file__))
+_ENGINE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # dtfkit/engine
 _STDLIB_DIR = sysconfig.get_paths()["stdlib"]
 # Installed packages (TensorFlow) may live inside the standard library's folder.
 _PACKAGE_DIRS = tuple({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})

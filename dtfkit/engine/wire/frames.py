@@ -54,9 +54,9 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TypeVar
 
-from dtfkit.engine import notebook
+from dtfkit.engine.platform import notebook
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../dtfkit
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # .../dtfkit
 _PACKAGE_DIRS = tuple({os.path.join(d, "") for d in (_PACKAGE_DIR, os.path.realpath(_PACKAGE_DIR))})
 _ENGINE_DIRS = tuple({os.path.join(d, "engine", "") for d in (_PACKAGE_DIR, os.path.realpath(_PACKAGE_DIR))})
 # The folder that holds the dtfkit package: a checkout (notebooks/, tests/ beside it) or site-packages.
@@ -171,7 +171,7 @@ def warn(message: str, category: type[Warning] = UserWarning) -> None:
         ...     warnings.simplefilter("always")
         ...     warn("dtfkit: careful")
         >>> caught[0].message.args[0], caught[0].filename
-        ('dtfkit: careful', '<doctest dtfkit.engine.frames.warn[0]>')
+        ('dtfkit: careful', '<doctest dtfkit.engine.wire.frames.warn[0]>')
     """
     frame = sys._getframe(1)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIRS):

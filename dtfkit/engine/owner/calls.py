@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dtfkit.engine import protocol
-from dtfkit.engine.layout import TaskId
-from dtfkit.engine.logs import OUTPUT_DRAIN_SECONDS
+from dtfkit.engine.owner.logs import OUTPUT_DRAIN_SECONDS
+from dtfkit.engine.wire import protocol
+from dtfkit.engine.wire.layout import TaskId
 from dtfkit.errors import DtfkitError, TaskExited, TaskFailed, TaskNotRunning, TaskTimeout
 
 if TYPE_CHECKING:
-    from dtfkit.engine.runtime import ClusterRuntime
-    from dtfkit.engine.sources import PickledCall
+    from dtfkit.engine.owner.runtime import ClusterRuntime
+    from dtfkit.engine.wire.sources import PickledCall
 
 ERROR_POLICIES = ("interrupt", "wait")
 STACK_DUMP_WAIT = 5.0

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from dtfkit.engine import dumps, protocol
-from dtfkit.engine.launcher import TaskHandle
-from dtfkit.engine.layout import ClusterLayout, TaskId
+from dtfkit.engine.launchers.contract import TaskHandle
+from dtfkit.engine.wire import dumps, protocol
+from dtfkit.engine.wire.layout import ClusterLayout, TaskId
 from dtfkit.errors import TaskNotRunning
 
 
@@ -59,6 +59,9 @@ class TaskView:
     calls: int  # calls sent to this process
     script_code: int | None  # a lingering launched script's exit code
     output_closed: bool  # every line it printed is in the log book
+    # Where its cold start went: ("spawn", s), ("interpreter"...), ..., ("owner saw ready", s), each the
+    # seconds since the step before; empty for a warm (adopted) process or before Ready.
+    start_phases: tuple[tuple[str, float], ...] = ()
 
     @property
     def name(self) -> str:
@@ -109,6 +112,8 @@ class TaskProcess:
         self.start_error: str | None = None
         self.output_closed = threading.Event()  # set once every line it printed is in the log book
         self.script_code: int | None = None  # a lingering launched script's exit code
+        self.spawned_at: float | None = None  # time.monotonic() just before the launcher started it
+        self.ready_phases: tuple[tuple[str, float], ...] = ()  # Ready's marks, then ("owner saw ready", t)
 
     @property
     def pid(self) -> int:
@@ -159,7 +164,17 @@ class TaskProcess:
             calls=self.calls,
             script_code=self.script_code,
             output_closed=self.output_closed.is_set(),
+            start_phases=self._start_phases(),
         )
+
+    def _start_phases(self) -> tuple[tuple[str, float], ...]:
+        if self.adopted or self.spawned_at is None or not self.ready_phases:
+            return ()
+        steps, before = [], self.spawned_at
+        for name, at in self.ready_phases:
+            steps.append(("spawn" if name == "interpreter" else name, at - before))
+            before = at
+        return tuple(steps)
 
     def send(self, message: tuple) -> None:
         if self.conn is None:

@@ -24,14 +24,15 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from dtfkit.engine import dumps, protocol, state
-from dtfkit.engine.events import Events
-from dtfkit.engine.launcher import Launcher, LauncherDescription
-from dtfkit.engine.layout import ClusterLayout, TaskId, cluster_dict, tf_config
-from dtfkit.engine.output import Output, ProgressFactory
-from dtfkit.engine.process import ClusterView, TaskCall, TaskProcess
-from dtfkit.engine.protocol import TaskConfig
-from dtfkit.engine.sources import PickledCall
+from dtfkit.engine.launchers.contract import Launcher, LauncherDescription
+from dtfkit.engine.owner.events import Events
+from dtfkit.engine.owner.output import Output, ProgressFactory
+from dtfkit.engine.owner.process import ClusterView, TaskCall, TaskProcess
+from dtfkit.engine.platform import state
+from dtfkit.engine.wire import dumps, protocol
+from dtfkit.engine.wire.layout import ClusterLayout, TaskId, cluster_dict, tf_config
+from dtfkit.engine.wire.protocol import TaskConfig
+from dtfkit.engine.wire.sources import PickledCall
 from dtfkit.errors import ClusterStartError, DtfkitError
 
 START_ATTEMPTS = 3
@@ -231,8 +232,10 @@ class Tasks:
             if growth:
                 env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
         config = self._config(task, gen, port, env)
+        spawned_at = time.monotonic()
         handle = self.launcher.start(config)
         proc = TaskProcess(task, gen, handle, port, stacks_file=config.stacks_file)
+        proc.spawned_at = spawned_at
         self.procs[task] = proc
         self.events.watch(proc)
         return proc

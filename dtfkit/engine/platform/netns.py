@@ -26,13 +26,13 @@ fixed time (tbf's ``latency`` only bounds its queue, so a delay made with it wou
 depend on the load), and the other route, a BPF program stamping departure times for an
 ``fq``/``etf`` qdisc, is closed too (no ``fq``/``etf``, no classifier behind ``clsact``,
 ``kernel.unprivileged_bpf_disabled = 2``). So the delay is a user-space relay in front of
-each task's server (``dtfkit.engine.relay``), with the rate left to the token buckets
+each task's server (``dtfkit.engine.task.relay``), with the rate left to the token buckets
 here; measured against ``d + S/r`` in ``benchmarks/RESULTS.md`` (every transfer of 1 MB
 or more within 10%, a TensorFlow read paying the delay once each way).
 
 Example::
 
-    >>> from dtfkit.engine import netns
+    >>> from dtfkit.engine.platform import netns
     >>> netns.isolation_available()          # doctest: +SKIP
     (True, '')
     >>> netns.parse_rate("100mbit")
@@ -380,7 +380,7 @@ def isolation_available() -> tuple[bool, str]:
 def _probe() -> tuple[bool, str]:
     if not sys.platform.startswith("linux"):
         return False, f"network namespaces are Linux-only (this is {sys.platform})"
-    probe = "from dtfkit.engine import netns; netns.unshare_user_and_net(); netns.loopback_up(); print('ok')"
+    probe = "from dtfkit.engine.platform import netns; netns.unshare_user_and_net(); netns.loopback_up(); print('ok')"
     try:
         out = subprocess.run(
             [sys.executable, "-c", probe],
@@ -407,13 +407,13 @@ def anchor_command(links: str | None = None) -> list[str]:
     needs pyroute2 from site-packages, so it keeps the site module.
     """
     if links:
-        return [sys.executable, "-m", "dtfkit.engine.netns", "--links", links]
-    return [sys.executable, "-S", "-m", "dtfkit.engine.netns"]
+        return [sys.executable, "-m", "dtfkit.engine.platform.netns", "--links", links]
+    return [sys.executable, "-S", "-m", "dtfkit.engine.platform.netns"]
 
 
 def _env_with_package_path() -> dict[str, str]:
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
 
@@ -424,7 +424,7 @@ def _anchor_main(argv: list[str]) -> None:
     ``--links PATH``: also be the hub of emulated links, answering ``request_link()``
     at the Unix socket ``PATH``.
     """
-    from dtfkit.engine import lifeline
+    from dtfkit.engine.platform import lifeline
 
     lifeline.die_with_parent()
     try:

@@ -3,18 +3,18 @@
 Importing TensorFlow in three task processes takes 5-25 s on two cores. A learner who
 imports ``dtfkit`` and then reads for a while should not wait for that at the
 chapter's first cluster, so ``import dtfkit`` in a Jupyter kernel starts the process-wide
-pool (``dtfkit.engine.pool.default_pool``) filling in a background thread. The import
+pool (``dtfkit.engine.launchers.pool.default_pool``) filling in a background thread. The import
 itself stays fast and never fails because of it: an error becomes ``note()``.
 
 How many processes: what this notebook's first cluster needed the last time it ran
 (tasks, and the variables TensorFlow reads at import it set with ``env=``), remembered
-per notebook in a small JSON file (``memory_path()``, ``dtfkit.engine.first_clusters``); ``DEFAULT_TASKS`` for a notebook
+per notebook in a small JSON file (``memory_path()``, ``dtfkit.engine.launchers.first_clusters``); ``DEFAULT_TASKS`` for a notebook
 never seen. A notebook whose first cluster the pool could not serve (``link=``,
 ``pool=False``), or that ran no cluster at all, fills nothing the next time.
 
-The memory of first clusters is ``dtfkit.engine.first_clusters`` (its names are also here);
-whether this is a kernel and the pool is on, ``dtfkit.engine.notebook``. ``prewarm`` uses the
-pool (``dtfkit.engine.pool``); the pool never imports ``prewarm``.
+The memory of first clusters is ``dtfkit.engine.launchers.first_clusters`` (its names are also here);
+whether this is a kernel and the pool is on, ``dtfkit.engine.platform.notebook``. ``prewarm`` uses the
+pool (``dtfkit.engine.launchers.pool``); the pool never imports ``prewarm``.
 
 Not in scripts, tests or task processes: only in a kernel, and only when the pool is on
 there (``DTFKIT_POOL=0`` turns both off).
@@ -22,7 +22,7 @@ there (``DTFKIT_POOL=0`` turns both off).
 Example (in a notebook)::
 
     >>> import dtfkit
-    >>> from dtfkit.engine import prewarm
+    >>> from dtfkit.engine.launchers import prewarm
     >>> prewarm.wait_warm(timeout=120)                                   # doctest: +SKIP
     True
     >>> prewarm.note()                                                   # doctest: +SKIP
@@ -35,8 +35,15 @@ import atexit
 import threading
 import time
 
-from dtfkit.engine import first_clusters, notebook
-from dtfkit.engine.first_clusters import MEMORY_FILE, SESSION_ENV, memory_path, notebook_id, remembered
+from dtfkit.engine.launchers import first_clusters
+from dtfkit.engine.launchers.first_clusters import (
+    MEMORY_FILE,
+    SESSION_ENV,
+    memory_path,
+    notebook_id,
+    remembered,
+)
+from dtfkit.engine.platform import notebook
 
 __all__ = [
     "DEFAULT_TASKS",
@@ -145,7 +152,7 @@ def start_on_import() -> None:
 
 def _fill_at_import() -> None:
     try:
-        from dtfkit.engine import pool as pools
+        from dtfkit.engine.launchers import pool as pools
 
         atexit.register(first_clusters.remember_no_cluster)
         entry = remembered()

@@ -39,7 +39,7 @@ def serve(
 def first_message(conn: Connection, authkey: bytes, kind: type) -> tuple | None:
     """Authenticate both ways (what ``Listener(authkey=...).accept()`` would do, the same way
     round as ``Client()``), then read the peer's first message: a ``kind`` (a message
-    type of ``dtfkit.engine.protocol``).
+    type of ``dtfkit.engine.wire.protocol``).
 
     Returns None, with the connection closed, for a peer that fails any of that.
     """

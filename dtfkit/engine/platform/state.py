@@ -8,7 +8,7 @@ only if its start time matches and its environment names the cluster.
 
 Example::
 
-    >>> from dtfkit.engine import state
+    >>> from dtfkit.engine.platform import state
     >>> report = state.cleanup(dry_run=True)   # doctest: +SKIP
 """
 

@@ -1,15 +1,15 @@
 """Tasks as local processes: ``LocalLauncher``, one fresh interpreter per task.
 
-Each task is ``python -m dtfkit.engine.task_main`` in its own process group (so a
+Each task is ``python -m dtfkit.engine.task.task_main`` in its own process group (so a
 kill ends whatever it started too), with its output on a pipe. With
 ``network="auto"`` or ``"isolated"`` the tasks share a private user + network
-namespace held by an anchor process (``python -m dtfkit.engine.netns``), so their
+namespace held by an anchor process (``python -m dtfkit.engine.platform.netns``), so their
 TensorFlow servers, which listen on every interface without authentication, are
 reachable from nowhere else. With ``link=`` every task gets a network namespace and
 an address (``10.77.x.y``) of its own instead, joined to the others through a bridge
-in the anchor's namespace by a rate-limited link (see ``dtfkit.engine.netns``), and with
+in the anchor's namespace by a rate-limited link (see ``dtfkit.engine.platform.netns``), and with
 ``delay=`` a relay in front of each task's server that holds every byte for the link's
-delay (see ``dtfkit.engine.relay``). The warm pool (``dtfkit.engine.pool``) starts its
+delay (see ``dtfkit.engine.task.relay``). The warm pool (``dtfkit.engine.launchers.pool``) starts its
 processes and anchors with the same helpers.
 
 Example::
@@ -34,10 +34,11 @@ import sys
 import threading
 import types
 
-from dtfkit.engine import frames, lifeline, netns, state
-from dtfkit.engine.launcher import Launcher, LauncherDescription, PoolStart, TaskHandle
-from dtfkit.engine.logs import read_line
-from dtfkit.engine.protocol import CONFIG_ENV, TaskConfig
+from dtfkit.engine.launchers.contract import Launcher, LauncherDescription, PoolStart, TaskHandle
+from dtfkit.engine.platform import lifeline, netns, state
+from dtfkit.engine.wire import frames
+from dtfkit.engine.wire.lines import read_line
+from dtfkit.engine.wire.protocol import CONFIG_ENV, TaskConfig
 from dtfkit.errors import ClusterStartError, DtfkitError
 from dtfkit.shown import shown
 
@@ -145,7 +146,7 @@ class NamespaceAnchor:
         """Start an anchor and wait (bounded) until its namespace is up; ``ClusterStartError`` if not.
 
         ``links``: the path of a Unix socket where the anchor, the hub of emulated links,
-        answers the tasks' requests for a link (``dtfkit.engine.netns.request_link``).
+        answers the tasks' requests for a link (``dtfkit.engine.platform.netns.request_link``).
         """
         anchor = cls.launch(env, mark, links)
         why = anchor.confirm()
@@ -206,8 +207,8 @@ class NamespaceAnchor:
 def spawn_task(
     config: TaskConfig, env: dict[str, str], cwd: str | None, pass_fds: tuple[int, ...] = ()
 ) -> subprocess.Popen:
-    """Start ``python -m dtfkit.engine.task_main`` for ``config``, leader of its own process group."""
-    command = [sys.executable, "-m", "dtfkit.engine.task_main"]
+    """Start ``python -m dtfkit.engine.task.task_main`` for ``config``, leader of its own process group."""
+    command = [sys.executable, "-m", "dtfkit.engine.task.task_main"]
     return spawn_group(command, {**env, CONFIG_ENV: config.to_json()}, cwd, pass_fds)
 
 
@@ -268,7 +269,7 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 def with_lifeline(env: dict[str, str], *, from_long_lived_thread: bool) -> dict[str, str]:
-    """``env`` plus what makes a child die with this process (see ``dtfkit.engine.lifeline``).
+    """``env`` plus what makes a child die with this process (see ``dtfkit.engine.platform.lifeline``).
 
     ``PR_SET_PDEATHSIG`` fires when the *thread* that started the child ends, so it is
     asked for only from a thread that lives as long as the process.
@@ -425,7 +426,7 @@ class LocalLauncher(Launcher):
             unavailable. None (default): all tasks share one namespace over loopback.
         delay: a one-way delay per link, ``plan_delays(delay)`` (see ``LocalCluster``):
             a relay in front of every task's server holds what it receives and what it
-            answers that long (``dtfkit.engine.relay``). Implies links (without a rate
+            answers that long (``dtfkit.engine.task.relay``). Implies links (without a rate
             limit where ``link`` names none); only for tasks whose server dtfkit starts.
         cold: why the tasks start cold although a warm pool was asked for (said in
             ``describe().start``); ``""``: no pool was asked for.

@@ -25,7 +25,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
-from dtfkit.engine.logs import LogBook, RepeatFolder
+from dtfkit.engine.owner.logs import LogBook, RepeatFolder
 
 LAST_LINES = 15
 

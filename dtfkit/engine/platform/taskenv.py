@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 
-from dtfkit.engine import lifeline, state
+from dtfkit.engine.platform import lifeline, state
 
-# The folder that holds the dtfkit package (this file is dtfkit/engine/taskenv.py).
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The folder that holds the dtfkit package (this file is dtfkit/engine/platform/taskenv.py).
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def task_environment(

@@ -1,6 +1,6 @@
 """``FakeLauncher``: tasks as plain Python processes, without TensorFlow, for fast tests.
 
-Each task is a real process speaking the real protocol (``dtfkit.engine.task_main``
+Each task is a real process speaking the real protocol (``dtfkit.engine.task.task_main``
 with ``TaskConfig.tensorflow=False``): it connects back, reserves a port, runs calls,
 answers interrupts and stack dumps, prints, dies. It only skips importing TensorFlow
 and starting a server, so a cluster is up in a fraction of a second and the call
@@ -20,9 +20,9 @@ from __future__ import annotations
 import dataclasses
 import threading
 
-from dtfkit.engine.launcher import Launcher, LauncherDescription, TaskHandle
-from dtfkit.engine.local import LocalProcess, spawn_task, with_lifeline
-from dtfkit.engine.protocol import TaskConfig
+from dtfkit.engine.launchers.contract import Launcher, LauncherDescription, TaskHandle
+from dtfkit.engine.launchers.local import LocalProcess, spawn_task, with_lifeline
+from dtfkit.engine.wire.protocol import TaskConfig
 
 
 class FakeLauncher(Launcher):
