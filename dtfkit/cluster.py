@@ -20,22 +20,19 @@ Example::
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Iterable
-from types import MappingProxyType
 from typing import Any
 
+from dtfkit import cluster_display
+from dtfkit.engine.launchers.choose import choose_launcher
 from dtfkit.engine.launchers.contract import Launcher, LauncherDescription, LauncherSpec, PoolStart
-from dtfkit.engine.owner.calls import ERROR_POLICIES, RunHandle
+from dtfkit.engine.owner.calls import RunHandle, pickled, submit_call
 from dtfkit.engine.owner.metrics import MetricLog
 from dtfkit.engine.owner.runtime import ClusterRuntime, check_task_count
 from dtfkit.engine.platform.notebook import cell_key as _cell_key
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId
-from dtfkit.engine.wire.sources import PickledCall, pickle_call
-from dtfkit.errors import DtfkitError, TaskNotRunning
-from dtfkit.htmltable import html_table
+from dtfkit.errors import DtfkitError
 from dtfkit.progress import start_display
-from dtfkit.shown import shown
 
 _BY_NAME: dict[str, LocalCluster] = {}
 
@@ -154,30 +151,18 @@ class LocalCluster:
         if previous is not None and not previous.closed:
             previous.close()
             print(f"dtfkit: closed the cluster this cell started before ({previous.id})")
+        chosen = choose_launcher(
+            layout,
+            network=network,
+            pool=pool,
+            link=link,
+            delay=delay,
+            start_servers=start_servers,
+            launcher=launcher,
+        )
         # What ensure_running() needs to start a closed cluster again (None: a launcher of yours).
-        self._launcher_spec: LauncherSpec | None = None
-        for option, given in (("link", link), ("delay", delay)):
-            if launcher is not None and given is not None:
-                raise DtfkitError(
-                    f"{option}= is an option of the local launcher: pass "
-                    f"LocalLauncher({option}=...) as launcher= instead"
-                )
-        if delay is not None and not start_servers:
-            from dtfkit.engine.launchers.local import DELAY_REFUSED_MODES
-
-            raise DtfkitError(DELAY_REFUSED_MODES["noserve"])
-        if launcher is None:
-            launcher = _local_spec(network, pool, link, len(layout.tasks), delay)
-            _check_link_keys(launcher.options.get("link"), launcher.options.get("delay"), layout)
-        if isinstance(launcher, LauncherSpec):
-            self._launcher_spec = launcher
-            launcher = launcher.build()
-        elif not isinstance(launcher, Launcher):
-            raise DtfkitError(
-                f"launcher must be a dtfkit.engine.launchers.contract.Launcher, not {shown(launcher)}"
-            )
-        else:  # a LocalLauncher of yours: its link= and delay= must name tasks of this cluster too
-            _check_link_keys(getattr(launcher, "links", None), getattr(launcher, "delays", None), layout)
+        self._launcher_spec: LauncherSpec | None = chosen if isinstance(chosen, LauncherSpec) else None
+        launcher = chosen.build() if isinstance(chosen, LauncherSpec) else chosen
         self._runtime_options = dict(
             mode="serve" if start_servers else "noserve",
             gpus=gpus,
@@ -185,7 +170,7 @@ class LocalCluster:
             show_tf_logs=show_tf_logs,
             start_timeout=start_timeout,
             progress=start_display(progress),
-            setup_payload=None if setup is None else _pickle_call(setup, (), {}),
+            setup_payload=None if setup is None else pickled(setup, (), {}),
             max_tasks=max_tasks,
         )
         self._rt = ClusterRuntime(layout, launcher=launcher, echo=echo, **self._runtime_options)
@@ -332,40 +317,7 @@ class LocalCluster:
             cluster.kill("worker", 1)
             handle.result()
         """
-        rt = self._rt
-        rt.check_open()
-        if not callable(fn):
-            raise DtfkitError(f"run() needs a function, not {type(fn).__name__}")
-        if on_error not in ERROR_POLICIES:
-            raise DtfkitError(f"on_error must be one of {', '.join(ERROR_POLICIES)}, not {on_error!r}")
-        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise DtfkitError(f"timeout must be a positive number of seconds or None, not {timeout!r}")
-        if not (isinstance(grace, (int, float)) and grace >= 0):
-            raise DtfkitError(f"grace must be a number of seconds >= 0, not {grace!r}")
-        payload = _pickle_call(fn, tuple(args), dict(kwargs or {}))
-        name = getattr(fn, "__qualname__", "the function")
-        options = {"timeout": timeout, "on_error": on_error, "grace": grace}
-        if on == "client":
-            return self._submit_client(payload, name, options)
-        current = rt.snapshot().tasks
-        views = [current[t] for t in rt.layout.select(on)]
-        for view in views:
-            if not view.alive or not view.ready:
-                raise TaskNotRunning(
-                    f"{view.task} is {view.status}: nothing was run. Start it again with "
-                    f"cluster.restart('{view.task}') (cluster.ensure_running() starts every task "
-                    "that is down) or start a new cluster."
-                )
-        return RunHandle(rt, [view.task for view in views], payload, name, **options)
-
-    def _submit_client(self, payload: PickledCall, name: str, options: dict) -> RunHandle:
-        rt = self._rt
-        client = rt.start_client()
-        try:
-            return RunHandle(rt, [client], payload, name, on_finish=lambda: rt.remove_task(client), **options)
-        except BaseException:
-            rt.remove_task(client)
-            raise
+        return submit_call(self._rt, fn, args, kwargs, on=on, timeout=timeout, on_error=on_error, grace=grace)
 
     # ------------------------------------------------------------- lifecycle
     def kill(self, task: str, index: int | None = None) -> None:
@@ -462,206 +414,31 @@ class LocalCluster:
             out += [f"[{name}] {line}" for line in lines] if len(names) > 1 else lines
         return LogText("\n".join(out))
 
-    # ------------------------------------------------------------------ repr
-    def _described(self) -> LauncherDescription:
-        return self._rt.launcher_description
+    # ------------------------------------------------------------------ display (cluster_display.py)
+    def _network_note(self, described: LauncherDescription) -> str:
+        """The cluster's network, in words (the first line of its repr); RayCluster says its own."""
+        return cluster_display.network_words(described)
 
-    def _links(self) -> bool:
-        return self._described().links is not None
+    def _start_note_of(self, described: LauncherDescription) -> str:
+        """How the tasks started (warm from the pool, or cold and why); empty without a pool."""
+        return cluster_display.pool_words(described.start) if isinstance(described.start, PoolStart) else ""
 
-    def _node_of(self) -> Callable[[str], str] | None:
-        """The node of a task (first 8 hex digits) when the tasks run on several machines (Ray), else None."""
-        nodes = self._described().nodes
-        if nodes is None:
-            return None
-        return lambda task: nodes[task][:8] if nodes.get(task) else "-"
-
-    def _columns(self) -> tuple[str, ...]:
-        node = ("node",) if self._node_of() else ()
-        return ("task", "role", "address", *node, "pid", "state") + (("link",) if self._links() else ())
-
-    def _rows(self) -> list[tuple[str, ...]]:
-        """One row per task: name, role, address, (node,) pid, state (and link, with ``link=``)."""
-        rows = []
-        described = self._described()
-        link_of = None if described.links is None else (lambda task: _link_words(described, task))
-        node_of = self._node_of()
-        now = self._rt.snapshot()
-        for task in now.layout.tasks:
-            proc = now.tasks.get(task)
-            address = now.addresses.get(task, "-") if task.serves else "(no server)"
-            node = (node_of(task.name),) if node_of else ()
-            row = (
-                task.name,
-                task.job,
-                address,
-                *node,
-                str(proc.pid) if proc else "-",
-                proc.status if proc else "-",
-            )
-            rows.append(row + (link_of(task.name),) if link_of else row)
-        return rows
+    def _display(self) -> cluster_display.ClusterFacts:
+        described = self._rt.launcher_description
+        return cluster_display.ClusterFacts(
+            kind=type(self).__name__,
+            id=self.id,
+            closed=self.closed,
+            described=described,
+            network_note="closed" if self.closed else self._network_note(described),
+            start_note="" if self.closed else self._start_note_of(described),
+            snapshot=self._rt.snapshot(),
+            dropped_note=self._rt.dropped_note(),
+            log_dir=self._rt.log_dir or "",
+        )
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else self._network_note(self._described())
-        lines = [f"{type(self).__name__} {self.id}: {_counts(self._rt.layout)}; {state}"]
-        start = self._start_note()
-        if start:
-            lines.append(f"  start: {start}")
-        for row in self._rows():
-            cells = dict(zip(self._columns(), row, strict=True))
-            lines.append(
-                f"  {cells['task']:<12} {cells['address']:<18} "
-                + (f"node {cells['node']:<8} " if "node" in cells else "")
-                + f"pid {cells['pid']:<8} {cells['state']}"
-                + (f"  link {cells['link']}" if "link" in cells else "")
-            )
-        dropped = self._rt.dropped_note()
-        if dropped:
-            lines.append(f"  logs: {dropped}")
-        return "\n".join(lines)
-
-    def _start_note(self) -> str:
-        """How the tasks started (warm from the pool, or cold and why); empty without a pool."""
-        return "" if self.closed else self._start_note_of(self._described())
-
-    @staticmethod
-    def _network_note(described: LauncherDescription) -> str:
-        """The cluster's network, in words (the first line of its repr)."""
-        return _network_words(described)
-
-    @staticmethod
-    def _start_note_of(described: LauncherDescription) -> str:
-        """How the tasks started (warm from the pool, or cold and why); empty without a pool."""
-        return _pool_words(described.start) if isinstance(described.start, PoolStart) else ""
+        return cluster_display.text(self._display())
 
     def _repr_html_(self) -> str:
-        rt = self._rt
-        described = self._described()
-        warn = not described.isolated and not self.closed
-        note = html.escape("closed" if self.closed else self._network_note(described))
-        style = "color:#b00;font-weight:bold" if warn else "color:#060"
-        table = html_table(self._columns(), self._rows())
-        start = self._start_note()
-        start_line = f"<br><span>start: {html.escape(start)}</span>" if start else ""
-        lost = rt.dropped_note()
-        dropped = f"<br><span style='color:#b60'>{html.escape(lost)}</span>" if lost else ""
-        return (
-            f"<div><b>dtfkit.{type(self).__name__}</b> <code>{html.escape(self.id)}</code> "
-            f"— {html.escape(_counts(rt.layout))}<br>"
-            f"<span style='{style}'>network: {note}</span>{start_line}"
-            f"{table}"
-            f"<small>logs: <code>{html.escape(rt.log_dir or '')}</code>{dropped}</small></div>"
-        )
-
-
-def _network_words(described: LauncherDescription) -> str:
-    """``LauncherDescription``'s network as the cluster's repr says it."""
-    network = described.network
-    if network == "namespace":
-        return f"isolated network namespace {described.namespace}"
-    if network == "links":
-        return (
-            f"isolated, emulated links: each task its own network namespace, bridged in {described.namespace}"
-        )
-    if network == "host":
-        return "host network (opted out): servers reachable from other machines"
-    if network == "fallback":
-        return f"NOT isolated: {described.why}; servers reachable from other machines"
-    if network == "fake":
-        return "fake tasks (no TensorFlow): host network, no servers"
-    return ""
-
-
-def _pool_words(start: PoolStart) -> str:
-    """How a local cluster's tasks started, with a pool to choose from."""
-    if start.cold:
-        return f"started cold: {start.cold}"
-    words = f"adopted {start.adopted} warm process(es) from pool {start.pool}"
-    if start.waited:
-        words += f" ({start.waited} finished importing TensorFlow while the cluster started)"
-    if start.lost:
-        words += f"; {start.lost} did not get warm and started cold"
-    return words
-
-
-def _link_words(described: LauncherDescription, task: str) -> str:
-    """``"100mbit"``, ``"no limit"``, ``"100mbit, delay 20ms"``: ``task``'s link, as the cluster
-    table shows it."""
-    from dtfkit.engine.launchers.local import link_delay, link_rate
-    from dtfkit.engine.platform import netns
-
-    rate = link_rate(described.links, task)
-    words = netns.format_rate(rate) if rate else "no limit"
-    if described.delays is not None:
-        words += f", delay {netns.format_delay(link_delay(described.delays, task))}"
-    return words
-
-
-def _check_link_keys(links, delays, layout: ClusterLayout) -> None:
-    """Refuse ``link=``/``delay=`` keys naming no task of ``layout``, before anything starts."""
-    from dtfkit.engine.launchers.local import check_plan_tasks
-
-    names = [task.name for task in layout.tasks]
-    check_plan_tasks("link", links, names)
-    check_plan_tasks("delay", delays, names)
-
-
-def _local_spec(network: str, pool, link, tasks: int, delay=None) -> LauncherSpec:
-    """How to build this cluster's local launcher, ``link=`` and ``delay=`` checked once (see
-    ``_local_launcher``)."""
-    from dtfkit.engine.launchers.local import plan_delays, plan_links
-
-    options = {"network": network, "pool": pool, "link": plan_links(link), "tasks": tasks}
-    if delay is not None:
-        options["delay"] = plan_delays(delay)
-    return LauncherSpec(_local_launcher, MappingProxyType(options))
-
-
-def _local_launcher(network: str, pool, link=None, tasks: int = 0, delay=None) -> Launcher:
-    """Local processes, adopted from a warm pool when one is used (see ``LocalCluster(pool=)``).
-
-    With ``link=`` the tasks start cold (the launcher says why in ``describe().start``)."""
-    from dtfkit.engine.launchers import pool as pools
-    from dtfkit.engine.launchers import prewarm
-    from dtfkit.engine.launchers.local import LocalLauncher
-
-    chosen = pool  # what the caller passed: pool=False remembers "no pool" for the next kernel
-    if pool is None:
-        pool = pools.enabled_by_default()
-    links = link is not None or delay is not None
-    if links and (pool is True or isinstance(pool, pools.TaskPool)):
-        # fails here, before any pool starts
-        launcher = LocalLauncher(network, link, delay=delay, cold=pools.LINKS_COLD)
-        # the next kernel of this notebook warms nothing
-        prewarm.first_cluster(0, None, "", "link=" if link is not None else "delay=")
-        return launcher
-    if pool is True:
-        pool = pools.default_pool()
-    if pool is False:
-        if chosen is False:
-            prewarm.first_cluster(0, None, "", "pool=False")
-        return LocalLauncher(network, link, delay=delay)
-    if isinstance(pool, pools.TaskPool):
-        return pools.PoolLauncher(pool, network, link, tasks=tasks, delay=delay)
-    raise DtfkitError(
-        f"pool must be True, False, None or a dtfkit.engine.launchers.pool.TaskPool, not {shown(pool)}"
-    )
-
-
-def _counts(layout: ClusterLayout) -> str:
-    counts = layout.counts()
-    return ", ".join(f"{n} {job}" for job, n in counts.items())
-
-
-def _pickle_call(fn: Callable, args: tuple, kwargs: dict) -> PickledCall:
-    """``(fn, args, kwargs)`` pickled, with the source of its code for the tasks' tracebacks."""
-    try:
-        return pickle_call(fn, args, kwargs)
-    except Exception as exc:  # noqa: BLE001 - pickling raises many types
-        name = getattr(fn, "__qualname__", repr(fn))
-        raise DtfkitError(
-            f"cannot send {name} to the tasks: {type(exc).__name__}: {exc}. Functions and "
-            "their arguments travel with cloudpickle; one that captures a lock, an open "
-            "file, a socket or a TensorFlow object cannot. Create such things inside the function."
-        ) from exc
+        return cluster_display.html_box(self._display())

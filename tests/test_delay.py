@@ -16,7 +16,7 @@ import pytest
 from conftest import share_cluster, wait_gone
 
 import dtfkit
-from dtfkit.cluster import _link_words
+from dtfkit.cluster_display import link_words as _link_words
 from dtfkit.engine.launchers.contract import LauncherDescription
 from dtfkit.engine.launchers.local import LocalLauncher, link_delay, plan_delays
 from dtfkit.engine.platform import netns

@@ -17,7 +17,8 @@ import pytest
 from conftest import share_cluster, wait_gone
 
 import dtfkit
-from dtfkit.cluster import _local_launcher, _pool_words
+from dtfkit.cluster_display import pool_words as _pool_words
+from dtfkit.engine.launchers.choose import build_local_launcher as _local_launcher
 from dtfkit.engine.launchers.local import LocalLauncher, link_rate, plan_links
 from dtfkit.engine.platform import netns
 from dtfkit.errors import DtfkitError

@@ -234,7 +234,7 @@ def test_a_cluster_arriving_while_the_pool_imports_takes_those_processes(tmp_pat
 
 
 def test_only_the_notebooks_own_choices_are_remembered(monkeypatch, home):
-    from dtfkit.cluster import _local_launcher
+    from dtfkit.engine.launchers.choose import build_local_launcher as _local_launcher
 
     monkeypatch.setattr(notebook, "in_kernel", lambda: True)  # as in a notebook kernel
     monkeypatch.setenv(prewarm.SESSION_ENV, "ch.ipynb")

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 from dtfkit.engine.owner.logs import OUTPUT_DRAIN_SECONDS
 from dtfkit.engine.wire import protocol
 from dtfkit.engine.wire.layout import TaskId
+from dtfkit.engine.wire.sources import PickledCall, pickle_call
 from dtfkit.errors import DtfkitError, TaskExited, TaskFailed, TaskNotRunning, TaskTimeout
 
 if TYPE_CHECKING:
     from dtfkit.engine.owner.runtime import ClusterRuntime
-    from dtfkit.engine.wire.sources import PickledCall
 
 ERROR_POLICIES = ("interrupt", "wait")
 STACK_DUMP_WAIT = 5.0
@@ -328,3 +328,65 @@ def _describe_failure(task: TaskId, failure: Any) -> str:
     if isinstance(failure, tuple):
         return f"{task} raised {failure[0]} too"
     return str(failure).split(";")[0].split("\n")[0]
+
+
+def submit_call(
+    rt: ClusterRuntime,
+    fn: Callable[..., Any],
+    args: Any,
+    kwargs: dict[str, Any] | None,
+    *,
+    on: Any,
+    timeout: float | None,
+    on_error: str,
+    grace: float,
+) -> RunHandle:
+    """``fn(*args, **kwargs)`` sent to the tasks ``on`` selects (every argument checked first), or to a
+    fresh client process (``on="client"``); the handle of the call, at once.
+
+    Example::
+
+        >>> handle = submit_call(rt, train, (), {}, on="workers", timeout=None, on_error="interrupt", grace=5.0)  # doctest: +SKIP
+    """
+    rt.check_open()
+    if not callable(fn):
+        raise DtfkitError(f"run() needs a function, not {type(fn).__name__}")
+    if on_error not in ERROR_POLICIES:
+        raise DtfkitError(f"on_error must be one of {', '.join(ERROR_POLICIES)}, not {on_error!r}")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise DtfkitError(f"timeout must be a positive number of seconds or None, not {timeout!r}")
+    if not (isinstance(grace, (int, float)) and grace >= 0):
+        raise DtfkitError(f"grace must be a number of seconds >= 0, not {grace!r}")
+    payload = pickled(fn, tuple(args), dict(kwargs or {}))
+    name = getattr(fn, "__qualname__", "the function")
+    options = {"timeout": timeout, "on_error": on_error, "grace": grace}
+    if on == "client":
+        client = rt.start_client()
+        try:
+            return RunHandle(rt, [client], payload, name, on_finish=lambda: rt.remove_task(client), **options)
+        except BaseException:
+            rt.remove_task(client)
+            raise
+    current = rt.snapshot().tasks
+    views = [current[t] for t in rt.layout.select(on)]
+    for view in views:
+        if not view.alive or not view.ready:
+            raise TaskNotRunning(
+                f"{view.task} is {view.status}: nothing was run. Start it again with "
+                f"cluster.restart('{view.task}') (cluster.ensure_running() starts every task "
+                "that is down) or start a new cluster."
+            )
+    return RunHandle(rt, [view.task for view in views], payload, name, **options)
+
+
+def pickled(fn: Callable, args: tuple, kwargs: dict) -> PickledCall:
+    """``(fn, args, kwargs)`` pickled, with the source of its code for the tasks' tracebacks."""
+    try:
+        return pickle_call(fn, args, kwargs)
+    except Exception as exc:  # noqa: BLE001 - pickling raises many types
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise DtfkitError(
+            f"cannot send {name} to the tasks: {type(exc).__name__}: {exc}. Functions and "
+            "their arguments travel with cloudpickle; one that captures a lock, an open "
+            "file, a socket or a TensorFlow object cannot. Create such things inside the function."
+        ) from exc

@@ -1,0 +1,156 @@
+"""How a cluster shows itself in a notebook: its repr (text) and its HTML box, from frozen facts.
+
+Runs in the kernel. ``LocalCluster`` (and ``RayCluster``) gather a ``ClusterFacts`` and hand it here;
+nothing here reads or changes a cluster.
+
+Example::
+
+    >>> from dtfkit.engine.launchers.contract import LauncherDescription
+    >>> network_words(LauncherDescription(network="host"))
+    'host network (opted out): servers reachable from other machines'
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dtfkit.engine.launchers.contract import LauncherDescription, PoolStart
+from dtfkit.engine.owner.process import ClusterView
+from dtfkit.htmltable import html_table
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """Everything a cluster's display shows, taken at one moment."""
+
+    kind: str  # "LocalCluster", "RayCluster"
+    id: str
+    closed: bool
+    described: LauncherDescription
+    network_note: str  # the first line's network words ("closed" once closed)
+    start_note: str  # how the tasks started; empty when there is nothing to say
+    snapshot: ClusterView
+    dropped_note: str
+    log_dir: str
+
+
+def text(facts: ClusterFacts) -> str:
+    """The repr: a heading line, the start note, one line per task, lost log lines if any."""
+    lines = [f"{facts.kind} {facts.id}: {counts(facts.snapshot)}; {facts.network_note}"]
+    if facts.start_note:
+        lines.append(f"  start: {facts.start_note}")
+    names = columns(facts.described)
+    for row in rows(facts):
+        cells = dict(zip(names, row, strict=True))
+        lines.append(
+            f"  {cells['task']:<12} {cells['address']:<18} "
+            + (f"node {cells['node']:<8} " if "node" in cells else "")
+            + f"pid {cells['pid']:<8} {cells['state']}"
+            + (f"  link {cells['link']}" if "link" in cells else "")
+        )
+    if facts.dropped_note:
+        lines.append(f"  logs: {facts.dropped_note}")
+    return "\n".join(lines)
+
+
+def html_box(facts: ClusterFacts) -> str:
+    """The HTML box: heading, network (red when the servers are reachable from outside), the table."""
+    warn = not facts.described.isolated and not facts.closed
+    style = "color:#b00;font-weight:bold" if warn else "color:#060"
+    start_line = f"<br><span>start: {html.escape(facts.start_note)}</span>" if facts.start_note else ""
+    dropped = (
+        f"<br><span style='color:#b60'>{html.escape(facts.dropped_note)}</span>" if facts.dropped_note else ""
+    )
+    return (
+        f"<div><b>dtfkit.{facts.kind}</b> <code>{html.escape(facts.id)}</code> "
+        f"— {html.escape(counts(facts.snapshot))}<br>"
+        f"<span style='{style}'>network: {html.escape(facts.network_note)}</span>{start_line}"
+        f"{html_table(columns(facts.described), rows(facts))}"
+        f"<small>logs: <code>{html.escape(facts.log_dir)}</code>{dropped}</small></div>"
+    )
+
+
+def columns(described: LauncherDescription) -> tuple[str, ...]:
+    node = ("node",) if described.nodes is not None else ()
+    link = ("link",) if described.links is not None else ()
+    return ("task", "role", "address", *node, "pid", "state", *link)
+
+
+def rows(facts: ClusterFacts) -> list[tuple[str, ...]]:
+    """One row per task: name, role, address, (node,) pid, state (and link, with ``link=``)."""
+    described, now = facts.described, facts.snapshot
+    link_of = None if described.links is None else (lambda task: link_words(described, task))
+    node_of = _node_of(described)
+    found = []
+    for task in now.layout.tasks:
+        proc = now.tasks.get(task)
+        address = now.addresses.get(task, "-") if task.serves else "(no server)"
+        node = (node_of(task.name),) if node_of else ()
+        row = (
+            task.name,
+            task.job,
+            address,
+            *node,
+            str(proc.pid) if proc else "-",
+            proc.status if proc else "-",
+        )
+        found.append(row + (link_of(task.name),) if link_of else row)
+    return found
+
+
+def _node_of(described: LauncherDescription) -> Callable[[str], str] | None:
+    """The node of a task (first 8 hex digits) when the tasks run on several machines (Ray), else None."""
+    nodes = described.nodes
+    if nodes is None:
+        return None
+    return lambda task: nodes[task][:8] if nodes.get(task) else "-"
+
+
+def counts(snapshot: ClusterView) -> str:
+    """``"1 ps, 2 worker"``."""
+    return ", ".join(f"{n} {job}" for job, n in snapshot.layout.counts().items())
+
+
+def network_words(described: LauncherDescription) -> str:
+    """``LauncherDescription``'s network as the cluster's repr says it."""
+    network = described.network
+    if network == "namespace":
+        return f"isolated network namespace {described.namespace}"
+    if network == "links":
+        return (
+            f"isolated, emulated links: each task its own network namespace, bridged in {described.namespace}"
+        )
+    if network == "host":
+        return "host network (opted out): servers reachable from other machines"
+    if network == "fallback":
+        return f"NOT isolated: {described.why}; servers reachable from other machines"
+    if network == "fake":
+        return "fake tasks (no TensorFlow): host network, no servers"
+    return ""
+
+
+def pool_words(start: PoolStart) -> str:
+    """How a local cluster's tasks started, with a pool to choose from."""
+    if start.cold:
+        return f"started cold: {start.cold}"
+    words = f"adopted {start.adopted} warm process(es) from pool {start.pool}"
+    if start.waited:
+        words += f" ({start.waited} finished importing TensorFlow while the cluster started)"
+    if start.lost:
+        words += f"; {start.lost} did not get warm and started cold"
+    return words
+
+
+def link_words(described: LauncherDescription, task: str) -> str:
+    """``"100mbit"``, ``"no limit"``, ``"100mbit, delay 20ms"``: ``task``'s link, as the cluster
+    table shows it."""
+    from dtfkit.engine.launchers.local import link_delay, link_rate
+    from dtfkit.engine.platform import netns
+
+    rate = link_rate(described.links, task)
+    words = netns.format_rate(rate) if rate else "no limit"
+    if described.delays is not None:
+        words += f", delay {netns.format_delay(link_delay(described.delays, task))}"
+    return words
