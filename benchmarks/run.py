@@ -61,10 +61,11 @@ SERVER = (
 )
 # The hand-launched server, with a time stamp (time.monotonic(), the machine's clock) after each step.
 SERVER_STAMPED = (
-    "import time; t0 = time.monotonic(); import sys, tensorflow as tf; t1 = time.monotonic(); "
+    "import time; t0, c0 = time.monotonic(), time.process_time(); import sys, tensorflow as tf; "
+    "t1, c1 = time.monotonic(), time.process_time(); "
     "spec = tf.train.ClusterSpec({{'ps': {ps}, 'worker': {workers}}}); "
     "s = tf.distribute.Server(spec, job_name=sys.argv[1], task_index=int(sys.argv[2])); "
-    "print('STAMPS', t0, t1, time.monotonic(), flush=True); s.join()"
+    "print('STAMPS', t0, t1, time.monotonic(), c0, c1, time.process_time(), flush=True); s.join()"
 )
 HAND_PHASES = ("spawn", "tensorflow imported", "server up", "port seen open")
 ALL = ("ready", "seed", "shutdown", "import", "links", "firstcell")
@@ -160,7 +161,7 @@ def all_gone(pids: list[int], timeout: float = 30.0) -> float:
 
 
 # -------------------------------------------------------------- 1. ready
-def ready_hand(phases: dict[str, dict[str, list[float]]] | None = None) -> float:
+def ready_hand(phases: dict[str, dict[str, list[tuple[float, float]]]] | None = None) -> float:
     """Seconds until all three hand-launched servers accept connections; ``phases`` gets where it went."""
     ports = free_ports(3)
     code = SERVER_STAMPED.format(ps=[f"localhost:{ports[0]}"], workers=[f"localhost:{p}" for p in ports[1:]])
@@ -186,11 +187,16 @@ def ready_hand(phases: dict[str, dict[str, list[float]]] | None = None) -> float
         if phases is not None:
             for (job, i), proc in zip(tasks, procs, strict=True):
                 # The stamp line is printed right after the server is made; its port is open, so it is on its way.
-                line = proc.stdout.readline().split()
-                t0, t1, t2 = (float(x) for x in line[1:4])
-                steps = dict(zip(HAND_PHASES, (t0 - start, t1 - t0, t2 - t1, ready - t2), strict=True))
-                for phase, seconds in steps.items():
-                    phases.setdefault(phase, {}).setdefault(f"{job}:{i}", []).append(seconds)
+                t0, t1, t2, c0, c1, c2 = (float(x) for x in proc.stdout.readline().split()[1:7])
+                walls = (t0 - start, t1 - t0, t2 - t1, ready - t2)
+                cpus = (
+                    c0,
+                    c1 - c0,
+                    c2 - c1,
+                    0.0,
+                )  # the poller's wait costs the server no CPU of its own start
+                for phase, seconds, cpu in zip(HAND_PHASES, walls, cpus, strict=True):
+                    phases.setdefault(phase, {}).setdefault(f"{job}:{i}", []).append((seconds, cpu))
         return ready - start
     finally:
         end(procs)
@@ -215,7 +221,7 @@ def ready_docs() -> tuple[float, bool]:
         end(procs)
 
 
-def ready_dtfkit(pool, phases: dict[str, dict[str, list[float]]] | None = None) -> float:
+def ready_dtfkit(pool, phases: dict[str, dict[str, list[tuple[float, float]]]] | None = None) -> float:
     """Seconds until ``LocalCluster(ps=1, workers=2)`` returns; for a cold one, ``phases`` gets where it went."""
     import dtfkit
 
@@ -229,22 +235,24 @@ def ready_dtfkit(pool, phases: dict[str, dict[str, list[float]]] | None = None) 
         longest = 0.0
         for task in cluster.tasks:
             steps = cluster._rt.task_view(task).start_phases  # noqa: SLF001 (a benchmark looks inside)
-            longest = max(longest, sum(seconds for _, seconds in steps))
-            for phase, seconds in steps:
-                phases.setdefault(phase, {}).setdefault(task, []).append(seconds)
-        phases.setdefault("owner, outside the tasks' starts", {}).setdefault("cluster", []).append(
-            elapsed - longest
-        )
+            longest = max(longest, sum(seconds for _, seconds, _ in steps))
+            for phase, seconds, cpu in steps:
+                phases.setdefault(phase, {}).setdefault(task, []).append((seconds, cpu))
+        outside = phases.setdefault("owner, outside the tasks' starts", {}).setdefault("cluster", [])
+        outside.append((elapsed - longest, 0.0))
     cluster.close()
     return elapsed
 
 
-def phase_rows(who: str, phases: dict[str, dict[str, list[float]]]) -> list[Row]:
-    """One row per phase: the median over runs and tasks, each task's median in the note."""
+def phase_rows(who: str, phases: dict[str, dict[str, list[tuple[float, float]]]]) -> list[Row]:
+    """One row per phase: the median wall time over runs and tasks; each task's median wall and CPU in the note."""
     rows = []
     for phase, by_task in phases.items():
-        values = [v for vs in by_task.values() for v in vs]
-        note = ", ".join(f"{task} {statistics.median(vs):.2f}" for task, vs in sorted(by_task.items()))
+        values = [wall for pairs in by_task.values() for wall, _ in pairs]
+        note = ", ".join(
+            f"{task} {statistics.median(w for w, _ in pairs):.2f} (CPU {statistics.median(c for _, c in pairs):.2f})"
+            for task, pairs in sorted(by_task.items())
+        )
         rows.append(Row("ready phases", f"{who}: {phase}", values, note=note))
     return rows
 
@@ -258,8 +266,8 @@ def bench_ready(repeat: int, log: Callable[[str], None]) -> list[Row]:
     warm = Row("ready", "(d) dtfkit warm pool", baseline=cold.label)
     refill = Row("ready", "pool refill, 3 processes (background)")
     docs_ready = []
-    hand_phases: dict[str, dict[str, list[float]]] = {}
-    cold_phases: dict[str, dict[str, list[float]]] = {}
+    hand_phases: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    cold_phases: dict[str, dict[str, list[tuple[float, float]]]] = {}
     pool = TaskPool(size=3)
     try:
         if not pool.wait_warm(3, timeout=300):

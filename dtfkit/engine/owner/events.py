@@ -252,7 +252,10 @@ class Events:
             proc.port_reported = True
         elif isinstance(message, protocol.Ready):
             proc.said_ready = True
-            proc.ready_phases = (*message.phases, ("owner saw ready", time.monotonic()))
+            last_cpu = (
+                message.phases[-1][2] if message.phases else 0.0
+            )  # the owner's step costs the task nothing
+            proc.ready_phases = (*message.phases, ("owner saw ready", time.monotonic(), last_cpu))
             proc.ready = proc.startup_output_in
         elif isinstance(message, (protocol.Result, protocol.Error)):
             inbox = self._calls.get(message.call_id)

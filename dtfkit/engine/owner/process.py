@@ -59,9 +59,10 @@ class TaskView:
     calls: int  # calls sent to this process
     script_code: int | None  # a lingering launched script's exit code
     output_closed: bool  # every line it printed is in the log book
-    # Where its cold start went: ("spawn", s), ("interpreter"...), ..., ("owner saw ready", s), each the
-    # seconds since the step before; empty for a warm (adopted) process or before Ready.
-    start_phases: tuple[tuple[str, float], ...] = ()
+    # Where its cold start went: ("spawn", wall s, CPU s), ("dtfkit imports", ...), ..., ("owner saw ready",
+    # ...), each the wall-clock seconds since the step before and the task's CPU seconds in it ("spawn": the
+    # interpreter's start); empty for a warm (adopted) process or before Ready.
+    start_phases: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def name(self) -> str:
@@ -113,7 +114,7 @@ class TaskProcess:
         self.output_closed = threading.Event()  # set once every line it printed is in the log book
         self.script_code: int | None = None  # a lingering launched script's exit code
         self.spawned_at: float | None = None  # time.monotonic() just before the launcher started it
-        self.ready_phases: tuple[tuple[str, float], ...] = ()  # Ready's marks, then ("owner saw ready", t)
+        self.ready_phases: tuple[tuple[str, float, float], ...] = ()  # Ready's marks, then the owner's
 
     @property
     def pid(self) -> int:
@@ -167,13 +168,13 @@ class TaskProcess:
             start_phases=self._start_phases(),
         )
 
-    def _start_phases(self) -> tuple[tuple[str, float], ...]:
+    def _start_phases(self) -> tuple[tuple[str, float, float], ...]:
         if self.adopted or self.spawned_at is None or not self.ready_phases:
             return ()
-        steps, before = [], self.spawned_at
-        for name, at in self.ready_phases:
-            steps.append(("spawn" if name == "interpreter" else name, at - before))
-            before = at
+        steps, before, cpu_before = [], self.spawned_at, 0.0
+        for name, at, cpu in self.ready_phases:
+            steps.append(("spawn" if name == "interpreter" else name, at - before, cpu - cpu_before))
+            before, cpu_before = at, cpu
         return tuple(steps)
 
     def send(self, message: tuple) -> None:

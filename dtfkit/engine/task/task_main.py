@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import time
 
-_PHASES: list[tuple[str, float]] = [("interpreter", time.monotonic())]  # Python is up, this module starts
+# (step, time.monotonic(), time.process_time()) at the end of each start-up step: Python is up, this module starts
+_PHASES: list[tuple[str, float, float]] = [("interpreter", time.monotonic(), time.process_time())]
 
 import io
 import os
@@ -29,12 +30,12 @@ from dtfkit.engine.platform import lifeline
 from dtfkit.engine.wire import dumps, frames, protocol, sources
 from dtfkit.engine.wire.protocol import TaskConfig
 
-_PHASES.append(("dtfkit imports", time.monotonic()))
+_PHASES.append(("dtfkit imports", time.monotonic(), time.process_time()))
 
 
 def _phase(name: str) -> None:
     """Mark the end of a start-up step (sent to the owner with Ready)."""
-    _PHASES.append((name, time.monotonic()))
+    _PHASES.append((name, time.monotonic(), time.process_time()))
 
 
 class Channel:

@@ -112,9 +112,10 @@ class Port(NamedTuple):
 class Ready(NamedTuple):
     target: str | None
     pid: int
-    # When each step of the task's start ended, as ("phase", time.monotonic()) in order (the clock is
-    # the machine's, so the owner can set them against its own spawn time): where a cold start goes.
-    phases: tuple[tuple[str, float], ...] = ()
+    # When each step of the task's start ended, as ("phase", time.monotonic(), time.process_time()) in
+    # order (the monotonic clock is the machine's, so the owner can set them against its own spawn time;
+    # the process time is the task's CPU so far): where a cold start goes.
+    phases: tuple[tuple[str, float, float], ...] = ()
 
 
 class StartFailed(NamedTuple):
