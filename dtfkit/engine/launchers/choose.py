@@ -1,5 +1,6 @@
 """The one place that chooses where a cluster's tasks start: warm pool or cold, links or not,
-or the caller's own launcher; and the refusals that come with the choice, before anything starts.
+or the caller's own launcher; and the refusals of a combination of options, before anything starts
+(a launcher's own refusals, such as links on the host network, fire when the chosen one is built).
 
 Runs in the owner's process. ``LocalCluster`` (and ``RayCluster``, which passes its launcher)
 asks here; the answer is a ``LauncherSpec`` when dtfkit built the launcher (so a closed cluster

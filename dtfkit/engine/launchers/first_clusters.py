@@ -9,8 +9,8 @@ all, is remembered with ``tasks`` None and the reason. Kept per notebook in a sm
 A notebook is named by ``JPY_SESSION_NAME`` (jupyter_server sets it to the notebook's
 path in the kernels it starts), else by the kernel's working folder.
 
-The pool (``dtfkit.engine.launchers.pool``) and the front end (``dtfkit.cluster``) tell it about the
-first cluster; ``prewarm`` reads it. It imports neither.
+The pool (``dtfkit.engine.launchers.pool``) and the launcher choice (``dtfkit.engine.launchers.choose``, through
+``prewarm.first_cluster``) tell it about the first cluster; ``prewarm`` reads it. It imports neither.
 
 Example (in a notebook)::
 

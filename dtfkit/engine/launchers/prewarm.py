@@ -67,7 +67,7 @@ _lock = threading.Lock()
 _decided = threading.Event()  # set once the import-time thread has decided (and started a fill or not)
 _state: dict = {"note": "", "pool": None, "started": False}
 
-first_cluster = first_clusters.record  # the pool and dtfkit.cluster tell first_clusters directly
+first_cluster = first_clusters.record  # what the pool and the launcher choice (choose.py) tell first_clusters
 
 
 def plan(entry: dict | None) -> tuple[int, dict[str, str]] | str:

@@ -1,6 +1,6 @@
 """The owner's side of a control socket: authenticate each connection, read its first message.
 
-A cluster (``runtime``) and a warm pool (``pool``) both listen on a Unix socket for
+A cluster (``owner.events``, for ``owner.tasks``) and a warm pool (``launchers.pool``) both listen on a Unix socket for
 their task processes. Each accepted connection is authenticated in its own thread,
 so a stalled or foreign peer holds up nobody.
 

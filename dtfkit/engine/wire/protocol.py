@@ -119,7 +119,7 @@ class Ready(NamedTuple):
 
 
 class StartFailed(NamedTuple):
-    stage: str  # "bind" | "import" | "setup"
+    stage: str  # "bind" | "import" | "setup" | "link"
     traceback: str
 
 
