@@ -19,7 +19,8 @@ import time
 import types
 from dataclasses import dataclass, field
 
-from dtfkit.engine.launchers.local import LocalLauncher
+from dtfkit.engine.launchers.choose import choose_launcher
+from dtfkit.engine.launchers.contract import LauncherSpec
 from dtfkit.engine.owner.logs import OUTPUT_DRAIN_SECONDS
 from dtfkit.engine.owner.runtime import ClusterRuntime, Script
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId
@@ -96,7 +97,11 @@ def launch(
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise DtfkitError(f"timeout must be a positive number of seconds or None, not {timeout!r}")
     layout = ClusterLayout.from_counts(ps=ps, workers=workers, chief=chief, evaluator=evaluator)
-    launcher = LocalLauncher(network) if ray is None else _ray_launcher(ray, layout)
+    if ray is None:  # launch() starts its scripts cold, without the warm pool
+        chosen = choose_launcher(layout, network=network, pool=False, remember=False)
+        launcher = chosen.build() if isinstance(chosen, LauncherSpec) else chosen
+    else:
+        launcher = _ray_launcher(ray, layout)
     runtime = ClusterRuntime(
         layout,
         launcher=launcher,

@@ -257,3 +257,14 @@ def test_only_the_notebooks_own_choices_are_remembered(monkeypatch, home):
         "tasks": None,
         "why": "its first cluster could not use the pool (link=)",
     }
+
+    # launch()'s scripts are not the notebook's cluster: its choice (pool=False, links) is not remembered.
+    from dtfkit.engine.launchers.choose import choose_launcher
+    from dtfkit.engine.wire.layout import ClusterLayout
+
+    layout = ClusterLayout.from_counts(ps=1, workers=2)
+    for pool_arg, link in ((False, None), (True, "100mbit")):
+        monkeypatch.setitem(first_clusters._state, "first_seen", False)
+        (home / prewarm.MEMORY_FILE).unlink(missing_ok=True)
+        choose_launcher(layout, network="auto", pool=pool_arg, link=link, remember=False).build()
+        assert remembered(home, "ch.ipynb") is None, (pool_arg, link)

@@ -39,8 +39,12 @@ def choose_launcher(
     delay: str | dict[str, str] | None = None,
     start_servers: bool = True,
     launcher: Launcher | LauncherSpec | None = None,
+    remember: bool = True,
 ) -> Launcher | LauncherSpec:
-    """Where the tasks of ``layout`` start, every option checked against the others and the layout."""
+    """Where the tasks of ``layout`` start, every option checked against the others and the layout.
+
+    ``remember=False``: a choice that is not the notebook's cluster (``launch()``'s scripts) leaves the
+    memory of the notebook's first cluster (what the next kernel warms) as it is."""
     from dtfkit.engine.launchers.local import DELAY_REFUSED_MODES, plan_delays, plan_links
 
     for option, given in (("link", link), ("delay", delay)):
@@ -55,6 +59,8 @@ def choose_launcher(
         options = {"network": network, "pool": pool, "link": plan_links(link), "tasks": len(layout.tasks)}
         if delay is not None:
             options["delay"] = plan_delays(delay)
+        if not remember:
+            options["remember"] = False
         _check_link_keys(options["link"], options.get("delay"), layout)
         return LauncherSpec(build_local_launcher, MappingProxyType(options))
     if isinstance(launcher, LauncherSpec):
@@ -68,7 +74,9 @@ def choose_launcher(
     return launcher
 
 
-def build_local_launcher(network: str, pool, link=None, tasks: int = 0, delay=None) -> Launcher:
+def build_local_launcher(
+    network: str, pool, link=None, tasks: int = 0, delay=None, remember: bool = True
+) -> Launcher:
     """Local processes, adopted from a warm pool when one is used (see ``LocalCluster(pool=)``).
 
     With ``link=`` or ``delay=`` the tasks start cold (the launcher says why in ``describe().start``)."""
@@ -76,15 +84,17 @@ def build_local_launcher(network: str, pool, link=None, tasks: int = 0, delay=No
     from dtfkit.engine.launchers import prewarm
     from dtfkit.engine.launchers.local import LocalLauncher
 
-    chosen = pool  # what the caller passed: pool=False remembers "no pool" for the next kernel
+    chosen = (
+        pool if remember else None
+    )  # what the caller passed: pool=False remembers "no pool" for the next kernel
     if pool is None:
         pool = pools.enabled_by_default()
     links = link is not None or delay is not None
     if links and (pool is True or isinstance(pool, pools.TaskPool)):
         # fails here, before any pool starts
         launcher = LocalLauncher(network, link, delay=delay, cold=pools.LINKS_COLD)
-        # the next kernel of this notebook warms nothing
-        prewarm.first_cluster(0, None, "", "link=" if link is not None else "delay=")
+        if remember:  # the next kernel of this notebook warms nothing
+            prewarm.first_cluster(0, None, "", "link=" if link is not None else "delay=")
         return launcher
     if pool is True:
         pool = pools.default_pool()
