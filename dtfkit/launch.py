@@ -20,7 +20,6 @@ import types
 from dataclasses import dataclass, field
 
 from dtfkit.engine.launchers.choose import choose_launcher
-from dtfkit.engine.launchers.contract import LauncherSpec
 from dtfkit.engine.owner.logs import OUTPUT_DRAIN_SECONDS
 from dtfkit.engine.owner.runtime import ClusterRuntime, Script
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId
@@ -97,9 +96,8 @@ def launch(
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise DtfkitError(f"timeout must be a positive number of seconds or None, not {timeout!r}")
     layout = ClusterLayout.from_counts(ps=ps, workers=workers, chief=chief, evaluator=evaluator)
-    if ray is None:  # launch() starts its scripts cold, without the warm pool
-        chosen = choose_launcher(layout, network=network, pool=False, remember=False)
-        launcher = chosen.build() if isinstance(chosen, LauncherSpec) else chosen
+    if ray is None:  # launch() starts its scripts cold, without the warm pool; no launcher= given: a spec
+        launcher = choose_launcher(layout, network=network, pool=False, remember=False).build()
     else:
         launcher = _ray_launcher(ray, layout)
     runtime = ClusterRuntime(

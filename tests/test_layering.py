@@ -259,15 +259,7 @@ def wing_violations(root: Path = PACKAGE) -> list[str]:
 
 
 def engine_modules_outside_wings(root: Path = PACKAGE) -> list[str]:
-    return sorted(
-        m
-        for m in module_names(root)
-        if m.startswith(ENGINE + ".") and wing_of(m) is None and m.count(".") > 2
-    ) + sorted(
-        m
-        for m in module_names(root)
-        if m.count(".") == 2 and m.startswith(ENGINE + ".") and m.split(".")[2] not in WINGS
-    )
+    return sorted(m for m in module_names(root) if m.startswith(ENGINE + ".") and wing_of(m) is None)
 
 
 def module_cycles(root: Path = PACKAGE) -> list[list[str]]:

@@ -252,9 +252,8 @@ class Events:
             proc.port_reported = True
         elif isinstance(message, protocol.Ready):
             proc.said_ready = True
-            last_cpu = (
-                message.phases[-1][2] if message.phases else 0.0
-            )  # the owner's step costs the task nothing
+            # The owner's own step costs the task no CPU: it carries the task's last reading on.
+            last_cpu = message.phases[-1][2] if message.phases else 0.0
             proc.ready_phases = (*message.phases, ("owner saw ready", time.monotonic(), last_cpu))
             proc.ready = proc.startup_output_in
         elif isinstance(message, (protocol.Result, protocol.Error)):
