@@ -22,6 +22,8 @@ The package does not have to be installed: the repository root is put on
 from __future__ import annotations
 
 import atexit
+import doctest
+import importlib
 import json
 import os
 import queue
@@ -540,3 +542,21 @@ def no_spawn(monkeypatch):
 
     monkeypatch.setattr(subprocess, "Popen", ForbiddenPopen)
     return started
+
+
+def doctest_recipe(package) -> doctest.TestResults:
+    """``doctest.testmod`` over a recipe's sides (``task_side``, ``kernel_side``), the counts summed;
+    a plain module is tested as it is."""
+    if not hasattr(package, "__path__"):  # a plain module
+        return doctest.testmod(package, optionflags=doctest.NORMALIZE_WHITESPACE)
+    failed = attempted = 0
+    for side in ("task_side", "kernel_side"):
+        try:
+            module = importlib.import_module(f"{package.__name__}.{side}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{package.__name__}.{side}":
+                raise
+            continue
+        result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+        failed, attempted = failed + result.failed, attempted + result.attempted
+    return doctest.TestResults(failed, attempted)

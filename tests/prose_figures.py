@@ -11,7 +11,7 @@ sees why it is not an output:
   TensorFlow's code, a paper, another library), not this run.
 - ``<!-- formula -->``: the figures of the sentence are arithmetic on the chapter's settings or a
   model's prediction (``4 × 400 kB / 12.5 MB/s ≈ 0.13 s``), not a measurement.
-- ``<!-- setting: dtfkit/recipes/fault.py, step_ms=20 -->``: the figures of the sentence are settings
+- ``<!-- setting: dtfkit/recipes/fault/task_side.py, step_ms=20 -->``: the figures of the sentence are settings
   of the run that the notebook's own code does not show (a recipe's default, the check's timeout), or
   what an exercise asks the learner to set.
 - ``<!-- derived: 2098.9 / 421.5 = 5.0 -->``: a figure computed from outputs. Every operand must

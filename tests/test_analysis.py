@@ -3,10 +3,10 @@ chapters, the lab and the demo share (no TensorFlow, no cluster)."""
 
 from __future__ import annotations
 
-import doctest
 import math
 
 import pytest
+from conftest import doctest_recipe
 
 from dtfkit import htmltable
 from dtfkit.recipes import analysis
@@ -14,7 +14,7 @@ from dtfkit.recipes import analysis
 
 def test_docstring_examples():
     for module in (analysis, htmltable):
-        result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+        result = doctest_recipe(module)
         assert result.attempted >= 1 and result.failed == 0, module.__name__
 
 

@@ -43,7 +43,7 @@ def test_import_dtfkit_does_not_import_tensorflow():
 # Modules the notebook side or a task's bootstrap imports before it wants TensorFlow.
 TF_FREE_MODULES = [
     "dtfkit.course.devices",
-    "dtfkit.course.datasets",
+    "dtfkit.datasets",
     "dtfkit.recipes.tf1",
     "dtfkit.recipes.analysis",
     "dtfkit.htmltable",
@@ -58,7 +58,7 @@ TF_FREE_MODULES = [
     "dtfkit.lab",
     "dtfkit.lab.panel",
     "dtfkit.lab.plots",
-    "dtfkit.lab.tasks",
+    "dtfkit.lab.task_side",
 ]
 
 

@@ -1,4 +1,4 @@
-"""Tests for dtfkit.course.datasets (numpy only, no TensorFlow)."""
+"""Tests for dtfkit.datasets (numpy only, no TensorFlow)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dtfkit.course import datasets
-from dtfkit.course.datasets import batches, load_digits, shard
+from dtfkit import datasets
+from dtfkit.datasets import batches, load_digits, shard
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE_NPZ = REPO / "dtfkit" / "data" / "digits.npz"
@@ -54,7 +54,7 @@ def test_loader_reads_package_copy():
 
 def test_import_does_not_pull_tensorflow():
     code = (
-        "import sys; from dtfkit.course.datasets import load_digits; load_digits(); "
+        "import sys; from dtfkit.datasets import load_digits; load_digits(); "
         "assert 'tensorflow' not in sys.modules, 'tensorflow imported'; "
         "assert 'pooch' not in sys.modules, 'pooch imported'"  # only a download or a cache check needs it
     )

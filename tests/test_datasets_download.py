@@ -1,4 +1,4 @@
-"""Tests for the downloaded data sets in dtfkit.course.datasets (MNIST, Fashion-MNIST), without internet.
+"""Tests for the downloaded data sets in dtfkit.datasets (MNIST, Fashion-MNIST), without internet.
 
 Downloads come from a small ``http.server`` on 127.0.0.1 serving fake files (a few 28x28
 images) whose sha256 is put into ``datasets.CHECKSUMS`` with monkeypatch; "offline" is a
@@ -28,8 +28,8 @@ import pooch
 import pytest
 import requests
 
-from dtfkit.course import datasets
-from dtfkit.course.datasets import (
+from dtfkit import datasets
+from dtfkit.datasets import (
     ChecksumMismatch,
     DatasetUnavailable,
     load_fashion_mnist,
@@ -394,7 +394,7 @@ def test_pre_seeded_cache_works_offline_in_a_new_process(tmp_path):
         "import json, sys, requests\n"
         "def offline(*a, **k): raise AssertionError('network used')\n"
         "requests.adapters.HTTPAdapter.send = offline\n"
-        "from dtfkit.course import datasets\n"
+        "from dtfkit import datasets\n"
         f"for name, files in {sums!r}.items(): datasets.CHECKSUMS[name].update(files)\n"
         "out = {}\n"
         "for load in (datasets.load_mnist, datasets.load_fashion_mnist):\n"

@@ -97,7 +97,7 @@ def evasive_11_1(method, floats, k):
 
 
 def evasive_11_2(method, n, size_bytes, alpha_s, beta_s_per_byte):
-    module = sys.modules[_hidden("tikftd", "sepicer", "ateb_ahpla")]
+    module = importlib.import_module(_hidden("tikftd", "sepicer", "ateb_ahpla", "edis_lenrek"))
     formula = vars(module)["emit_ateb_ahpla"[::-1]]
     return next(map(formula, [method], [n], [size_bytes], [alpha_s], [beta_s_per_byte]))
 

@@ -356,7 +356,7 @@ def test_6_every_hidden_batch_splits_exactly_and_no_pipeline_runs_out():
     import random
 
     from dtfkit.course.check import ch06
-    from dtfkit.course.datasets import load_digits
+    from dtfkit.datasets import load_digits
 
     examples = len(load_digits(split="train")[0])
     for seed in range(300):

@@ -317,6 +317,94 @@ def tensorflow_at_import(root: Path = PACKAGE) -> dict[str, list[str]]:
     return found
 
 
+# ---------------------------------------------------------------- task side and kernel side
+
+# The kernel-only places a task-side module must never import: they hold clusters, widgets, plots.
+KERNEL_ONLY = (
+    "dtfkit.cluster",
+    "dtfkit.launch",
+    "dtfkit.engine.owner",
+    "dtfkit.engine.launchers",
+    "dtfkit.lab.panel",
+    "dtfkit.lab.runner",
+    "dtfkit.lab.plots",
+    "dtfkit.course.check",
+    "dtfkit.ray",
+)
+KERNEL_ONLY_LIBRARIES = ("matplotlib", "ipywidgets", "IPython")
+
+
+def is_task_side(module: str) -> bool:
+    """A module that runs inside tasks: a program (``TASK_SIDE``) or a ``task_side`` module or package."""
+    return not kernel_side(module) or "task_side" in module.split(".")
+
+
+def _inside(module: str, places: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in places)
+
+
+def task_side_reaching_the_kernel(root: Path = PACKAGE) -> list[str]:
+    """``"a -> b"`` for every import (inside functions too) from task-side code into kernel-only code."""
+    found = []
+    for module, targets in sorted(module_graph(root, type_only=False).items()):
+        if "task_side" not in module.split("."):
+            continue
+        for target in sorted(targets):
+            if "kernel_side" in target.split(".") or _inside(target, KERNEL_ONLY):
+                found.append(f"{module} -> {target}")
+        tree = ast.parse(module_names(root)[module].read_text(encoding="utf-8"))
+        skip = _type_only_nodes(tree)
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            found.extend(f"{module} -> {n}" for n in names if n.split(".")[0] in KERNEL_ONLY_LIBRARIES)
+    return found
+
+
+def _sent_names(tree: ast.AST) -> set[str]:
+    """Names handed to a task by ``x.run(name, ...)`` or ``x.submit(name, ...)``."""
+    return {
+        node.args[0].id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("run", "submit")
+        and node.args
+        and isinstance(node.args[0], ast.Name)
+    }
+
+
+def task_code_in_kernel_modules(root: Path = PACKAGE) -> list[str]:
+    """``"module.function"`` for a function a kernel-side module defines and sends to tasks itself:
+    what a task runs belongs in a ``task_side`` module (or a program of ``TASK_SIDE``)."""
+    found = []
+    for module, path in sorted(module_names(root).items()):
+        if is_task_side(module):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        found.extend(f"{module}.{name}" for name in sorted(_sent_names(tree) & defined))
+    return found
+
+
+def recipe_modules_without_a_side(root: Path = PACKAGE) -> list[str]:
+    """Modules of a recipe package that are neither its ``__init__`` nor one of its two sides."""
+    return sorted(
+        m
+        for m in module_names(root)
+        if m.startswith("dtfkit.recipes.")
+        and m.count(".") == 3
+        and m.rpartition(".")[2] not in ("task_side", "kernel_side")
+    )
+
+
 # ---------------------------------------------------------------- the rules
 
 
@@ -388,6 +476,48 @@ def test_importing_the_kernel_side_really_loads_no_tensorflow():
     assert out.stdout.strip().endswith("clean"), out.stdout[-2000:] + out.stderr[-2000:]
 
 
+def test_task_side_code_never_imports_kernel_only_code():
+    found = task_side_reaching_the_kernel()
+    assert found == [], "task-side modules import kernel-only code:\n" + "\n".join(found)
+
+
+def test_no_kernel_side_module_defines_what_it_sends_to_a_task():
+    assert task_code_in_kernel_modules() == [], "move these into a task_side module: " + ", ".join(
+        task_code_in_kernel_modules()
+    )
+
+
+def test_every_recipe_module_is_one_of_its_two_sides():
+    assert recipe_modules_without_a_side() == [], recipe_modules_without_a_side()
+    singles = sorted(
+        m for m in module_names(PACKAGE) if m.count(".") == 2 and m.startswith("dtfkit.recipes.")
+    )
+    packages = {m for m in module_names(PACKAGE) if m.startswith("dtfkit.recipes.") and m.count(".") == 2}
+    assert all(
+        module_names(PACKAGE)[m].name == "__init__.py" or m == "dtfkit.recipes._sides" for m in singles
+    ), f"a recipe is a package with task_side/kernel_side modules: {sorted(packages)}"
+
+
+def test_a_task_importing_its_code_loads_no_kernel_code():
+    # Checked for real: what a task imports to unpickle a recipe's function pulls in no cluster,
+    # no kernel-side module and no plotting library.
+    modules = sorted(m for m in module_names(PACKAGE) if "task_side" in m.split("."))
+    code = (
+        "import importlib, sys\n"
+        "import dtfkit\n"  # every task imports the facade first; what it loads is not the recipes' doing
+        "facade = set(sys.modules)\n"
+        f"for m in {modules!r}:\n"
+        "    importlib.import_module(m)\n"
+        "bad = sorted(n for n in set(sys.modules) - facade if 'kernel_side' in n.split('.') or n.split('.')[0] in "
+        f"{KERNEL_ONLY_LIBRARIES!r} or any(n == p or n.startswith(p + '.') for p in {KERNEL_ONLY!r}))\n"
+        "print('LOADED', bad)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=subprocess_env()
+    )
+    assert "LOADED []" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+
+
 # ---------------------------------------------------------------- the checks can fail
 
 
@@ -434,12 +564,13 @@ def test_an_upward_import_between_wings_is_found(tmp_path):
 def test_an_import_of_the_task_program_is_found(tmp_path):
     root = _copy(tmp_path)
     _add_import(root, "dtfkit.engine.launchers.local", "from dtfkit.engine.task import task_main")
-    _add_import(root, "dtfkit.recipes.sync", "from dtfkit.engine.task import relay")
+    _add_import(root, "dtfkit.recipes.sync.kernel_side", "from dtfkit.engine.task import relay")
     found = wing_violations(root)
     assert any("(launchers imports task)" in v for v in found), found
-    assert "dtfkit.recipes.sync -> dtfkit.engine.task.relay (dtfkit.recipes.sync imports task)" in found, (
-        found
-    )
+    assert (
+        "dtfkit.recipes.sync.kernel_side -> dtfkit.engine.task.relay (dtfkit.recipes.sync.kernel_side imports task)"
+        in found
+    ), found
 
 
 def test_a_module_outside_the_wings_is_found(tmp_path):
@@ -481,6 +612,26 @@ def test_tensorflow_inside_a_function_is_not_an_import_time_import(tmp_path):
     root = _copy(tmp_path)
     _add_import(root, "dtfkit.engine.platform.admission", "import tensorflow")
     assert tensorflow_at_import(root) == {}
+
+
+def test_task_side_code_reaching_the_kernel_is_found(tmp_path):
+    root = _copy(tmp_path)
+    _add_import(root, "dtfkit.recipes.sync.task_side", "from dtfkit.recipes.sync import kernel_side")
+    _add_import(root, "dtfkit.course.task_side.ch04", "import matplotlib.pyplot")
+    found = task_side_reaching_the_kernel(root)
+    assert "dtfkit.recipes.sync.task_side -> dtfkit.recipes.sync.kernel_side" in found, found
+    assert "dtfkit.course.task_side.ch04 -> matplotlib.pyplot" in found, found
+
+
+def test_task_code_written_in_a_kernel_module_is_found(tmp_path):
+    root = _copy(tmp_path)
+    path = root / "course" / "check" / "ch07.py"
+    path.write_text(
+        path.read_text() + "\n\ndef _count():\n    return 1\n\n\ndef _check(c):\n    c.run(_count)\n"
+    )
+    (root / "recipes" / "sync" / "helpers.py").write_text("X = 1\n")
+    assert task_code_in_kernel_modules(root) == ["dtfkit.course.check.ch07._count"]
+    assert recipe_modules_without_a_side(root) == ["dtfkit.recipes.sync.helpers"]
 
 
 # ---------------------------------------------------------------- one rule, two copies

@@ -4,11 +4,9 @@ all-reduce giving the same sum."""
 
 from __future__ import annotations
 
-import doctest
-
 import numpy as np
 import pytest
-from conftest import share_cluster
+from conftest import doctest_recipe, share_cluster
 
 import dtfkit
 from dtfkit.recipes import allreduce
@@ -18,7 +16,7 @@ FLOATS = 1200  # divisible by 2, 3 and 4: equal chunks
 
 # ------------------------------------------------------------- without TensorFlow
 def test_docstring_examples():
-    result = doctest.testmod(allreduce, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest_recipe(allreduce)
     assert result.attempted >= 6 and result.failed == 0
 
 

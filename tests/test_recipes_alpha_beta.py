@@ -3,11 +3,11 @@ computed by hand; its crossover, its plot, and the refusals of ``measure`` (no T
 
 from __future__ import annotations
 
-import doctest
 import math
 
 import matplotlib
 import pytest
+from conftest import doctest_recipe
 
 from dtfkit.recipes import alpha_beta
 
@@ -18,7 +18,7 @@ ALPHA, BETA = 0.001, 1e-8  # 1 ms, 100 MB/s
 
 
 def test_docstring_examples():
-    result = doctest.testmod(alpha_beta, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest_recipe(alpha_beta)
     assert result.attempted >= 6 and result.failed == 0
 
 

@@ -4,10 +4,9 @@ received plus the residual is the sum of the raw gradients); training still lear
 
 from __future__ import annotations
 
-import doctest
-
 import numpy as np
 import pytest
+from conftest import doctest_recipe
 
 import dtfkit
 from dtfkit.recipes import compression
@@ -18,7 +17,7 @@ FLOATS = compression.model_floats(HIDDEN)
 
 # ------------------------------------------------------------- without TensorFlow
 def test_docstring_examples():
-    result = doctest.testmod(compression, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest_recipe(compression)
     assert result.attempted >= 6 and result.failed == 0
 
 

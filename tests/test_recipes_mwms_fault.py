@@ -354,12 +354,12 @@ def test_a_crash_while_aborting_is_run_again_and_a_python_error_is_not(monkeypat
             os.kill(os.getpid(), signal.SIGSEGV)
         return {"steps_done": kwargs["fail_at"]}
 
-    monkeypatch.setattr(mf, "train_until_a_peer_fails", crash_once_on_worker_0)
+    monkeypatch.setattr(mf.kernel_side, "train_until_a_peer_fails", crash_once_on_worker_0)
     with dtfkit.LocalCluster(workers=2, launcher=FakeLauncher(), progress=False, name=None) as cluster:
         seen = mf.hang_with_collective_timeout(cluster, fail_at=3)
         assert seen["results"] == {"worker:0": {"steps_done": 3}, "worker:1": {"steps_done": 3}}
         [crash] = seen["crashes"]
         assert "worker:0 exited with code -11" in crash and "in crash_once_on_worker_0" in crash, crash
-        monkeypatch.setattr(mf, "train_until_a_peer_fails", lambda **kwargs: 1 / 0)
+        monkeypatch.setattr(mf.kernel_side, "train_until_a_peer_fails", lambda **kwargs: 1 / 0)
         with pytest.raises(TaskFailed):
             mf.hang_with_collective_timeout(cluster)

@@ -8,10 +8,10 @@ client on the shared 1 ps + 2 workers cluster, and variable placement with
 
 from __future__ import annotations
 
-import doctest
 from types import SimpleNamespace as NS
 
 import pytest
+from conftest import doctest_recipe
 
 import dtfkit
 from dtfkit.recipes import placement
@@ -23,7 +23,7 @@ W1 = "/job:worker/replica:0/task:1/device:CPU:0"
 
 # ------------------------------------------------------------- without TensorFlow
 def test_docstring_examples():
-    result = doctest.testmod(placement, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest_recipe(placement)
     assert result.attempted >= 8 and result.failed == 0
 
 

@@ -4,12 +4,12 @@ per task, bytes per link), drawn and written as a Chrome trace; for real on the 
 from __future__ import annotations
 
 import copy
-import doctest
 import json
 from types import SimpleNamespace as NS
 
 import matplotlib
 import pytest
+from conftest import doctest_recipe
 from test_recipes_placement import _node, _recv, _send
 
 from dtfkit.recipes import allreduce, chrome_trace, placement, timeline
@@ -169,7 +169,7 @@ def test_big_tensors_are_timed_by_the_rpc_log_too():
 
 @pytest.mark.parametrize("module", [timeline, chrome_trace])
 def test_docstring_examples(module):
-    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest_recipe(module)
     assert result.attempted >= 3 and result.failed == 0
 
 

@@ -21,7 +21,7 @@ import dtfkit
 from dtfkit.engine.launchers.fake import FakeLauncher
 from dtfkit.engine.wire import frames
 from dtfkit.errors import ClusterStartError, TaskFailed, TaskTimeout
-from dtfkit.recipes import alpha_beta
+from dtfkit.recipes.alpha_beta import kernel_side as alpha_beta
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -62,8 +62,8 @@ def test_short_path_of_this_machines_folders():
     assert frames.short_path(os.path.join(purelib, "tensorflow/python/eager/context.py")) == (
         "tensorflow/python/eager/context.py"
     )
-    assert frames.short_path(alpha_beta.__file__) == "dtfkit/recipes/alpha_beta.py"
-    assert frames.short_path(os.path.realpath(alpha_beta.__file__)) == "dtfkit/recipes/alpha_beta.py"
+    assert frames.short_path(alpha_beta.__file__) == "dtfkit/recipes/alpha_beta/kernel_side.py"
+    assert frames.short_path(os.path.realpath(alpha_beta.__file__)) == "dtfkit/recipes/alpha_beta/kernel_side.py"
     assert frames.short_path(__file__) == HERE
 
 
@@ -168,7 +168,7 @@ def test_a_recipe_the_learner_called_keeps_its_frame(cluster):
     text = remote_traceback(cluster, calls_a_recipe_badly)
     assert_reads_like_a_local_traceback(text, "calls_a_recipe_badly")
     # The recipe is code the learner chose to call: its frames stay, with its checkout path shortened.
-    assert re.search(r'File "dtfkit/recipes/alpha_beta\.py", line \d+, in alpha_beta_time\n', text), text
+    assert re.search(r'File "dtfkit/recipes/alpha_beta/kernel_side\.py", line \d+, in alpha_beta_time\n', text), text
     assert "size_bytes must be a finite number >= 0" in text
 
 

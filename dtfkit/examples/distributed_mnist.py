@@ -12,7 +12,7 @@ A minimal port of the ``distributed_mnist.py`` script from the tutorial
   ``tf.compat.v1.get_variable`` + ``tf.matmul`` (``tf.compat.v1.layers.dense``
   does not exist with Keras 3), 128 hidden units by default;
 - the data are the offline UCI 8x8 digits (64 features, 10 classes, one-hot)
-  from ``dtfkit.course.datasets``, not MNIST (``tensorflow.contrib`` and its MNIST
+  from ``dtfkit.datasets``, not MNIST (``tensorflow.contrib`` and its MNIST
   downloader are gone); each worker trains on its own shard with its own
   shuffle seed.
 
@@ -85,7 +85,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from dtfkit.course.datasets import batches, load_digits, shard
+from dtfkit.datasets import batches, load_digits, shard
 
 flags = tf.compat.v1.app.flags
 # The tutorial's flags. Defaults of None mean "take it from TF_CONFIG, else the

@@ -16,15 +16,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dtfkit.lab.runner import Lab, RunRecord, Settings
 
 __all__ = ["Lab", "Panel", "RunRecord", "Settings"]
 
 if TYPE_CHECKING:
     from dtfkit.lab.panel import Panel
+    from dtfkit.lab.runner import Lab, RunRecord, Settings
 
 
 def __getattr__(name: str):
+    # Loaded on first use: a task that imports dtfkit.lab.task_side must not load the lab's widgets.
+    if name in ("Lab", "RunRecord", "Settings"):
+        from dtfkit.lab import runner
+
+        return getattr(runner, name)
     if name == "Panel":
         from dtfkit.lab.panel import Panel
 

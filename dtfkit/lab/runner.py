@@ -532,7 +532,7 @@ class Lab:
         return cluster
 
     def _execute(self, record: RunRecord, echo: Callable[[str, str], None]) -> None:
-        from dtfkit.lab import tasks
+        from dtfkit.lab import task_side as tasks
         from dtfkit.recipes import sync
 
         s = record.settings

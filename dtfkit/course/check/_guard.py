@@ -40,6 +40,7 @@ import dis
 import functools
 import inspect
 import os
+import re
 import sys
 import sysconfig
 import threading
@@ -92,6 +93,18 @@ def _is_dtfkit_name(name: object) -> bool:
     return isinstance(name, str) and (name == "dtfkit" or name.startswith("dtfkit."))
 
 
+_SIDE = re.compile(r"\.(?:task_side|kernel_side)(?=\.|$)")
+
+
+def public_name(name: str) -> str:
+    """The name a learner reaches a recipe's function by: without the side module it lives in.
+
+    >>> public_name("dtfkit.recipes.tf1.task_side.dense")
+    'dtfkit.recipes.tf1.dense'
+    """
+    return _SIDE.sub("", name)
+
+
 def _module_kind(name: object, file: object) -> str:
     if isinstance(file, str) and os.path.abspath(file).startswith(_DTFKIT_DIR):
         return DTFKIT  # dtfkit's task bootstrap runs as __main__
@@ -126,14 +139,14 @@ def _callee_name(frame: types.FrameType) -> str:
     if qualname is None:  # 3.10: a module-level function is the module's own name for this code
         module_level = getattr(frame.f_globals.get(code.co_name), "__code__", None) is code
         qualname = code.co_name if module_level or code.co_name == "<module>" else f"<local>.{code.co_name}"
-    return f"{frame.f_globals.get('__name__', '?')}.{qualname}"
+    return public_name(f"{frame.f_globals.get('__name__', '?')}.{qualname}")
 
 
 def _object_name(obj: Any) -> str | None:
     """``dtfkit.x.y`` for a dtfkit module, function, class or method; None for anything else."""
     if isinstance(obj, types.ModuleType):
         name = getattr(obj, "__name__", None)
-        return name if _is_dtfkit_name(name) else None
+        return public_name(name) if _is_dtfkit_name(name) else None
     if isinstance(obj, types.MethodType | staticmethod | classmethod):
         return _object_name(obj.__func__)
     if isinstance(obj, functools.partial):
@@ -141,7 +154,7 @@ def _object_name(obj: Any) -> str | None:
     if callable(obj) and isinstance(getattr(obj, "__module__", None), str):
         if _is_dtfkit_name(obj.__module__) and not isinstance(obj, GuardedAnswer):
             qualname = getattr(obj, "__qualname__", None) or getattr(type(obj), "__qualname__", "?")
-            return f"{obj.__module__}.{qualname}"
+            return public_name(f"{obj.__module__}.{qualname}")
     return None
 
 
@@ -214,10 +227,10 @@ def _names_in_code(
         elif op == "IMPORT_NAME":
             imported, fromlist = ins.argval, previous_const
             if _is_dtfkit_name(imported) and (fromlist is None or fromlist == ("*",)):
-                found.append(imported)
+                found.append(public_name(imported))
         elif op == "IMPORT_FROM" and imported is not None and fromlist is not None:
             if _is_dtfkit_name(imported):
-                found.append(f"{imported}.{ins.argval}")
+                found.append(public_name(f"{imported}.{ins.argval}"))
         elif op == "LOAD_CONST":
             if isinstance(ins.argval, str) and _looks_like_dtfkit_path(ins.argval):
                 found.append(ins.argval)

@@ -57,7 +57,7 @@ def _fit(strategy, model_fn, batch: int, lr: float | None = None) -> float:
     """Train for real under ``strategy``; returns the training loss of the last epoch."""
     import keras
 
-    from dtfkit.course.datasets import load_digits
+    from dtfkit.datasets import load_digits
 
     x, y = load_digits(split="train")
     n = 512 if classroom.enabled() else len(x)

@@ -22,7 +22,7 @@ def _setup():
     import tensorflow as tf
 
     import dtfkit.course.devices
-    from dtfkit.course.datasets import load_digits
+    from dtfkit.datasets import load_digits
 
     devices = dtfkit.course.devices.ensure_replicas(2)[:2]
     strategy = tf.distribute.MirroredStrategy(devices)

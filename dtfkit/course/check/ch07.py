@@ -17,18 +17,11 @@ from typing import Any
 import dtfkit
 from dtfkit.course import classroom
 from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
+from dtfkit.course.task_side.ch07 import (
+    with_own_value,
+)
 
 _STARTUP = "configured at program startup"
-
-
-def with_own_value(answer: Callable[[float], Any], values: dict[str, float]) -> Any:
-    """Run in a task: call ``answer`` with this task's value only (the others stay unknown to it).
-
-    Example::
-
-        cluster.run(with_own_value, args=(sum_over_workers, {"worker:0": 17.0, "worker:1": 4.0}))
-    """
-    return answer(values[dtfkit.this_task().name])
 
 
 def _draw_values(n: int) -> dict[str, float]:

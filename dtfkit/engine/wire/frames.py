@@ -14,7 +14,7 @@ Two things would otherwise give away that the code ran in a task, and on which m
   all engine (the task could not start) is kept whole.
 - **The machine's paths.** ``short_path`` writes a file as Python finds it on its
   path: ``tensorflow/python/training/monitored_session.py`` for an installed package,
-  ``threading.py`` for the standard library, ``dtfkit/recipes/fault.py`` (and
+  ``threading.py`` for the standard library, ``dtfkit/recipes/fault/task_side.py`` (and
   ``notebooks/...``, ``tests/...``) for dtfkit's checkout, ``~/...`` under a home
   folder; the virtual environment, the Python installation and the home folder never
   show. ``shorten_paths`` applies it to every ``File "..."`` of a text: Python's

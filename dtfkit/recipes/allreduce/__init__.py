@@ -1,0 +1,94 @@
+"""Synchronising gradients three ways: through a parameter server, through ``n`` ps shards, or
+around a ring (chapter 9).
+
+Each of the first ``n`` workers holds a gradient vector of ``floats`` float32 numbers (a
+variable on that worker). Three graphs add them up so that every worker ends with the sum:
+
+- ``build_ps``: every worker sends its gradient to ``ps:0``, the ps adds them, and every
+  worker reads the sum back. The ps receives ``n`` gradients and sends ``n`` sums.
+- ``build_sharded_ps``: the gradient is cut into ``n`` shards and shard ``i`` is added up on
+  worker ``i``'s machine, which sends the summed shard back to every other worker: a
+  parameter server partitioned over ``n`` ps tasks, one beside each worker. Every worker
+  sends and receives ``2 (n - 1) / n`` of the gradient, as in the ring, in two rounds of
+  messages instead of the ring's ``2 (n - 1)``.
+- ``build_ring``: ring all-reduce (Patarasuk & Yuan 2009; Baidu's write-up; Horovod). The
+  gradient is cut into ``n`` chunks. Reduce-scatter: ``n - 1`` steps in which every worker
+  sends one chunk to its right neighbour, which adds it to its own copy; then every worker
+  holds one chunk fully summed. All-gather: ``n - 1`` steps in which the summed chunks go
+  round the ring. Every worker sends and receives ``2 (n - 1) / n`` of the gradient,
+  whatever ``n`` is.
+
+``ring_schedule(n)`` is the ring as plain Python (who sends which chunk to whom, step by
+step); ``build_ring`` turns a schedule into ops placed with ``tf.device``. ``sync_run`` (in
+a client task) builds either graph in one client graph, runs it through one session on
+worker:0's master with a full trace, and returns the bytes every task sent and received
+(from the ``_Send``/``_Recv`` pairs of the partition graphs, ``placement.transfer_table``),
+whether every worker got the right sum, and optionally the time per synchronisation.
+``expected_bytes`` gives the same table from the formulas, ``expected_link_bytes`` the bytes
+on each link. ``trace_steps`` (in the notebook) traces a few synchronisations up close:
+every op and every transfer with its bytes, start and end (``timeline``, ``chrome_trace``).
+``time_sync`` (in a client task) times the methods side by side, for the α–β model
+(``alpha_beta``). ``mwms_allreduce`` all-reduces the same vectors with
+``MultiWorkerMirroredStrategy`` (RING) for comparison.
+
+Example (in a notebook; TensorFlow runs only in the tasks)::
+
+    import dtfkit
+    from dtfkit.recipes import allreduce
+
+    with dtfkit.LocalCluster(ps=1, workers=4) as cluster:
+        (run,) = cluster.run(allreduce.sync_run, args=("ring", 4, 1200), on="client").values()
+    run["correct"], run["bytes"]["worker:0"]          # True, {'sent': 7200, 'received': 7200}
+    allreduce.expected_bytes("ring", 4, 1200)["worker:0"]   # the same, from the formula
+
+Importing this module does not import TensorFlow.
+
+``task_side`` runs in the tasks, ``kernel_side`` in the notebook kernel; every name is reachable from here.
+"""
+
+from dtfkit.recipes._sides import lazy_sides
+
+__getattr__, __dir__ = lazy_sides(
+    __name__,
+    task_side=(
+        "METHODS",
+        "MAX_FLOATS",
+        "Send",
+        "ring_schedule",
+        "build_ring",
+        "_split_on",
+        "_concat_on",
+        "build_ps",
+        "build_sharded_ps",
+        "worker_gradient",
+        "_graph_config",
+        "check_sync_args",
+        "_sync_graph",
+        "_devices",
+        "_gradients",
+        "_build",
+        "_session",
+        "sync_run",
+        "sync_sweep",
+        "trace_sync",
+        "_check_steps",
+        "time_sync",
+        "mwms_allreduce",
+        "bytes_by_task",
+        "run_schedule_check",
+    ),
+    kernel_side=(
+        "SYNC_COPIES",
+        "MAX_TRACED_STEPS",
+        "MAX_TIMEOUT",
+        "simulate",
+        "trace_steps",
+        "_check_serving",
+        "_check_seed",
+        "_check_timeout",
+        "_check_memory",
+        "expected_bytes",
+        "expected_link_bytes",
+        "busiest_link",
+    ),
+)

@@ -1,0 +1,42 @@
+"""What a run's metric rows and step records say: interleaving, staleness, shares, pace.
+
+Pure Python (no TensorFlow, no NumPy): the chapters (``between_graph``, ``sync``), the
+lab (``dtfkit.lab``) and ``python -m dtfkit demo`` all count with these functions, so
+"interleaving" or "staleness" means one thing everywhere.
+
+A metric row is what ``cluster.metrics.rows()`` returns: a dict with ``task`` and
+``time`` (when it was reported), and ``step`` (the global step) for a training step.
+
+Example::
+
+    >>> rows = [{"task": "worker:0", "time": 0.0, "step": 1}, {"task": "worker:1", "time": 0.1, "step": 2},
+    ...         {"task": "worker:0", "time": 0.2, "step": 3}]
+    >>> interleavings(rows), interleaving_fraction(rows)
+    (2, 1.0)
+    >>> staleness(read=3, applied=6)
+    2
+    >>> shares({"worker:0": 3, "worker:1": 1})
+    {'worker:0': 0.75, 'worker:1': 0.25}
+
+Its code is in ``kernel_side`` (the notebook kernel); every name is reachable from here.
+"""
+
+from dtfkit.recipes._sides import lazy_sides
+
+__getattr__, __dir__ = lazy_sides(
+    __name__,
+    kernel_side=(
+        "ORDERS",
+        "step_order",
+        "interleavings",
+        "interleaving_fraction",
+        "overlap_seconds",
+        "staleness",
+        "shares",
+        "participation",
+        "steady_time",
+        "steps_per_sec",
+        "update_interval",
+        "update_window",
+    ),
+)

@@ -1,0 +1,91 @@
+"""When a peer of all-reduce training fails: ``MultiWorkerMirroredStrategy`` faults (chapter 12).
+
+Chapters 4 and 7 recover parameter-server training, where the chief or the coordinator
+goes on without a dead worker. All-reduce training has no such slack: every step needs
+every worker, so a failed peer stops the others. The recipes are functions run on every
+worker of ``LocalCluster(workers=2, start_servers=False)`` (the strategy starts its own
+server; collectives are configured once per process, so start new processes between runs
+with ``cluster.ensure_running(fresh="all")``):
+
+- ``train_until_a_peer_fails``: ``failing_task`` fails after exactly ``fail_at`` steps, in
+  one of three ways. ``"exit"`` (a crash): its connections reset and the survivor's next
+  all-reduce raises ``UnavailableError`` at once. ``"freeze"`` (SIGSTOP: a frozen machine):
+  the coordination service that the strategy starts misses its heartbeats and aborts the
+  survivor's collectives after its heartbeat timeout (``UnavailableError``, "stopped sending
+  heartbeats"). ``"hang"`` (alive, not training): nothing tells the survivor, which waits in
+  its all-reduce for ever unless ``CommunicationOptions(timeout_seconds=T)`` makes the step
+  raise ``DeadlineExceededError``; bound the call with ``timeout=`` and the ``TaskTimeout``
+  shows the survivor's stack inside its step. ``hang_with_collective_timeout`` runs the
+  last case, again when TensorFlow crashes while aborting the collective.
+- ``train_with_checkpoints``: the custom-loop form of Keras' ``BackupAndRestore``: a
+  ``tf.train.CheckpointManager`` of model, optimizer and a step counter saved every
+  ``save_every`` steps, restored at the start. Kill a worker, start the workers again with
+  the same folder: training resumes at the last save + 1; ``recovery_summary`` counts the
+  steps lost. ``BackupAndRestore`` itself needs ``model.fit``, which Keras 3 cannot run
+  under this strategy (keras-team/keras#20585; ``try_fit_under_mwms`` shows the error), and
+  ``tf_keras`` (Keras 2) is not installed; ``fit_with_backup_and_restore`` shows it resuming
+  ``model.fit`` on one worker without a strategy, where Keras 3 supports it.
+- ``train_with_preemption_handler``: ``tf.distribute.experimental.PreemptionCheckpointHandler``.
+  ``signal_task`` sends itself SIGTERM after ``signal_at`` steps; before its next step the
+  handler publishes, through the coordination service, the step after which to save (that
+  next step), every worker saves there and calls the handler's ``exit_fn``: by default
+  ``sys.exit(42)`` outside Google Cloud, a ``SystemExit`` the recipe catches and returns as
+  ``exit_code`` (uncaught, dtfkit would report ``TaskFailed`` with ``exc_type="SystemExit"``;
+  an ``exit_fn`` that ends the process, ``os._exit``, gives ``TaskExited``). Started again,
+  the handler restores: no step is lost.
+
+When a worker dies, submit one call per worker so that the survivor's result stays readable
+(a call on both raises the dead one's ``TaskExited``). TensorFlow is imported inside the
+functions, so importing this module does not.
+
+Example::
+
+    from dtfkit.recipes import mwms_fault as mf
+    with dtfkit.LocalCluster(workers=2, start_servers=False) as cluster:
+        calls = {t: cluster.submit(mf.train_until_a_peer_fails, on=t, timeout=90,
+                                   kwargs={"progress_dir": tempfile.mkdtemp(), "fail_at": 8})
+                 for t in ("worker:0", "worker:1")}
+        calls["worker:0"].result()   # {'worker:0': {'steps_done': 8, 'error_class': 'UnavailableError', ...}}
+        calls["worker:1"].result()   # raises TaskExited: worker:1 exited with code 17
+
+``task_side`` runs in the tasks, ``kernel_side`` in the notebook kernel; every name is reachable from here.
+"""
+
+from dtfkit.recipes._sides import lazy_sides
+
+__getattr__, __dir__ = lazy_sides(
+    __name__,
+    task_side=(
+        "DIED_EXIT_CODE",
+        "weights_digest",
+        "error_gist",
+        "_squeeze",
+        "_setup",
+        "_digest",
+        "_die",
+        "_peers",
+        "_mark",
+        "_read_mark",
+        "_wait_for_peers",
+        "_NEEDS_FRESH",
+        "_whole",
+        "_step_before_the_end",
+        "_positive_seconds",
+        "_strategy_tasks",
+        "_check_tasks",
+        "_check_this_task",
+        "_start_together",
+        "FAILURES",
+        "train_until_a_peer_fails",
+        "train_with_checkpoints",
+        "train_with_preemption_handler",
+        "_Interrupted",
+        "fit_with_backup_and_restore",
+        "try_fit_under_mwms",
+    ),
+    kernel_side=(
+        "_DIED_OF_A_SIGNAL",
+        "hang_with_collective_timeout",
+        "recovery_summary",
+    ),
+)

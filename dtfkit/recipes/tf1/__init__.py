@@ -1,0 +1,51 @@
+"""Between-graph replicated training, TF1 style (graph mode, ``tf.compat.v1``), run in a task.
+
+The recipe of Ye Hu's tutorial *分布式TensorFlow入门教程* (2018), with its pitfalls defused by default: each worker's
+session only needs the ps tasks and itself (``device_filters``), the
+``MonitoredTrainingSession`` grace period is short, and every step is reported
+with ``dtfkit.report`` so the notebook can plot it.
+
+Its parts are public and small (``classifier``, ``on_ps``, ``run_scope``,
+``training_session``, ``peer_barrier``/``wait_for_peers``, ...): chapter 3's ``sync``
+recipe, the course checks and the lab's recorded runs (``dtfkit.lab.task_side``) are built
+from them, so the recipe itself keeps only what a chapter teaches.
+
+Example::
+
+    from dtfkit.recipes import tf1
+    with dtfkit.LocalCluster(ps=2, workers=2) as cluster:
+        results = cluster.run(tf1.train_between_graph, kwargs={"sync": True, "steps": 200})
+
+Its code is in ``task_side`` (inside the tasks); every name is reachable from here.
+"""
+
+from dtfkit.recipes._sides import lazy_sides
+
+__getattr__, __dir__ = lazy_sides(
+    __name__,
+    task_side=(
+        "NUM_FEATURES",
+        "NUM_CLASSES",
+        "dense",
+        "mlp",
+        "Classifier",
+        "classifier",
+        "on_ps",
+        "training_session",
+        "session_config",
+        "train_between_graph",
+        "num_replicas",
+        "train_shard",
+        "container_name",
+        "run_scope",
+        "accuracy_of",
+        "read_test_accuracy",
+        "Barrier",
+        "peer_barrier",
+        "wait_for_peers",
+        "join_queue_runner_threads",
+        "wait_for_chief_init",
+        "quiet_queue_runner_cancel",
+        "worker_rank",
+    ),
+)
