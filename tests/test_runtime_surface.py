@@ -1,6 +1,6 @@
 """The front ends touch the runtime only through its methods and frozen views.
 
-``cluster.py``, ``launch.py``, ``engine/owner/calls.py`` and ``ray/`` may read the runtime's
+``cluster.py``, ``running_cluster.py``, ``launch.py``, ``engine/owner/calls.py`` and ``ray/`` may read the runtime's
 read-only properties and call its methods (``ALLOWED``), and a call's ``TaskCall``
 methods; they never read or write a part (``tasks``, ``events``, ``output``), a
 ``TaskProcess``, or a private name. The check reads the source (AST), so it cannot
@@ -21,6 +21,7 @@ from dtfkit.engine.owner.runtime import ClusterRuntime
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "dtfkit"
 FRONT_ENDS = [
     ROOT / "cluster.py",
+    ROOT / "running_cluster.py",
     ROOT / "launch.py",
     ROOT / "engine" / "owner" / "calls.py",
     *sorted((ROOT / "ray").glob("*.py")),

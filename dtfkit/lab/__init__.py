@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-
 __all__ = ["Lab", "Panel", "RunRecord", "Settings"]
 
 if TYPE_CHECKING:

@@ -22,11 +22,12 @@ from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
-from dtfkit.cluster import LocalCluster
 from dtfkit.engine.launchers.contract import LauncherDescription, LauncherSpec
+from dtfkit.engine.owner.runtime import check_task_count
 from dtfkit.engine.wire import frames
 from dtfkit.engine.wire.layout import ClusterLayout
 from dtfkit.ray.launcher import RayLauncher, RayStart, check_resources
+from dtfkit.running_cluster import RunningCluster, runtime_options
 
 RAY_NETWORK_WARNING = (
     "dtfkit: RayCluster: every TensorFlow server of this cluster listens on every network "
@@ -43,7 +44,7 @@ SIMULATED_NOTE = (
 )
 
 
-class RayCluster(LocalCluster):
+class RayCluster(RunningCluster):
     """``ps``, ``workers``, ``chief`` and ``evaluator`` tasks, each a process on a Ray node.
 
     Args:
@@ -104,29 +105,22 @@ class RayCluster(LocalCluster):
             tasks=[t.name for t in layout.tasks],
         )
         spec = LauncherSpec(RayLauncher, MappingProxyType(self._ray_options))
-        launcher = spec.build()  # checks its arguments; connects in its first start
+        spec.build()  # checks its arguments before anything prints; connects in its first start
         if address is None and not _connected():
             print(SIMULATED_NOTE.format(nodes=nodes), flush=True)
         frames.warn(RAY_NETWORK_WARNING)  # names the learner's cell as IPython does: Cell In[4]
-        super().__init__(
-            ps,
-            workers,
-            chief,
-            evaluator,
+        check_task_count(len(layout.tasks), max_tasks)
+        options = runtime_options(
+            start_servers=start_servers,
             gpus="share",  # the driver's GPUs mean nothing on a node: Ray assigns GPUs (resources=)
             env=env,
-            start_servers=start_servers,
             setup=setup,
             show_tf_logs=show_tf_logs,
             start_timeout=start_timeout,
             progress=progress,
-            name=name,
-            pool=False,
             max_tasks=max_tasks,
-            echo=echo,
-            launcher=launcher,
         )
-        self._launcher_spec = spec  # a closed cluster starts again as LocalCluster's do
+        self._start(layout, spec, name=name, echo=echo, options=options)  # no pool: Ray nodes start cold
 
     @property
     def launcher(self) -> RayLauncher:

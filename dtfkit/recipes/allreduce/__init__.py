@@ -48,47 +48,4 @@ Importing this module does not import TensorFlow.
 
 from dtfkit.recipes._sides import lazy_sides
 
-__getattr__, __dir__ = lazy_sides(
-    __name__,
-    task_side=(
-        "METHODS",
-        "MAX_FLOATS",
-        "Send",
-        "ring_schedule",
-        "build_ring",
-        "_split_on",
-        "_concat_on",
-        "build_ps",
-        "build_sharded_ps",
-        "worker_gradient",
-        "_graph_config",
-        "check_sync_args",
-        "_sync_graph",
-        "_devices",
-        "_gradients",
-        "_build",
-        "_session",
-        "sync_run",
-        "sync_sweep",
-        "trace_sync",
-        "_check_steps",
-        "time_sync",
-        "mwms_allreduce",
-        "bytes_by_task",
-        "run_schedule_check",
-    ),
-    kernel_side=(
-        "SYNC_COPIES",
-        "MAX_TRACED_STEPS",
-        "MAX_TIMEOUT",
-        "simulate",
-        "trace_steps",
-        "_check_serving",
-        "_check_seed",
-        "_check_timeout",
-        "_check_memory",
-        "expected_bytes",
-        "expected_link_bytes",
-        "busiest_link",
-    ),
-)
+__getattr__, __dir__ = lazy_sides(__name__)

@@ -11,9 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from dtfkit.shown import shown
-
-__all__ = ["busiest_link", "expected_bytes", "expected_link_bytes", "simulate", "trace_steps"]
 from dtfkit.recipes.allreduce.task_side import (
     METHODS,
     Send,
@@ -21,6 +18,7 @@ from dtfkit.recipes.allreduce.task_side import (
     check_sync_args,
     trace_sync,
 )
+from dtfkit.shown import shown
 
 # What one synchronisation keeps in memory per worker, in gradients: its variable, its read,
 # what it receives and its sum, and a little more (the ps method holds n gradients on the ps).

@@ -2,8 +2,7 @@
 or traced in a worker (``sync_run``, ``sync_sweep``, ``trace_sync``), the ring's schedule, and the
 size checks both sides share.
 
-The kernel imports this module only to name these functions to ``cluster.run`` (or to reuse a
-pure helper); TensorFlow is imported inside the functions, never when the module is imported.
+TensorFlow only inside functions: the kernel imports this module to name what it sends.
 """
 
 from __future__ import annotations
@@ -18,24 +17,6 @@ import numpy as np
 import dtfkit
 from dtfkit.recipes import placement, timeline
 from dtfkit.shown import shown
-
-__all__ = [
-    "METHODS",
-    "build_ps",
-    "build_ring",
-    "build_sharded_ps",
-    "bytes_by_task",
-    "check_sync_args",
-    "mwms_allreduce",
-    "ring_schedule",
-    "run_schedule_check",
-    "sync_run",
-    "sync_sweep",
-    "time_sync",
-    "trace_sync",
-    "worker_gradient",
-]
-
 
 METHODS = ("ps", "sharded_ps", "ring")
 # The ps method sends a worker's whole gradient as one tensor, in one gRPC message, and

@@ -73,19 +73,4 @@ Its code is in ``kernel_side`` (the notebook kernel); every name is reachable fr
 
 from dtfkit.recipes._sides import lazy_sides
 
-__getattr__, __dir__ = lazy_sides(
-    __name__,
-    kernel_side=(
-        "_check_model_args",
-        "_is_number",
-        "model_terms",
-        "alpha_beta_time",
-        "crossover_size",
-        "fastest",
-        "_check_measure_args",
-        "measure",
-        "comm_span_s",
-        "_COLOURS",
-        "plot_alpha_beta",
-    ),
-)
+__getattr__, __dir__ = lazy_sides(__name__)

@@ -13,16 +13,6 @@ from typing import Any
 from dtfkit.recipes import allreduce
 from dtfkit.recipes.allreduce import METHODS
 
-__all__ = [
-    "alpha_beta_time",
-    "comm_span_s",
-    "crossover_size",
-    "fastest",
-    "measure",
-    "model_terms",
-    "plot_alpha_beta",
-]
-
 
 def _check_model_args(method: str, n: int, alpha_s: float, beta_s_per_byte: float) -> None:
     if method not in METHODS:

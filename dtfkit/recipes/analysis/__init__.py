@@ -23,20 +23,4 @@ Its code is in ``kernel_side`` (the notebook kernel); every name is reachable fr
 
 from dtfkit.recipes._sides import lazy_sides
 
-__getattr__, __dir__ = lazy_sides(
-    __name__,
-    kernel_side=(
-        "ORDERS",
-        "step_order",
-        "interleavings",
-        "interleaving_fraction",
-        "overlap_seconds",
-        "staleness",
-        "shares",
-        "participation",
-        "steady_time",
-        "steps_per_sec",
-        "update_interval",
-        "update_window",
-    ),
-)
+__getattr__, __dir__ = lazy_sides(__name__)

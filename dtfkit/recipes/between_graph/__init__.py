@@ -28,28 +28,4 @@ Example::
 
 from dtfkit.recipes._sides import lazy_sides
 
-__getattr__, __dir__ = lazy_sides(
-    __name__,
-    task_side=(
-        "UNEVEN_LAYERS",
-        "StandInVariable",
-        "variable_bytes",
-        "GreedyByBytes",
-        "uneven_mlp",
-        "place_variables",
-        "tutorial_worker",
-        "train_in_graph",
-        "TRACES",
-        "sparse_vs_dense_read",
-        "recv_bytes",
-        "_ops_by_task",
-        "_task_of",
-        "_full_trace",
-    ),
-    kernel_side=(
-        "round_robin_bytes",
-        "greedy_bytes",
-        "layer_variables",
-        "stack_excerpt",
-    ),
-)
+__getattr__, __dir__ = lazy_sides(__name__)

@@ -6,8 +6,6 @@ Never imports TensorFlow: what runs in the tasks is in ``task_side``.
 
 from __future__ import annotations
 
-from dtfkit.recipes.analysis import interleavings, overlap_seconds  # noqa: F401 - chapter 2 calls bg.interleavings
-
 from collections.abc import Sequence
 
 from dtfkit.recipes.analysis import interleavings, overlap_seconds  # noqa: F401 - chapter 2 calls bg.interleavings

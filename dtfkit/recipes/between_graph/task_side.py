@@ -1,8 +1,7 @@
 """Runs inside the tasks: chapter 2's worker (``tutorial_worker``), in-graph training, variable placement
 (``place_variables``, ``GreedyByBytes``) and the traced sparse-versus-dense reads.
 
-The kernel imports this module only to name these functions to ``cluster.run`` (or to reuse a
-pure helper); TensorFlow is imported inside the functions, never when the module is imported.
+TensorFlow only inside functions: the kernel imports this module to name what it sends.
 """
 
 from __future__ import annotations

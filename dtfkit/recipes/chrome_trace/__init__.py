@@ -27,22 +27,4 @@ Its code is in ``kernel_side`` (the notebook kernel); every name is reachable fr
 
 from dtfkit.recipes._sides import lazy_sides
 
-__getattr__, __dir__ = lazy_sides(
-    __name__,
-    kernel_side=(
-        "PHASES",
-        "_METADATA",
-        "_THREADS",
-        "_lanes",
-        "_event",
-        "to_chrome_trace",
-        "write_chrome_trace",
-        "_is_number",
-        "_problem",
-        "_overlap",
-        "TRACE_FORM",
-        "_MAX_PATH",
-        "_load",
-        "check_chrome_trace",
-    ),
-)
+__getattr__, __dir__ = lazy_sides(__name__)

@@ -15,9 +15,6 @@ from typing import Any
 from dtfkit.recipes.timeline import check_records, step_layout, tasks_of
 from dtfkit.shown import shown
 
-__all__ = ["check_chrome_trace", "to_chrome_trace", "write_chrome_trace"]
-
-
 # The phases the Trace Event Format defines.
 PHASES = frozenset("BEXiICbnesStTpfPNODMVvRc()") | {"F"}
 _METADATA = {

@@ -68,35 +68,4 @@ Importing this module does not import TensorFlow.
 
 from dtfkit.recipes._sides import lazy_sides
 
-__getattr__, __dir__ = lazy_sides(
-    __name__,
-    task_side=(
-        "METHODS",
-        "FEATURES",
-        "HIDDEN",
-        "LEARNING_RATE",
-        "STEPS",
-        "SPLIT_SEED",
-        "model_floats",
-        "default_k",
-        "_is_int",
-        "check_args",
-        "expected_compressed_bytes",
-        "_shapes",
-        "_forward",
-        "_forward_numpy",
-        "_initial_values",
-        "compress",
-        "decompress",
-        "_build",
-        "train_compressed",
-        "train_methods",
-    ),
-    kernel_side=(
-        "_label",
-        "table",
-        "_per_worker",
-        "plot_tradeoff",
-        "compare",
-    ),
-)
+__getattr__, __dir__ = lazy_sides(__name__)

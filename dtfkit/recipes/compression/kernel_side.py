@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["compare", "plot_tradeoff", "table"]
 from dtfkit.recipes.compression.task_side import (
     HIDDEN,
     LEARNING_RATE,

@@ -1,8 +1,7 @@
 """Runs inside the tasks: compress and decompress a gradient, and train with each compression method
 (``train_compressed``, ``train_methods``); the byte counts both sides share.
 
-The kernel imports this module only to name these functions to ``cluster.run`` (or to reuse a
-pure helper); TensorFlow is imported inside the functions, never when the module is imported.
+TensorFlow only inside functions: the kernel imports this module to name what it sends.
 """
 
 from __future__ import annotations
@@ -17,17 +16,6 @@ import numpy as np
 import dtfkit
 from dtfkit.datasets import DIGITS_NUM_CLASSES, load_digits, shard
 from dtfkit.recipes import placement, timeline
-
-__all__ = [
-    "METHODS",
-    "check_args",
-    "default_k",
-    "expected_compressed_bytes",
-    "model_floats",
-    "train_compressed",
-    "train_methods",
-]
-
 
 METHODS = ("none", "fp16", "bf16", "topk", "sign")
 FEATURES = 64  # 8x8 pixels

@@ -1,8 +1,7 @@
 """Runs inside the tasks: the programs chapter 12's failures run in the tasks: the collectives, servers and
 fits that go wrong, and the stack dumps a hanging task writes.
 
-The kernel imports this module only to name these functions to ``cluster.run`` (or to reuse a
-pure helper); TensorFlow is imported inside the functions, never when the module is imported.
+TensorFlow only inside functions: the kernel imports this module to name what it sends.
 """
 
 from __future__ import annotations

@@ -24,23 +24,4 @@ Its code is in ``task_side`` (inside the tasks); every name is reachable from he
 
 from dtfkit.recipes._sides import lazy_sides
 
-__getattr__, __dir__ = lazy_sides(
-    __name__,
-    task_side=(
-        "train_with_checkpoints",
-        "_model",
-        "checkpoint_writers",
-        "ReportHook",
-        "CheckpointReporter",
-        "FastWorkerSessionCreator",
-        "_DROP",
-        "_RECOVERY",
-        "_TidyLog",
-        "recovery_gist_line",
-        "_write_beside",
-        "error_gist",
-        "tidy_tf_log",
-        "forget_model",
-        "read_scalars",
-    ),
-)
+__getattr__, __dir__ = lazy_sides(__name__)

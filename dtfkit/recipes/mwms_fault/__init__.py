@@ -53,39 +53,4 @@ Example::
 
 from dtfkit.recipes._sides import lazy_sides
 
-__getattr__, __dir__ = lazy_sides(
-    __name__,
-    task_side=(
-        "DIED_EXIT_CODE",
-        "weights_digest",
-        "error_gist",
-        "_squeeze",
-        "_setup",
-        "_digest",
-        "_die",
-        "_peers",
-        "_mark",
-        "_read_mark",
-        "_wait_for_peers",
-        "_NEEDS_FRESH",
-        "_whole",
-        "_step_before_the_end",
-        "_positive_seconds",
-        "_strategy_tasks",
-        "_check_tasks",
-        "_check_this_task",
-        "_start_together",
-        "FAILURES",
-        "train_until_a_peer_fails",
-        "train_with_checkpoints",
-        "train_with_preemption_handler",
-        "_Interrupted",
-        "fit_with_backup_and_restore",
-        "try_fit_under_mwms",
-    ),
-    kernel_side=(
-        "_DIED_OF_A_SIGNAL",
-        "hang_with_collective_timeout",
-        "recovery_summary",
-    ),
-)
+__getattr__, __dir__ = lazy_sides(__name__)

@@ -34,10 +34,4 @@ Its code is in ``task_side`` (inside the tasks); every name is reachable from he
 
 from dtfkit.recipes._sides import lazy_sides
 
-__getattr__, __dir__ = lazy_sides(
-    __name__,
-    task_side=(
-        "_read_of",
-        "partition_variable",
-    ),
-)
+__getattr__, __dir__ = lazy_sides(__name__)

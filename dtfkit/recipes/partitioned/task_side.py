@@ -1,7 +1,6 @@
 """Runs inside the tasks: one variable cut into partitions over the ps tasks (``partition_variable``).
 
-The kernel imports this module only to name these functions to ``cluster.run`` (or to reuse a
-pure helper); TensorFlow is imported inside the functions, never when the module is imported.
+TensorFlow only inside functions: the kernel imports this module to name what it sends.
 """
 
 from __future__ import annotations
@@ -12,8 +11,6 @@ import numpy as np
 
 import dtfkit
 from dtfkit.recipes import placement
-
-__all__ = ["partition_variable"]
 
 
 def _read_of(graph: Any, tensor: str) -> str:

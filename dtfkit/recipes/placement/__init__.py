@@ -37,39 +37,4 @@ imports it inside.
 
 from dtfkit.recipes._sides import lazy_sides
 
-__getattr__, __dir__ = lazy_sides(
-    __name__,
-    task_side=(
-        "_INTERNAL_OPS",
-        "_VARIABLE_OP_TYPES",
-        "_JOB",
-        "_TASK",
-        "_REPLICA",
-        "_RECV_LABEL",
-        "_EXACT_SIZE",
-        "short_task",
-        "task_of",
-        "trace_options",
-        "trace_run",
-        "op_table",
-        "transfer_table",
-        "_SEND_OPS",
-        "_RECV_OPS",
-        "_EDGE_PREFIX",
-        "_transfer_row",
-        "_attr",
-        "recv_tensor_log",
-        "partition_table",
-        "kernel_of",
-        "_graph_type",
-        "variable_devices",
-    ),
-    kernel_side=(
-        "by_task",
-        "_cell",
-        "_columns",
-        "format_table",
-        "Table",
-        "plot_timeline",
-    ),
-)
+__getattr__, __dir__ = lazy_sides(__name__)

@@ -10,8 +10,6 @@ from typing import Any
 
 from dtfkit.htmltable import html_table
 
-__all__ = ["Table", "by_task", "format_table", "plot_timeline"]
-
 
 # ------------------------------------------------------- plain Python (no TensorFlow)
 def by_task(rows: Iterable[dict[str, Any]], key: str = "op") -> dict[str, list[Any]]:

@@ -1,28 +1,13 @@
 """Runs inside the tasks: the traced ``Session.run`` and the tables read from its ``RunMetadata``: ops,
 transfers and partitions per task.
 
-The kernel imports this module only to name these functions to ``cluster.run`` (or to reuse a
-pure helper); TensorFlow is imported inside the functions, never when the module is imported.
+TensorFlow only inside functions: the kernel imports this module to name what it sends.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
-
-__all__ = [
-    "kernel_of",
-    "op_table",
-    "partition_table",
-    "recv_tensor_log",
-    "short_task",
-    "task_of",
-    "trace_options",
-    "trace_run",
-    "transfer_table",
-    "variable_devices",
-]
-
 
 # Ops the executor adds to every partition, and the RPC pseudo-op of a transfer.
 _INTERNAL_OPS = ("_SOURCE", "_SINK", "RecvTensor")

@@ -44,18 +44,4 @@ Its code is in ``task_side`` (inside the tasks); every name is reachable from he
 
 from dtfkit.recipes._sides import lazy_sides
 
-__getattr__, __dir__ = lazy_sides(
-    __name__,
-    task_side=(
-        "_eager_context_initialized",
-        "_port_is_free",
-        "startup_check",
-        "read_tf_config",
-        "_is_chief",
-        "_mlp",
-        "train_multi_worker_mirrored",
-        "sidecar_evaluate",
-        "coordinator_resolver",
-        "train_parameter_server",
-    ),
-)
+__getattr__, __dir__ = lazy_sides(__name__)

@@ -1,8 +1,7 @@
 """Runs inside the tasks: chapter 7's TF2 training under ``MultiWorkerMirroredStrategy`` and
 ``ParameterServerStrategy``, the side-car evaluator and the ``TF_CONFIG`` readers.
 
-The kernel imports this module only to name these functions to ``cluster.run`` (or to reuse a
-pure helper); TensorFlow is imported inside the functions, never when the module is imported.
+TensorFlow only inside functions: the kernel imports this module to name what it sends.
 """
 
 from __future__ import annotations

@@ -31,28 +31,4 @@ Example (in the notebook; the kernel never imports TensorFlow)::
 
 from dtfkit.recipes._sides import lazy_sides
 
-__getattr__, __dir__ = lazy_sides(
-    __name__,
-    task_side=(
-        "ledger_capacity",
-        "train_sync",
-        "read_sync_state",
-        "_device_function",
-        "_device_name",
-        "_counted",
-        "_sync_local_step",
-        "_wait_for_step",
-        "_read_variable",
-    ),
-    kernel_side=(
-        "AGGREGATED",
-        "DROPPED",
-        "PENDING",
-        "FATE_COLORS",
-        "run_sync",
-        "SyncRun",
-        "plot_shares",
-        "_FRAME",
-        "stack_excerpt",
-    ),
-)
+__getattr__, __dir__ = lazy_sides(__name__)

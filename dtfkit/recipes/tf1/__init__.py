@@ -21,31 +21,4 @@ Its code is in ``task_side`` (inside the tasks); every name is reachable from he
 
 from dtfkit.recipes._sides import lazy_sides
 
-__getattr__, __dir__ = lazy_sides(
-    __name__,
-    task_side=(
-        "NUM_FEATURES",
-        "NUM_CLASSES",
-        "dense",
-        "mlp",
-        "Classifier",
-        "classifier",
-        "on_ps",
-        "training_session",
-        "session_config",
-        "train_between_graph",
-        "num_replicas",
-        "train_shard",
-        "container_name",
-        "run_scope",
-        "accuracy_of",
-        "read_test_accuracy",
-        "Barrier",
-        "peer_barrier",
-        "wait_for_peers",
-        "join_queue_runner_threads",
-        "wait_for_chief_init",
-        "quiet_queue_runner_cancel",
-        "worker_rank",
-    ),
-)
+__getattr__, __dir__ = lazy_sides(__name__)

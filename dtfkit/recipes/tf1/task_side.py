@@ -1,8 +1,7 @@
 """Runs inside the tasks: the TF1 building blocks every between-graph recipe shares: the model, ``on_ps``, the
 training session, barriers between peers, and ``train_between_graph`` itself.
 
-The kernel imports this module only to name these functions to ``cluster.run`` (or to reuse a
-pure helper); TensorFlow is imported inside the functions, never when the module is imported.
+TensorFlow only inside functions: the kernel imports this module to name what it sends.
 """
 
 from __future__ import annotations

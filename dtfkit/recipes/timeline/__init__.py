@@ -34,29 +34,4 @@ Importing this module does not import TensorFlow.
 
 from dtfkit.recipes._sides import lazy_sides
 
-__getattr__, __dir__ = lazy_sides(
-    __name__,
-    task_side=(
-        "_NOT_COMPUTE",
-        "step_records",
-        "_inputs",
-        "_transfer_timing",
-        "_is_count",
-    ),
-    kernel_side=(
-        "MAX_RECORDS",
-        "RECORD_FORM",
-        "check_records",
-        "_is_number",
-        "_record_problem",
-        "tasks_of",
-        "link_bytes",
-        "_busy",
-        "step_layout",
-        "link_usage",
-        "_COMPUTE",
-        "_TRANSFER",
-        "_size",
-        "plot_timeline",
-    ),
-)
+__getattr__, __dir__ = lazy_sides(__name__)

@@ -10,12 +10,10 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from dtfkit.shown import shown
-
-__all__ = ["check_records", "link_bytes", "link_usage", "plot_timeline", "step_layout", "tasks_of"]
 from dtfkit.recipes.timeline.task_side import (
     _is_count,
 )
+from dtfkit.shown import shown
 
 # ------------------------------------------------------- plain Python (no TensorFlow)
 # More records than any trace a notebook reads (a step of a few workers is tens of records,

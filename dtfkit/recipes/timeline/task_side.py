@@ -1,8 +1,7 @@
 """Runs inside the tasks: ``step_records``: one traced step's compute and transfer records, read in the task
 from its ``RunMetadata``.
 
-The kernel imports this module only to name these functions to ``cluster.run`` (or to reuse a
-pure helper); TensorFlow is imported inside the functions, never when the module is imported.
+TensorFlow only inside functions: the kernel imports this module to name what it sends.
 """
 
 from __future__ import annotations
@@ -11,9 +10,6 @@ from typing import Any
 
 from dtfkit.recipes import placement
 from dtfkit.shown import shown
-
-__all__ = ["step_records"]
-
 
 # What the executor adds to every partition, and the RPC pseudo-op of a transfer: not compute.
 _NOT_COMPUTE = ("_SOURCE", "_SINK", "RecvTensor", "_Send", "_Recv", "_HostSend", "_HostRecv")

@@ -19,19 +19,4 @@ Its code is in ``kernel_side`` (the notebook kernel); every name is reachable fr
 
 from dtfkit.recipes._sides import lazy_sides
 
-__getattr__, __dir__ = lazy_sides(
-    __name__,
-    kernel_side=(
-        "PATH",
-        "_TF_LOG",
-        "_TRAIN_STEP",
-        "_DONE",
-        "source_lines",
-        "show",
-        "_DEPRECATION_TAIL",
-        "_hiding_next",
-        "echo_script_lines",
-        "worker_reports",
-        "print_steps",
-    ),
-)
+__getattr__, __dir__ = lazy_sides(__name__)
