@@ -24,6 +24,7 @@ from dtfkit.errors import (
     TaskNotRunning,
     TaskTimeout,
 )
+from dtfkit.lazy import lazy_attributes
 from dtfkit.taskapi import TaskContext, report, this_task
 
 __version__ = "0.1.0"
@@ -52,25 +53,17 @@ if TYPE_CHECKING:
     from dtfkit.launch import launch
     from dtfkit.ray.cluster import RayCluster
 
-_LAZY = {
-    "LocalCluster": ("dtfkit.cluster", "LocalCluster"),
-    "launch": ("dtfkit.launch", "launch"),
-    "RayCluster": ("dtfkit.ray.cluster", "RayCluster"),  # imports Ray only when used
-    "cleanup": ("dtfkit.engine.platform.state", "cleanup"),
-    "diagnose": ("dtfkit.diagnosis", "diagnose"),
-}
-
-
-def __getattr__(name: str):
-    # Lazy, so that `import dtfkit` inside a task (for report()) stays cheap.
-    if name in _LAZY:
-        import importlib
-
-        module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(module), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'dtfkit' has no attribute {name!r}")
+# Lazy, so that `import dtfkit` inside a task (for report()) stays cheap.
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        "LocalCluster": "dtfkit.cluster",
+        "launch": "dtfkit.launch",
+        "RayCluster": "dtfkit.ray.cluster",  # imports Ray only when used
+        "cleanup": "dtfkit.engine.platform.state",
+        "diagnose": "dtfkit.diagnosis",
+    },
+)
 
 
 def _warm_from_import() -> None:

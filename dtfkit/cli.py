@@ -17,19 +17,20 @@ import sys
 from dtfkit.errors import DtfkitError
 
 
-def _launch(ns: argparse.Namespace) -> int:
-    from dtfkit.launch import launch
-
+def _script_and_counts(ns: argparse.Namespace) -> dict:
+    """The script, its arguments (after an optional ``--``) and the task counts, as keywords."""
     extra = list(ns.script_args)
     if extra and extra[0] == "--":
         extra = extra[1:]
+    counts = {job: getattr(ns, job) for job in ("ps", "workers", "chief", "evaluator")}
+    return {"script": ns.script, "args": extra, **counts}
+
+
+def _launch(ns: argparse.Namespace) -> int:
+    from dtfkit.launch import launch
+
     result = launch(
-        ns.script,
-        ps=ns.ps,
-        workers=ns.workers,
-        chief=ns.chief,
-        evaluator=ns.evaluator,
-        args=extra,
+        **_script_and_counts(ns),
         network=ns.network,
         timeout=ns.timeout,
         show_tf_logs=ns.show_tf_logs,
@@ -75,17 +76,9 @@ def _student_copies(ns: argparse.Namespace) -> int:
 def _export(ns: argparse.Namespace) -> int:
     from dtfkit.kube.export import export_tfjob
 
-    extra = list(ns.script_args)
-    if extra and extra[0] == "--":
-        extra = extra[1:]
     text = export_tfjob(
-        ns.script,
+        **_script_and_counts(ns),
         image=ns.image,
-        ps=ns.ps,
-        workers=ns.workers,
-        chief=ns.chief,
-        evaluator=ns.evaluator,
-        args=extra,
         name=ns.name,
         namespace=ns.namespace,
         cpu=ns.cpu,

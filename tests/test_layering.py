@@ -53,6 +53,7 @@ BOTTOM = {
     "dtfkit.errors": "the exception types every layer raises",
     "dtfkit.taskapi": "this_task()/report(), the task-side API the task bootstrap fills in",
     "dtfkit.shown": "shown(value): a bad argument quoted in an error, cut to a readable length",
+    "dtfkit.lazy": "lazy_attributes(): a package's names imported on first use (PEP 562)",
 }
 # Edges that break the rules and are on their way out; a listed edge that no longer exists is fine.
 # Imports that break a rule on purpose, with the reason (none today).

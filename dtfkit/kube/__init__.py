@@ -22,13 +22,14 @@ YAML or jsonschema.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dtfkit.kube.export import export_tfjob, tfjob_documents
     from dtfkit.kube.simulate import ReplicaRun, SimulationResult, simulate
     from dtfkit.kube.validate import ManifestInvalid, check_manifest, manifest_problems
+
+from dtfkit.lazy import lazy_attributes
 
 _LAZY = {
     "export_tfjob": "dtfkit.kube.export",
@@ -53,9 +54,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'dtfkit.kube' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -314,14 +314,22 @@ def tfjob_problems(job: dict) -> list[str]:
         ...                     {"name": "tensorflow", "image": "python:3.11"}]}}}}}})
         []
     """
-    if not isinstance(job, dict):
+    problems = _kind_problems(job, "kubeflow.org/v1", "TFJob")
+    if problems is None:
         return [f"(the document): a TFJob must be a mapping, not {type(job).__name__}"]
-    problems = []
-    if job.get("apiVersion") != "kubeflow.org/v1":
-        problems.append(f"apiVersion: {job.get('apiVersion')!r} is not 'kubeflow.org/v1'")
-    if job.get("kind") != "TFJob":
-        problems.append(f"kind: {job.get('kind')!r} is not 'TFJob'")
     return problems + _schema_problems(job) + _webhook_problems(job)
+
+
+def _kind_problems(document: object, api_version: str, kind: str) -> list[str] | None:
+    """The apiVersion and kind of a document, checked; None if it is not a mapping at all."""
+    if not isinstance(document, dict):
+        return None
+    problems = []
+    if document.get("apiVersion") != api_version:
+        problems.append(f"apiVersion: {document.get('apiVersion')!r} is not {api_version!r}")
+    if document.get("kind") != kind:
+        problems.append(f"kind: {document.get('kind')!r} is not {kind!r}")
+    return problems
 
 
 def configmap_problems(cm: dict) -> list[str]:
@@ -333,13 +341,9 @@ def configmap_problems(cm: dict) -> list[str]:
         ...                     "data": {"bad key": "x"}})
         ["data.bad key: not a valid key: must be letters, digits, '-', '_' and '.' only"]
     """
-    if not isinstance(cm, dict):
+    problems = _kind_problems(cm, "v1", "ConfigMap")
+    if problems is None:
         return [f"(the document): a ConfigMap must be a mapping, not {type(cm).__name__}"]
-    problems = []
-    if cm.get("apiVersion") != "v1":
-        problems.append(f"apiVersion: {cm.get('apiVersion')!r} is not 'v1'")
-    if cm.get("kind") != "ConfigMap":
-        problems.append(f"kind: {cm.get('kind')!r} is not 'ConfigMap'")
     for key in cm:
         if key not in CONFIGMAP_FIELDS:
             problems.append(f"{key}: unknown field (a ConfigMap has {', '.join(CONFIGMAP_FIELDS)})")

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dtfkit.lazy import lazy_attributes
+
 __all__ = ["Lab", "Panel", "RunRecord", "Settings"]
 
 if TYPE_CHECKING:
@@ -23,14 +25,13 @@ if TYPE_CHECKING:
     from dtfkit.lab.runner import Lab, RunRecord, Settings
 
 
-def __getattr__(name: str):
-    # Loaded on first use: a task that imports dtfkit.lab.task_side must not load the lab's widgets.
-    if name in ("Lab", "RunRecord", "Settings"):
-        from dtfkit.lab import runner
-
-        return getattr(runner, name)
-    if name == "Panel":
-        from dtfkit.lab.panel import Panel
-
-        return Panel
-    raise AttributeError(f"module 'dtfkit.lab' has no attribute {name!r}")
+# Loaded on first use: a task that imports dtfkit.lab.task_side must not load the lab's widgets.
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        "Lab": "dtfkit.lab.runner",
+        "RunRecord": "dtfkit.lab.runner",
+        "Settings": "dtfkit.lab.runner",
+        "Panel": "dtfkit.lab.panel",
+    },
+)

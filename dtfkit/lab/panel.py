@@ -63,61 +63,23 @@ class Panel:
         s = lab.settings
         style = {"description_width": "170px"}
         layout = w.Layout(width="420px")
+
+        def control(kind, css: str, value, description: str, **limits):
+            return _cls(kind(value=value, description=description, style=style, layout=layout, **limits), css)
+
         self.mode = _cls(w.ToggleButtons(options=["sync", "async"], value=s.mode, description="mode"), "mode")
-        self.workers = _cls(
-            w.IntSlider(value=s.workers, min=1, max=4, description="workers", style=style, layout=layout),
-            "workers",
+        self.workers = control(w.IntSlider, "workers", s.workers, "workers", min=1, max=4)
+        self.ps = control(w.IntSlider, "ps", s.ps, "ps", min=1, max=3)
+        self.straggler_ms = control(
+            w.IntSlider, "straggler", s.straggler_ms, "straggler ms (last worker)", min=0, max=300, step=10
         )
-        self.ps = _cls(
-            w.IntSlider(value=s.ps, min=1, max=3, description="ps", style=style, layout=layout), "ps"
+        self.aggregate = control(
+            w.IntSlider, "aggregate", s.aggregate, "replicas_to_aggregate", min=1, max=s.workers
         )
-        self.straggler_ms = _cls(
-            w.IntSlider(
-                value=s.straggler_ms,
-                min=0,
-                max=300,
-                step=10,
-                description="straggler ms (last worker)",
-                style=style,
-                layout=layout,
-            ),
-            "straggler",
+        self.learning_rate = control(
+            w.BoundedFloatText, "lr", s.learning_rate, "learning rate", min=0.001, max=2.0, step=0.01
         )
-        self.aggregate = _cls(
-            w.IntSlider(
-                value=s.aggregate,
-                min=1,
-                max=s.workers,
-                description="replicas_to_aggregate",
-                style=style,
-                layout=layout,
-            ),
-            "aggregate",
-        )
-        self.learning_rate = _cls(
-            w.BoundedFloatText(
-                value=s.learning_rate,
-                min=0.001,
-                max=2.0,
-                step=0.01,
-                description="learning rate",
-                style=style,
-                layout=layout,
-            ),
-            "lr",
-        )
-        self.steps = _cls(
-            w.BoundedIntText(
-                value=s.steps,
-                min=5,
-                max=2000,
-                step=10,
-                description="steps (global)",
-                style=style,
-                layout=layout,
-            ),
-            "steps",
-        )
+        self.steps = control(w.BoundedIntText, "steps", s.steps, "steps (global)", min=5, max=2000, step=10)
         self.run_button = _cls(w.Button(description="Run", button_style="success", icon="play"), "run")
         self.stop_button = _cls(
             w.Button(description="Stop", button_style="danger", icon="stop", disabled=True), "stop"

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RayCluster", "RayLauncher", "SimulatedRayCluster"]
 
+from dtfkit.lazy import lazy_attributes
+
 _LAZY = {
     "RayCluster": "dtfkit.ray.cluster",
     "RayLauncher": "dtfkit.ray.launcher",
@@ -27,11 +29,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'dtfkit.ray' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
