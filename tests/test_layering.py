@@ -353,6 +353,9 @@ def task_side_reaching_the_kernel(root: Path = PACKAGE) -> list[str]:
         for target in sorted(targets):
             if "kernel_side" in target.split(".") or _inside(target, KERNEL_ONLY):
                 found.append(f"{module} -> {target}")
+            elif target.startswith("dtfkit.recipes.") and target.count(".") == 2:
+                # A recipe package answers from either side: task code names the task side.
+                found.append(f"{module} -> {target} (name {target}.task_side)")
         tree = ast.parse(module_names(root)[module].read_text(encoding="utf-8"))
         skip = _type_only_nodes(tree)
         for node in ast.walk(tree):
@@ -622,6 +625,12 @@ def test_task_side_code_reaching_the_kernel_is_found(tmp_path):
     found = task_side_reaching_the_kernel(root)
     assert "dtfkit.recipes.sync.task_side -> dtfkit.recipes.sync.kernel_side" in found, found
     assert "dtfkit.course.task_side.ch04 -> matplotlib.pyplot" in found, found
+    package = _copy(tmp_path / "package")  # the graph of a root is read once
+    _add_import(package, "dtfkit.lab.task_side", "from dtfkit.recipes import timeline")
+    found = task_side_reaching_the_kernel(package)
+    assert (
+        "dtfkit.lab.task_side -> dtfkit.recipes.timeline (name dtfkit.recipes.timeline.task_side)" in found
+    ), found
 
 
 def test_task_code_written_in_a_kernel_module_is_found(tmp_path):

@@ -22,7 +22,7 @@ import numpy as np
 
 import dtfkit
 from dtfkit.datasets import load_digits
-from dtfkit.recipes import tf1
+from dtfkit.recipes.tf1 import task_side as tf1
 
 
 def train_recorded(

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import dtfkit
-from dtfkit.recipes import placement
+from dtfkit.recipes.placement import task_side as placement
 
 
 def _trace_builds(build: Callable, cases: tuple) -> list[dict[str, Any]]:

@@ -13,8 +13,8 @@ import numpy as np
 
 import dtfkit
 from dtfkit.datasets import load_digits, shard
-from dtfkit.recipes.between_graph import uneven_mlp
-from dtfkit.recipes.tf1 import classifier, on_ps, training_session
+from dtfkit.recipes.between_graph.task_side import uneven_mlp
+from dtfkit.recipes.tf1.task_side import classifier, on_ps, training_session
 
 
 def _worker(session_config: Callable, *, steps: int, run_name: str) -> dict[str, Any]:

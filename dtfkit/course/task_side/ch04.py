@@ -15,7 +15,7 @@ import numpy as np
 
 import dtfkit
 from dtfkit.datasets import load_digits, shard
-from dtfkit.recipes.tf1 import (
+from dtfkit.recipes.tf1.task_side import (
     classifier,
     on_ps,
     peer_barrier,

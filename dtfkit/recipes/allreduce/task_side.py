@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 import dtfkit
-from dtfkit.recipes import placement, timeline
+from dtfkit.recipes.placement import task_side as placement
+from dtfkit.recipes.timeline import task_side as timeline
 from dtfkit.shown import shown
 
 METHODS = ("ps", "sharded_ps", "ring")

@@ -14,7 +14,7 @@ import numpy as np
 
 import dtfkit
 from dtfkit.datasets import load_digits, shard
-from dtfkit.recipes.tf1 import (
+from dtfkit.recipes.tf1.task_side import (
     NUM_CLASSES,
     NUM_FEATURES,
     classifier,

@@ -15,7 +15,8 @@ import numpy as np
 
 import dtfkit
 from dtfkit.datasets import DIGITS_NUM_CLASSES, load_digits, shard
-from dtfkit.recipes import placement, timeline
+from dtfkit.recipes.placement import task_side as placement
+from dtfkit.recipes.timeline import task_side as timeline
 
 METHODS = ("none", "fp16", "bf16", "topk", "sign")
 FEATURES = 64  # 8x8 pixels

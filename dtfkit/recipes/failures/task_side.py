@@ -189,7 +189,7 @@ def keras_fit_under_ps() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from dtfkit.recipes.strategies_multi import coordinator_resolver
+    from dtfkit.recipes.strategies_multi.task_side import coordinator_resolver
 
     strategy = tf.distribute.ParameterServerStrategy(coordinator_resolver())
     import keras

@@ -17,7 +17,7 @@ import numpy as np
 
 import dtfkit
 from dtfkit.datasets import load_digits, shard
-from dtfkit.recipes.tf1 import classifier, on_ps, session_config, worker_rank
+from dtfkit.recipes.tf1.task_side import classifier, on_ps, session_config, worker_rank
 
 
 def train_with_checkpoints(

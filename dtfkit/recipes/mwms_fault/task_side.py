@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 import dtfkit
-from dtfkit.datasets import load_digits, shard
-from dtfkit.recipes.strategies_multi import _is_chief, _mlp
+from dtfkit.datasets import load_digits
+from dtfkit.recipes.strategies_multi.task_side import _is_chief, _mlp, digits_dataset_fn, replica_step_fn
 
 DIED_EXIT_CODE = 17
 """The exit code of a worker these recipes make die (``os._exit``: no clean-up, as a crash)."""
@@ -81,30 +81,16 @@ def _setup(
     resolver = strategy.cluster_resolver
     x, y = load_digits(split="train", seed=seed)
 
-    def dataset_fn(input_context):
-        xs, ys = shard(x, y, input_context.input_pipeline_id, input_context.num_input_pipelines)
-        batch = input_context.get_per_replica_batch_size(global_batch_size)
-        ds = tf.data.Dataset.from_tensor_slices((xs.astype("float32"), ys.astype("int64")))
-        return ds.shuffle(len(xs), seed=seed).repeat().batch(batch, drop_remainder=True)
-
     with strategy.scope():
         model = _mlp(keras, hidden, seed)
         optimizer = keras.optimizers.SGD(learning_rate)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
 
-    def step_fn(inputs):
-        features, labels = inputs
-        with tf.GradientTape() as tape:
-            logits = model(features, training=True)
-            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))  # noqa: B905 - autograph zip
-        return loss
+    step_fn = replica_step_fn(tf, model, optimizer, global_batch_size)
 
     @tf.function
     def train_step(iterator):
-        loss = strategy.run(step_fn, args=(next(iterator),))
+        loss, _ = strategy.run(step_fn, args=(next(iterator),))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
 
     return SimpleNamespace(
@@ -115,7 +101,9 @@ def _setup(
         model=model,
         optimizer=optimizer,
         step=step,
-        iterator=iter(strategy.distribute_datasets_from_function(dataset_fn)),
+        iterator=iter(
+            strategy.distribute_datasets_from_function(digits_dataset_fn(tf, x, y, global_batch_size, seed))
+        ),
         train_step=train_step,
     )
 

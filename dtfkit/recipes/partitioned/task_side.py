@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 import dtfkit
-from dtfkit.recipes import placement
+from dtfkit.recipes.placement import task_side as placement
 
 
 def _read_of(graph: Any, tensor: str) -> str:

@@ -88,6 +88,47 @@ def _mlp(keras, hidden: int, seed: int):
     )
 
 
+def digits_dataset_fn(tf, x, y, global_batch_size: int, seed: int):
+    """The ``dataset_fn`` of ``strategy.distribute_datasets_from_function``: each input pipeline
+    reads its own shard of ``(x, y)``, shuffled, repeated, in per-replica batches.
+
+    Example::
+
+        dist_ds = strategy.distribute_datasets_from_function(digits_dataset_fn(tf, x, y, 64, seed=0))
+    """
+
+    def dataset_fn(input_context):
+        xs, ys = shard(x, y, input_context.input_pipeline_id, input_context.num_input_pipelines)
+        batch = input_context.get_per_replica_batch_size(global_batch_size)
+        ds = tf.data.Dataset.from_tensor_slices((xs.astype("float32"), ys.astype("int64")))
+        return ds.shuffle(len(xs), seed=seed).repeat().batch(batch, drop_remainder=True)
+
+    return dataset_fn
+
+
+def replica_step_fn(tf, model, optimizer, global_batch_size: int):
+    """One replica's step for ``strategy.run``: the loss averaged over the *global* batch
+    (``compute_average_loss``), so that summing the replicas' gradients gives the mean; returns
+    ``(loss, examples in this replica's batch)``.
+
+    Example::
+
+        loss, count = strategy.run(replica_step_fn(tf, model, optimizer, 64), args=(next(iterator),))
+    """
+
+    def step_fn(inputs):
+        features, labels = inputs
+        with tf.GradientTape() as tape:
+            logits = model(features, training=True)
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))  # noqa: B905 - autograph zip
+        return loss, tf.shape(labels)[0]
+
+    return step_fn
+
+
 def train_multi_worker_mirrored(
     *,
     steps: int = 40,
@@ -138,27 +179,13 @@ def train_multi_worker_mirrored(
     task = f"{resolver.task_type}:{resolver.task_id}"
     x, y = load_digits(split="train", seed=seed)
 
-    def dataset_fn(input_context):
-        xs, ys = shard(x, y, input_context.input_pipeline_id, input_context.num_input_pipelines)
-        batch = input_context.get_per_replica_batch_size(global_batch_size)
-        ds = tf.data.Dataset.from_tensor_slices((xs.astype("float32"), ys.astype("int64")))
-        return ds.shuffle(len(xs), seed=seed).repeat().batch(batch, drop_remainder=True)
-
-    dist_ds = strategy.distribute_datasets_from_function(dataset_fn)
+    dist_ds = strategy.distribute_datasets_from_function(digits_dataset_fn(tf, x, y, global_batch_size, seed))
 
     with strategy.scope():
         model = _mlp(keras, hidden, seed)
         optimizer = keras.optimizers.SGD(learning_rate)
 
-    def step_fn(inputs):
-        features, labels = inputs
-        with tf.GradientTape() as tape:
-            logits = model(features, training=True)
-            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))  # noqa: B905 - autograph zip
-        return loss, tf.shape(labels)[0]
+    step_fn = replica_step_fn(tf, model, optimizer, global_batch_size)
 
     @tf.function
     def train_step(iterator):

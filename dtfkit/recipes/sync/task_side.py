@@ -14,7 +14,7 @@ import numpy as np
 import dtfkit
 from dtfkit.datasets import load_digits, shard
 from dtfkit.errors import DtfkitError
-from dtfkit.recipes import tf1
+from dtfkit.recipes.tf1 import task_side as tf1
 
 
 def ledger_capacity(steps: int, replicas_to_aggregate: int, total_num_replicas: int) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtfkit.recipes import placement
+from dtfkit.recipes.placement import task_side as placement
 from dtfkit.shown import shown
 
 # What the executor adds to every partition, and the RPC pseudo-op of a transfer: not compute.
