@@ -222,11 +222,13 @@ def test_kill_mid_call_then_restart(cluster):
 def test_a_late_reply_to_a_finished_call_is_dropped(cluster):
     """A reply for a call nobody waits for any more (its id closed) goes nowhere."""
     events = cluster._rt.events
-    inbox = events.open_call()
-    events.close_call(inbox)
     proc = cluster._rt.tasks.task_process("worker:0")
-    events.apply_message(proc, protocol.Result(inbox.call_id, b"late"))
-    assert inbox.replies == {}
+    call = events.open_call({proc.task: proc})
+    events.apply_message(proc, protocol.Result(call.call_id, b"early"))
+    assert set(call.answers().replies) == {proc.task}  # routed while open: the check can fail
+    events.close_call(call)
+    events.apply_message(proc, protocol.Result(call.call_id, b"late"))
+    assert call.answers().replies[proc.task].value == b"early"
     assert cluster.run(name, on="worker:0") == {"worker:0": "worker:0"}
 
 

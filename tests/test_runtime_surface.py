@@ -41,11 +41,13 @@ ALLOWED = {
     "closed",
     "drain",
     "dropped_note",
+    "end_call",
     "echo",
     "ensure_running",
     "id",
     "isolated",
     "kill",
+    "kill_call_tasks",
     "last_lines",
     "launcher_description",
     "launcher",
@@ -69,8 +71,8 @@ ALLOWED = {
     "waiting",
     "waiting_for",
 }
-CALL_ALLOWED = {"answers", "call_id", "close", "end", "release", "send", "stopped", "view"}
-FORBIDDEN_IMPORTS = {"TaskProcess", "Tasks", "Events", "Output", "CallInbox"}
+CALL_ALLOWED = {"answers", "call_id", "release", "send", "stopped", "view"}
+FORBIDDEN_IMPORTS = {"TaskProcess", "Tasks", "Events", "Output"}
 
 
 def _holder(node: ast.expr) -> str | None:

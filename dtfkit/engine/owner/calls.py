@@ -228,7 +228,7 @@ class RunHandle:
             self._notes[task] = note
             self._killed.add(task)
             self._failures.append((task, TaskExited(f"{why}: {note}.")))
-        self._call.end(pending)
+        self._rt.kill_call_tasks(self._call, pending)
         for task in pending:
             self._call.release(task)
         self._pending.clear()
@@ -299,7 +299,7 @@ class RunHandle:
         self._cleanup()
 
     def _cleanup(self) -> None:
-        self._call.close()
+        self._rt.end_call(self._call)
         if self._on_finish is not None:
             self._on_finish()
 

@@ -4,7 +4,7 @@ The control listener accepts each task's connection (authenticated in a thread o
 own), reader threads turn what a task sends and prints into ``Event`` s, and the one
 thread that waits on the cluster (``waiting()``) applies them with ``pump()`` or, for
 a whole wait, ``wait_until(done, deadline)``. Answers to a call are routed to that
-call's ``CallInbox`` by call id.
+call's ``TaskCall`` by call id.
 
 Example::
 
@@ -27,8 +27,9 @@ from typing import Any, Protocol
 
 from dtfkit.engine.owner.metrics import MetricLog
 from dtfkit.engine.owner.output import Output
-from dtfkit.engine.owner.process import CallInbox, TaskProcess
+from dtfkit.engine.owner.process import TaskCall, TaskProcess
 from dtfkit.engine.wire import control, protocol
+from dtfkit.engine.wire.layout import TaskId
 from dtfkit.errors import DtfkitError
 
 # A deadline for wait_until: a time.monotonic() value, None (no bound), or a function
@@ -66,7 +67,7 @@ class Events:
         self.queue: queue.Queue[Event] = queue.Queue()
         self._is_closed = is_closed
         self._tasks: TaskLookup | None = None
-        self._calls: dict[int, CallInbox] = {}
+        self._calls: dict[int, TaskCall] = {}
         self._call_ids = itertools.count(1)
         self._threads: list[threading.Thread] = []
         self._conns: list = []
@@ -256,21 +257,13 @@ class Events:
             last_cpu = message.phases[-1][2] if message.phases else 0.0
             proc.ready_phases = (*message.phases, ("owner saw ready", time.monotonic(), last_cpu))
             proc.ready = proc.startup_output_in
-        elif isinstance(message, (protocol.Result, protocol.Error)):
-            inbox = self._calls.get(message.call_id)
-            if inbox is not None:  # else a call given up on: its late answer is dropped
-                inbox.replies[proc.task] = message
         elif isinstance(message, protocol.OutputDone) and message.call_id == protocol.STARTUP_OUTPUT_ID:
             proc.startup_output_in = True
             proc.ready = proc.said_ready
-        elif isinstance(message, protocol.OutputDone):
-            inbox = self._calls.get(message.call_id)
-            if inbox is not None:
-                inbox.flushed.add(proc.task)
-        elif isinstance(message, protocol.Stacks):
-            inbox = self._calls.get(message.call_id)
-            if inbox is not None:
-                inbox.stacks[proc.task] = message.text
+        elif isinstance(message, (protocol.Result, protocol.Error, protocol.OutputDone, protocol.Stacks)):
+            call = self._calls.get(message.call_id)
+            if call is not None:  # else a call given up on: its late answer is dropped
+                call.deliver(proc.task, message)
         elif isinstance(message, protocol.ScriptDone):
             proc.script_code = message.code
         elif isinstance(message, protocol.StartFailed):
@@ -279,14 +272,14 @@ class Events:
                 self._tasks.bind_failed(proc)
 
     # ------------------------------------------------------------------ calls
-    def open_call(self) -> CallInbox:
-        """A new call id, and the inbox its answers are routed to until ``close_call()``."""
-        inbox = CallInbox(next(self._call_ids))
-        self._calls[inbox.call_id] = inbox
-        return inbox
+    def open_call(self, procs: dict[TaskId, TaskProcess]) -> TaskCall:
+        """A new call on ``procs``; its answers are routed to it until ``close_call()``."""
+        call = TaskCall(next(self._call_ids), procs)
+        self._calls[call.call_id] = call
+        return call
 
-    def close_call(self, inbox: CallInbox) -> None:
-        self._calls.pop(inbox.call_id, None)
+    def close_call(self, call: TaskCall) -> None:
+        self._calls.pop(call.call_id, None)
 
     # ---------------------------------------------------------------- waiting
     @property

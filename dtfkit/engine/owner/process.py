@@ -16,24 +16,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from dtfkit.engine.launchers.contract import TaskHandle
 from dtfkit.engine.wire import dumps, protocol
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId
 from dtfkit.errors import TaskNotRunning
-
-
-@dataclass
-class CallInbox:
-    """What the tasks answered to one call, as the runtime routes it (by call id)."""
-
-    call_id: int
-    replies: dict[TaskId, protocol.Result | protocol.Error] = field(default_factory=dict)
-    stacks: dict[TaskId, str] = field(default_factory=dict)
-    flushed: set[TaskId] = field(default_factory=set)  # tasks whose output of the call is all in
 
 
 @dataclass(frozen=True)
@@ -194,8 +184,11 @@ class TaskProcess:
 
 
 class TaskCall:
-    """One call in flight, on the processes it was sent to (a restarted task's successor is
-    not one of them): what ``calls.RunHandle`` reads and does, through methods only.
+    """One call in flight: its id, the processes it was sent to (a restarted task's successor is
+    not one of them) and what they answered, which the events route here by call id
+    (``deliver``). ``calls.RunHandle`` reads and does through its methods only; the runtime
+    kills its tasks (``kill_call_tasks``) and stops its routing (``end_call``). It holds no
+    reference to the engine's parts.
 
     Example::
 
@@ -204,30 +197,35 @@ class TaskCall:
         {}
     """
 
-    def __init__(
-        self,
-        inbox: CallInbox,
-        procs: dict[TaskId, TaskProcess],
-        *,
-        end_tasks: Callable[[list[TaskProcess]], None],
-        close_call: Callable[[CallInbox], None],
-    ):
-        self._end_tasks = end_tasks
-        self._close_call = close_call
-        self._inbox = inbox
+    def __init__(self, call_id: int, procs: dict[TaskId, TaskProcess]):
+        self._call_id = call_id
         self._procs = procs
+        # What the tasks answered, as the events route it here by call id (deliver()).
+        self._replies: dict[TaskId, protocol.Result | protocol.Error] = {}
+        self._stacks: dict[TaskId, str] = {}
+        self._flushed: set[TaskId] = set()  # tasks whose output of the call is all in
 
     @property
     def call_id(self) -> int:
-        return self._inbox.call_id
+        return self._call_id
+
+    def deliver(
+        self, task: TaskId, message: protocol.Result | protocol.Error | protocol.OutputDone | protocol.Stacks
+    ) -> None:
+        """Take one answer of ``task`` to this call (the events' routing calls it)."""
+        if isinstance(message, protocol.OutputDone):
+            self._flushed.add(task)
+        elif isinstance(message, protocol.Stacks):
+            self._stacks[task] = message.text
+        else:
+            self._replies[task] = message
 
     def answers(self) -> CallAnswers:
         """What the tasks answered so far (a frozen copy)."""
-        inbox = self._inbox
         return CallAnswers(
-            MappingProxyType(dict(inbox.replies)),
-            frozenset(inbox.flushed),
-            MappingProxyType(dict(inbox.stacks)),
+            MappingProxyType(dict(self._replies)),
+            frozenset(self._flushed),
+            MappingProxyType(dict(self._stacks)),
         )
 
     def view(self, task: TaskId) -> TaskView:
@@ -240,9 +238,9 @@ class TaskCall:
         """The task is done with this call (answered, died or was killed)."""
         self._procs[task].busy_with = None
 
-    def end(self, tasks: list[TaskId]) -> None:
-        """Kill these tasks' processes, wait until they are gone (bounded), update the state file."""
-        self._end_tasks([self._procs[t] for t in tasks])
+    def processes(self, tasks: Iterable[TaskId]) -> list[TaskProcess]:
+        """The processes this call was sent to, of ``tasks`` (for the engine: ``ClusterRuntime.end_call``)."""
+        return [self._procs[t] for t in tasks]
 
     def wait_output(self, task: TaskId, timeout: float) -> bool:
         """Wait (at most ``timeout`` s) until every line the task printed is in the log book."""
@@ -279,10 +277,6 @@ class TaskCall:
                 if text:
                     found[proc.task] = text
         return found
-
-    def close(self) -> None:
-        """Stop routing answers to this call (a late one is dropped)."""
-        self._close_call(self._inbox)
 
 
 @dataclass(frozen=True)

@@ -297,8 +297,17 @@ class ClusterRuntime:
     # ------------------------------------------------------------------ calls
     def begin_call(self, tasks: list[TaskId], payload: PickledCall) -> TaskCall:
         """Send ``payload`` to the current processes of ``tasks``; their answers are routed
-        to the returned ``TaskCall`` until its ``close()``."""
+        to the returned ``TaskCall`` until ``end_call(call)``."""
         return self.tasks.begin_call(tasks, payload)
+
+    def kill_call_tasks(self, call: TaskCall, tasks: list[TaskId]) -> None:
+        """Kill the processes ``call`` was sent to of ``tasks`` (not a restarted successor), wait
+        until they are gone (bounded), update the state file."""
+        self.tasks.end_tasks(call.processes(tasks))
+
+    def end_call(self, call: TaskCall) -> None:
+        """Stop routing answers to ``call`` (a late one is dropped)."""
+        self.events.close_call(call)
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> None:

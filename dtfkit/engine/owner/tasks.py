@@ -415,12 +415,12 @@ class Tasks:
     def begin_call(self, tasks: list[TaskId], payload: PickledCall) -> TaskCall:
         """Send a call to the current processes of ``tasks``; they are busy with it until released."""
         procs = {t: self.procs[t] for t in tasks}
-        inbox = self.events.open_call()  # the events route this call's answers here
+        call = self.events.open_call(procs)  # the events route this call's answers to it
         for proc in procs.values():
-            proc.send(protocol.Call(inbox.call_id, payload.data, payload.sources))
-            proc.busy_with = inbox.call_id
+            proc.send(protocol.Call(call.call_id, payload.data, payload.sources))
+            proc.busy_with = call.call_id
             proc.calls += 1
-        return TaskCall(inbox, procs, end_tasks=self.end_tasks, close_call=self.events.close_call)
+        return call
 
     def _reap(self, procs: list[TaskProcess], timeout: float = 10.0) -> None:
         for proc in procs:
