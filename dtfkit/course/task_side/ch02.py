@@ -12,9 +12,8 @@ from typing import Any
 import numpy as np
 
 import dtfkit
-from dtfkit.datasets import load_digits, shard
 from dtfkit.recipes.between_graph.task_side import uneven_mlp
-from dtfkit.recipes.tf1.task_side import classifier, on_ps, training_session
+from dtfkit.recipes.tf1.task_side import classifier, on_ps, task_shard, training_session
 
 
 def _worker(session_config: Callable, *, steps: int, run_name: str) -> dict[str, Any]:
@@ -24,9 +23,7 @@ def _worker(session_config: Callable, *, steps: int, run_name: str) -> dict[str,
     ctx = dtfkit.this_task()
     config = session_config(tf, ctx.job_name, ctx.task_index)
     filters = list(config.device_filters) if config is not None else []
-    x, y = load_digits(split="train")
-    x, y = shard(x, y, ctx.task_index, ctx.num_workers)
-    rng = np.random.default_rng(ctx.task_index)
+    x, y, rng = task_shard(ctx)
     tf.get_logger().setLevel("ERROR")
     with tf.Graph().as_default(), tf.compat.v1.variable_scope(run_name):
         with on_ps(tf, ctx):

@@ -11,15 +11,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 import dtfkit
-from dtfkit.datasets import load_digits, shard
 from dtfkit.recipes.tf1.task_side import (
     classifier,
     on_ps,
     peer_barrier,
     session_config,
+    task_shard,
     training_session,
     wait_for_chief_init,
     wait_for_peers,
@@ -62,9 +60,7 @@ def _train(
     import tensorflow as tf
 
     ctx = dtfkit.this_task()
-    x, y = load_digits(split="train")
-    x, y = shard(x, y, ctx.task_index, ctx.num_workers)
-    rng = np.random.default_rng(ctx.task_index)
+    x, y, rng = task_shard(ctx)
     tf.get_logger().setLevel("ERROR")
     with tf.Graph().as_default(), tf.compat.v1.variable_scope(run_name):
         with on_ps(tf, ctx):

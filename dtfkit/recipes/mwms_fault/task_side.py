@@ -63,7 +63,6 @@ def _squeeze(message: str, limit: int = 160) -> str:
 
 def _setup(
     tf,
-    *,
     collective_timeout: float | None,
     global_batch_size: int,
     learning_rate: float,
@@ -308,14 +307,7 @@ def train_until_a_peer_fails(
     _check_this_task("failing_task", (failing_task,))
     import tensorflow as tf
 
-    run = _setup(
-        tf,
-        collective_timeout=collective_timeout,
-        global_batch_size=global_batch_size,
-        learning_rate=learning_rate,
-        hidden=hidden,
-        seed=seed,
-    )
+    run = _setup(tf, collective_timeout, global_batch_size, learning_rate, hidden, seed)
     peers = _peers(run)
     _mark(progress_dir, run.task, "pid", os.getpid())
     if collective_timeout is not None:
@@ -416,14 +408,7 @@ def train_with_checkpoints(
     _check_this_task("dying_tasks", tuple(dying_tasks) if die_at is not None else ())
     import tensorflow as tf
 
-    run = _setup(
-        tf,
-        collective_timeout=collective_timeout,
-        global_batch_size=global_batch_size,
-        learning_rate=learning_rate,
-        hidden=hidden,
-        seed=seed,
-    )
+    run = _setup(tf, collective_timeout, global_batch_size, learning_rate, hidden, seed)
     write_dir = (
         checkpoint_dir if run.chief else os.path.join(checkpoint_dir, f"tmp_{run.task.replace(':', '_')}")
     )
@@ -520,14 +505,7 @@ def train_with_preemption_handler(
     _check_this_task("signal_task", (signal_task,) if signal_at is not None else ())
     import tensorflow as tf
 
-    run = _setup(
-        tf,
-        collective_timeout=None,
-        global_batch_size=global_batch_size,
-        learning_rate=learning_rate,
-        hidden=hidden,
-        seed=seed,
-    )
+    run = _setup(tf, None, global_batch_size, learning_rate, hidden, seed)
     # The step count is a variable of the checkpoint, as TensorFlow advises: the handler's own
     # ``total_run_calls`` is deprecated (and its warning names this file by its absolute path).
     # The handler saves at the start of ``run``, before the step, so the count includes every step done.

@@ -214,6 +214,21 @@ def train_shard(ctx, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.random.G
     return x, y, np.random.default_rng(seed * 1000 + rank)
 
 
+def task_shard(ctx) -> tuple[np.ndarray, np.ndarray, np.random.Generator]:
+    """This worker's shard of the digits training split by its task index among the workers,
+    and a batch sampler seeded by that index (the exercise checks' workers; ``train_shard``
+    ranks a chief in too).
+
+    Example::
+
+        x, y, rng = task_shard(dtfkit.this_task())
+        idx = rng.integers(0, len(x), 32)
+    """
+    x, y = load_digits(split="train")
+    x, y = shard(x, y, ctx.task_index, ctx.num_workers)
+    return x, y, np.random.default_rng(ctx.task_index)
+
+
 def container_name(run_name: str) -> str:
     """The resource container of a run: ``run_name`` with every character a container
     name does not allow (``_`` among them) made a ``.``."""
