@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import shutil
 import subprocess
 import sys
@@ -323,6 +324,8 @@ def tensorflow_at_import(root: Path = PACKAGE) -> dict[str, list[str]]:
 # The kernel-only places a task-side module must never import: they hold clusters, widgets, plots.
 KERNEL_ONLY = (
     "dtfkit.cluster",
+    "dtfkit.running_cluster",
+    "dtfkit.cluster_display",
     "dtfkit.launch",
     "dtfkit.engine.owner",
     "dtfkit.engine.launchers",
@@ -372,17 +375,52 @@ def task_side_reaching_the_kernel(root: Path = PACKAGE) -> list[str]:
     return found
 
 
+def task_side_names_missing(root: Path = PACKAGE) -> list[str]:
+    """``"module: alias.name"`` for each ``alias.name`` a task-side module reads from another recipe's
+    ``task_side`` (imported as ``from dtfkit.recipes.x import task_side as alias``) that the other
+    module does not define: found only when the task runs it, as an AttributeError."""
+    import importlib
+
+    found = []
+    for module, path in sorted(module_names(root).items()):
+        if "task_side" not in module.split("."):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases = {
+            a.asname or a.name: f"{node.module}.{a.name}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dtfkit.recipes.")
+            for a in node.names
+            if a.name == "task_side"
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+            ):
+                target = importlib.import_module(aliases[node.value.id])
+                if not hasattr(target, node.attr):
+                    found.append(
+                        f"{module}: {node.value.id}.{node.attr} ({aliases[node.value.id]} has no {node.attr})"
+                    )
+    return sorted(set(found))
+
+
 def _sent_names(tree: ast.AST) -> set[str]:
-    """Names handed to a task by ``x.run(name, ...)`` or ``x.submit(name, ...)``."""
-    return {
-        node.args[0].id
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr in ("run", "submit")
-        and node.args
-        and isinstance(node.args[0], ast.Name)
-    }
+    """Names handed to a task by ``x.run(name, ...)``, ``x.submit(name, ...)`` or ``fn=name``."""
+    found = set()
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("run", "submit")
+        ):
+            continue
+        sent = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "fn"), None)
+        if isinstance(sent, ast.Name):
+            found.add(sent.id)
+    return found
 
 
 def task_code_in_kernel_modules(root: Path = PACKAGE) -> list[str]:
@@ -485,6 +523,10 @@ def test_task_side_code_never_imports_kernel_only_code():
     assert found == [], "task-side modules import kernel-only code:\n" + "\n".join(found)
 
 
+def test_what_task_side_code_reads_from_another_task_side_is_there():
+    assert task_side_names_missing() == [], "\n".join(task_side_names_missing())
+
+
 def test_no_kernel_side_module_defines_what_it_sends_to_a_task():
     assert task_code_in_kernel_modules() == [], "move these into a task_side module: " + ", ".join(
         task_code_in_kernel_modules()
@@ -502,13 +544,15 @@ def test_every_recipe_module_is_one_of_its_two_sides():
     ), f"a recipe is a package with task_side/kernel_side modules: {sorted(packages)}"
 
 
-def test_a_task_importing_its_code_loads_no_kernel_code():
-    # Checked for real: what a task imports to unpickle a recipe's function pulls in no cluster,
-    # no kernel-side module and no plotting library.
-    modules = sorted(m for m in module_names(PACKAGE) if "task_side" in m.split("."))
+def kernel_code_a_task_loads(root: Path = PACKAGE) -> str:
+    """What a fresh interpreter loads of kernel-only code when it imports every task-side module of
+    the package at ``root``, beyond what ``import dtfkit`` loads (every task imports the facade
+    first): the ``LOADED [...]`` line it prints."""
+    modules = sorted(m for m in module_names(root) if "task_side" in m.split("."))
     code = (
         "import importlib, sys\n"
-        "import dtfkit\n"  # every task imports the facade first; what it loads is not the recipes' doing
+        "import dtfkit\n"
+        f"assert dtfkit.__file__.startswith({str(root)!r}), dtfkit.__file__\n"
         "facade = set(sys.modules)\n"
         f"for m in {modules!r}:\n"
         "    importlib.import_module(m)\n"
@@ -516,10 +560,19 @@ def test_a_task_importing_its_code_loads_no_kernel_code():
         f"{KERNEL_ONLY_LIBRARIES!r} or any(n == p or n.startswith(p + '.') for p in {KERNEL_ONLY!r}))\n"
         "print('LOADED', bad)\n"
     )
+    env = subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(root.parent), env["PYTHONPATH"]])
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=subprocess_env()
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=root.parent
     )
-    assert "LOADED []" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    return out.stdout + out.stderr[-2000:]
+
+
+def test_a_task_importing_its_code_loads_no_kernel_code():
+    # Checked for real: what a task imports to unpickle a recipe's function pulls in no cluster,
+    # no kernel-side module and no plotting library.
+    found = kernel_code_a_task_loads()
+    assert "LOADED []" in found, found
 
 
 # ---------------------------------------------------------------- the checks can fail
@@ -631,6 +684,14 @@ def test_task_side_code_reaching_the_kernel_is_found(tmp_path):
     assert (
         "dtfkit.lab.task_side -> dtfkit.recipes.timeline (name dtfkit.recipes.timeline.task_side)" in found
     ), found
+
+
+def test_kernel_code_a_task_really_loads_is_found(tmp_path):
+    root = _copy(tmp_path)
+    path = root / "recipes" / "tf1" / "task_side.py"
+    path.write_text(path.read_text() + "\nfrom dtfkit.recipes.sync import kernel_side as _planted  # noqa\n")
+    found = kernel_code_a_task_loads(root)
+    assert "'dtfkit.recipes.sync.kernel_side'" in found, found
 
 
 def test_task_code_written_in_a_kernel_module_is_found(tmp_path):

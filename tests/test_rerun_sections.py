@@ -42,6 +42,23 @@ def fake_cluster():
 
 
 @pytest.mark.timeout(60)
+def test_a_cell_run_again_replaces_its_cluster_but_a_refused_one_leaves_it_open(capsys):
+    first = dtfkit.LocalCluster(workers=1, launcher=FakeLauncher(), progress=False, name="cell-7")
+    try:
+        # Refused before anything starts (a delay needs servers): the cell's running cluster is kept.
+        with pytest.raises(DtfkitError, match="delay"):
+            dtfkit.LocalCluster(workers=1, delay="5ms", start_servers=False, progress=False, name="cell-7")
+        assert not first.closed
+        second = dtfkit.LocalCluster(workers=1, launcher=FakeLauncher(), progress=False, name="cell-7")
+        try:
+            assert first.closed and not second.closed
+            assert f"closed the cluster this cell started before ({first.id})" in capsys.readouterr().out
+        finally:
+            second.close()
+    finally:
+        first.close()
+
+
 def test_ensure_running_does_nothing_when_every_task_runs(fake_cluster, capsys):
     pids = fake_cluster.pids()
     assert fake_cluster.ensure_running() == []

@@ -63,7 +63,9 @@ def test_short_path_of_this_machines_folders():
         "tensorflow/python/eager/context.py"
     )
     assert frames.short_path(alpha_beta.__file__) == "dtfkit/recipes/alpha_beta/kernel_side.py"
-    assert frames.short_path(os.path.realpath(alpha_beta.__file__)) == "dtfkit/recipes/alpha_beta/kernel_side.py"
+    assert (
+        frames.short_path(os.path.realpath(alpha_beta.__file__)) == "dtfkit/recipes/alpha_beta/kernel_side.py"
+    )
     assert frames.short_path(__file__) == HERE
 
 
@@ -168,7 +170,9 @@ def test_a_recipe_the_learner_called_keeps_its_frame(cluster):
     text = remote_traceback(cluster, calls_a_recipe_badly)
     assert_reads_like_a_local_traceback(text, "calls_a_recipe_badly")
     # The recipe is code the learner chose to call: its frames stay, with its checkout path shortened.
-    assert re.search(r'File "dtfkit/recipes/alpha_beta/kernel_side\.py", line \d+, in alpha_beta_time\n', text), text
+    assert re.search(
+        r'File "dtfkit/recipes/alpha_beta/kernel_side\.py", line \d+, in alpha_beta_time\n', text
+    ), text
     assert "size_bytes must be a finite number >= 0" in text
 
 

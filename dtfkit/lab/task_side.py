@@ -7,9 +7,9 @@ uses ``dtfkit.recipes.sync.train_sync``, whose gradient ledger already records i
 
 Example (what ``Lab`` does for an async run)::
 
-    cluster.submit(tasks.train_recorded, kwargs={"steps": 60, "run_name": "lab3", "hidden": 32},
+    cluster.submit(task_side.train_recorded, kwargs={"steps": 60, "run_name": "lab3", "hidden": 32},
                    on=["worker:0", "worker:1"])   # {'worker:0': {'pushes': [[start, end, read, applied], ...], ...}}
-    cluster.run(tasks.evaluate, kwargs={"run_name": "lab3", "hidden": 32, "global_step_first": True},
+    cluster.run(task_side.evaluate, kwargs={"run_name": "lab3", "hidden": 32, "global_step_first": True},
                 on="worker:0")     # {'worker:0': {'loss': 0.61, 'accuracy': 0.83}}
 """
 

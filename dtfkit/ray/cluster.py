@@ -4,7 +4,7 @@ Each task is a fresh TensorFlow process on its node, started by a small Ray acto
 (``dtfkit.ray.actor``) that relays its control messages and output over Ray, so the
 notebook never accepts a connection from a node. Everything else (``run``,
 ``submit``, ``logs``, ``metrics``, ``kill``/``restart``, ``TaskFailed``/``TaskTimeout``)
-is ``LocalCluster``'s own.
+is what ``LocalCluster`` does too: both build on ``dtfkit.running_cluster.RunningCluster``.
 
 Example::
 

@@ -1,1 +1,2 @@
-"""Training functions that run inside tasks, with safe defaults (see ``tf1``)."""
+"""The chapters' recipes, one package each: ``task_side`` runs in the tasks, ``kernel_side`` in the
+notebook kernel (``_sides.py``; ``docs/architecture.md``, "Where a chapter's code lives")."""

@@ -239,7 +239,7 @@ class TaskCall:
         self._procs[task].busy_with = None
 
     def processes(self, tasks: Iterable[TaskId]) -> list[TaskProcess]:
-        """The processes this call was sent to, of ``tasks`` (for the engine: ``ClusterRuntime.end_call``)."""
+        """The processes this call was sent to, of ``tasks`` (for the engine: ``ClusterRuntime.kill_call_tasks``)."""
         return [self._procs[t] for t in tasks]
 
     def wait_output(self, task: TaskId, timeout: float) -> bool:

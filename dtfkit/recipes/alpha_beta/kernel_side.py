@@ -1,7 +1,8 @@
 """Runs in the notebook kernel: the α–β model's times, the crossover size, the fastest method, its fit
 to measured times, and the plot.
 
-Never imports TensorFlow; this recipe has no task side: it works on what runs returned.
+Never imports TensorFlow; this recipe has no task side of its own: ``measure`` times the syncs on a cluster
+with ``allreduce``'s task-side ``time_sync``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Runs in the notebook kernel: the comparison table and the accuracy-versus-bytes plot of compressed runs.
+"""Runs in the notebook kernel: ``compare`` (trains every method on a cluster through the task side's
+``train_methods``), the comparison table and the accuracy-versus-bytes plot.
 
 Never imports TensorFlow: what runs in the tasks is in ``task_side``.
 """

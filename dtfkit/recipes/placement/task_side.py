@@ -358,7 +358,7 @@ def variable_devices(graph: Any = None) -> list[dict[str, Any]]:
 
         with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(cluster=spec)):
             ...build the model...
-        by_task(variable_devices(), "variable")   # {'ps:0': [...], 'ps:1': [...]}
+        variable_devices()   # [{'variable': 'dense/kernel', ..., 'task': 'ps:0'}, ...]
     """
     import tensorflow as tf
 
