@@ -78,7 +78,7 @@ def test_stack_excerpt_keeps_the_frames_that_matter():
             "Thread MainThread:",
             '  File "/x/_task_main.py", line 118, in _run_call',
             "    value = fn(*args, **kwargs)",
-            '  File "/x/dtfkit/recipes/between_graph.py", line 186, in tutorial_worker',
+            '  File "/x/dtfkit/recipes/between_graph/task_side.py", line 186, in tutorial_worker',
             "    with tf.compat.v1.train.MonitoredTrainingSession(",
             '  File "/tf/monitored_session.py", line 1264, in _create_session',
             "    return self._sess_creator.create_session()",
@@ -89,7 +89,7 @@ def test_stack_excerpt_keeps_the_frames_that_matter():
         ]
     )
     assert bg.stack_excerpt(text).splitlines() == [
-        '  File "between_graph.py", line 186, in tutorial_worker',
+        '  File "between_graph/task_side.py", line 186, in tutorial_worker',
         "    with tf.compat.v1.train.MonitoredTrainingSession(",
         "  ...",
         '  File "session_manager.py", line 457, in wait_for_session',

@@ -261,10 +261,6 @@ class ClusterRuntime:
         """
         return self.output.live_output(self.events.post_line, since)
 
-    def folding_repeats(self) -> contextlib.AbstractContextManager[None]:
-        """While tasks start, echo each start-up message once, not once per task."""
-        return self.output.folding_repeats()
-
     # ----------------------------------------------------------------- events
     def waiting(self, what: str) -> contextlib.AbstractContextManager[None]:
         """Claim the cluster's event queue for this thread while it waits for ``what``
@@ -280,10 +276,6 @@ class ClusterRuntime:
         """Apply the tasks' events until ``done()`` (True) or ``deadline`` passes (False);
         see ``events.Events.wait_until``. Call it inside ``waiting()``."""
         return self.events.wait_until(done, deadline, on_event)
-
-    def pump(self, deadline: float | None) -> Event | None:
-        """Apply the next event (waiting until ``deadline`` at most) and return it."""
-        return self.events.pump(deadline)
 
     def drain(self) -> None:
         """Apply every event already queued, without waiting."""

@@ -45,6 +45,16 @@ def layer_variables(layers: Sequence[int]) -> list[StandInVariable]:
 
 
 # -------------------------------------------------------------- plain helpers
+def _short_file(path: str) -> str:
+    """A frame's file name; a recipe's side keeps its recipe's folder (``between_graph/task_side.py``).
+
+    >>> _short_file("/x/dtfkit/recipes/between_graph/task_side.py"), _short_file("/tf/session.py")
+    ('between_graph/task_side.py', 'session.py')
+    """
+    folder, _, name = path.rpartition("/")
+    return f"{folder.rpartition('/')[2]}/{name}" if name in ("task_side.py", "kernel_side.py") else name
+
+
 def stack_excerpt(
     stacks: str,
     keep: Sequence[str] = (
@@ -78,7 +88,7 @@ def stack_excerpt(
             out.append("  ...")
             skipped = False
         path, _, rest = stripped.partition(", line ")
-        out.append(f'  File "{path.rsplit("/", 1)[-1].rstrip(chr(34))}", line {rest}')
+        out.append(f'  File "{_short_file(path.rstrip(chr(34)))}", line {rest}')
         if i + 1 < len(lines) and not lines[i + 1].strip().startswith(("File ", "---", "Thread ")):
             out.append("    " + lines[i + 1].strip())
     return "\n".join(out)
