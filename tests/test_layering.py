@@ -375,14 +375,27 @@ def task_side_reaching_the_kernel(root: Path = PACKAGE) -> list[str]:
     return found
 
 
-def task_side_names_missing(root: Path = PACKAGE) -> list[str]:
-    """``"module: alias.name"`` for each ``alias.name`` a task-side module reads from another recipe's
-    ``task_side`` (imported as ``from dtfkit.recipes.x import task_side as alias``) that the other
-    module does not define: found only when the task runs it, as an AttributeError."""
-    import importlib
+def module_level_names(path: Path) -> set[str]:
+    """The names a module defines or imports at its top level (read from its source, not imported)."""
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(x.id for t in targets for x in ast.walk(t) if isinstance(x, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
 
+
+def task_side_names_missing(root: Path = PACKAGE) -> list[str]:
+    """``"module: alias.name (...)"`` for each ``alias.name`` a task-side module reads from another
+    recipe's ``task_side`` (imported as ``from dtfkit.recipes.x import task_side as alias``) that the
+    other module does not define: found only when the task runs it, as an AttributeError."""
+    modules = module_names(root)
     found = []
-    for module, path in sorted(module_names(root).items()):
+    for module, path in sorted(modules.items()):
         if "task_side" not in module.split("."):
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -399,11 +412,9 @@ def task_side_names_missing(root: Path = PACKAGE) -> list[str]:
                 and isinstance(node.value, ast.Name)
                 and node.value.id in aliases
             ):
-                target = importlib.import_module(aliases[node.value.id])
-                if not hasattr(target, node.attr):
-                    found.append(
-                        f"{module}: {node.value.id}.{node.attr} ({aliases[node.value.id]} has no {node.attr})"
-                    )
+                target = aliases[node.value.id]
+                if node.attr not in module_level_names(modules[target]):
+                    found.append(f"{module}: {node.value.id}.{node.attr} ({target} has no {node.attr})")
     return sorted(set(found))
 
 
@@ -692,6 +703,15 @@ def test_kernel_code_a_task_really_loads_is_found(tmp_path):
     path.write_text(path.read_text() + "\nfrom dtfkit.recipes.sync import kernel_side as _planted  # noqa\n")
     found = kernel_code_a_task_loads(root)
     assert "'dtfkit.recipes.sync.kernel_side'" in found, found
+
+
+def test_a_name_read_from_another_task_side_that_is_not_there_is_found(tmp_path):
+    root = _copy(tmp_path)
+    _add_import(root, "dtfkit.recipes.compression.task_side", "return timeline.plot_timeline")
+    assert task_side_names_missing(root) == [
+        "dtfkit.recipes.compression.task_side: timeline.plot_timeline "
+        "(dtfkit.recipes.timeline.task_side has no plot_timeline)"
+    ]
 
 
 def test_task_code_written_in_a_kernel_module_is_found(tmp_path):
