@@ -85,11 +85,13 @@ class RunningCluster:
         name: str | None,
         echo: Callable[[str, str], None] | None,
         options: dict[str, Any],
+        built: Launcher | None = None,
     ) -> None:
         """Replace the cluster of the same name, build the launcher and start the runtime.
 
         ``chosen``: a ``LauncherSpec`` (a closed cluster can start again from it) or a launcher
-        of the caller's (it cannot). ``options``: the runtime's settings (``ClusterRuntime``).
+        of the caller's (it cannot). ``built``: the spec's launcher, if the caller built it
+        already. ``options``: the runtime's settings (``ClusterRuntime``).
         """
         self.name = name if name is not None else cell_key()
         previous = _BY_NAME.get(self.name) if self.name else None
@@ -97,9 +99,10 @@ class RunningCluster:
             previous.close()
             print(f"dtfkit: closed the cluster this cell started before ({previous.id})")
         self._launcher_spec: LauncherSpec | None = chosen if isinstance(chosen, LauncherSpec) else None
-        launcher = chosen.build() if isinstance(chosen, LauncherSpec) else chosen
+        if built is None:
+            built = chosen.build() if isinstance(chosen, LauncherSpec) else chosen
         self._runtime_options = options
-        self._rt = ClusterRuntime(layout, launcher=launcher, echo=echo, **options)
+        self._rt = ClusterRuntime(layout, launcher=built, echo=echo, **options)
         self._rt.start()
         if self.name:
             _BY_NAME[self.name] = self

@@ -375,7 +375,8 @@ def task_side_reaching_the_kernel(root: Path = PACKAGE) -> list[str]:
     return found
 
 
-def module_level_names(path: Path) -> set[str]:
+@functools.lru_cache(maxsize=256)
+def module_level_names(path: Path) -> frozenset[str]:
     """The names a module defines or imports at its top level (read from its source, not imported)."""
     names = set()
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
@@ -386,7 +387,7 @@ def module_level_names(path: Path) -> set[str]:
             names.update(x.id for t in targets for x in ast.walk(t) if isinstance(x, ast.Name))
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return names
+    return frozenset(names)
 
 
 def task_side_names_missing(root: Path = PACKAGE) -> list[str]:

@@ -105,7 +105,7 @@ class RayCluster(RunningCluster):
             tasks=[t.name for t in layout.tasks],
         )
         spec = LauncherSpec(RayLauncher, MappingProxyType(self._ray_options))
-        spec.build()  # checks its arguments before anything prints; connects in its first start
+        launcher = spec.build()  # checks its arguments before anything prints; connects in its first start
         if address is None and not _connected():
             print(SIMULATED_NOTE.format(nodes=nodes), flush=True)
         frames.warn(RAY_NETWORK_WARNING)  # names the learner's cell as IPython does: Cell In[4]
@@ -120,7 +120,8 @@ class RayCluster(RunningCluster):
             progress=progress,
             max_tasks=max_tasks,
         )
-        self._start(layout, spec, name=name, echo=echo, options=options)  # no pool: Ray nodes start cold
+        # No pool: Ray nodes start cold.
+        self._start(layout, spec, name=name, echo=echo, options=options, built=launcher)
 
     @property
     def launcher(self) -> RayLauncher:
