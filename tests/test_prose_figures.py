@@ -8,10 +8,12 @@ rests on figures or output text the chapter shows. The rules and the marks are i
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
-from notebook_sections import chapters
-from prose_figures import findings
+from conftest import REPO
+from notebook_sections import chapters, source
+from prose_figures import MARK, findings
 
 # Chapters being edited elsewhere while this test was written: their findings go to the lead
 # (issue 29) instead of being fixed here. Strict: the test fails once a chapter is clean, so its
@@ -131,3 +133,48 @@ def test_an_ordering_needs_what_shows_it_and_must_not_contradict_it():
 
 def test_a_slow_cell_notice_is_left_to_the_layout_test():
     assert findings(_chapter(["*The next cell takes about 40 s on 2 cores.*"], ["done\n"])) == []
+
+
+def _marked_places(cells: list[dict]) -> list[tuple[str, str]]:
+    """``(path, name)`` for each ``setting``/``cite`` mark that names a file of dtfkit: the file and
+    the first name of what the mark quotes (``step_ms`` of ``step_ms=20.0``)."""
+    found = []
+    for cell in cells:
+        if cell["cell_type"] != "markdown":
+            continue
+        for kind, body in MARK.findall(source(cell)):
+            path, _, quoted = body.partition(",")
+            if kind in ("setting", "cite") and path.strip().startswith("dtfkit/"):
+                found.append((path.strip(), re.split(r"[=:(\s]", quoted.strip())[0]))
+    return found
+
+
+def mark_problems(cells: list[dict]) -> list[str]:
+    """A mark naming a file of dtfkit that does not exist, or that does not hold what the mark quotes."""
+    problems = []
+    for place, name in _marked_places(cells):
+        file = REPO / place
+        if not file.is_file():
+            problems.append(f"a mark names {place}, which does not exist")
+        elif not name or name not in file.read_text(encoding="utf-8"):
+            problems.append(f"{place} has no {name!r}")
+    return problems
+
+
+@pytest.mark.parametrize("path", chapters(), ids=lambda p: p.stem)
+def test_a_marked_setting_names_a_file_that_holds_it(path):
+    # Files move (the recipes became task_side/kernel_side packages): a mark must follow them.
+    assert mark_problems(json.loads(path.read_text(encoding="utf-8"))["cells"]) == []
+
+
+def test_a_mark_naming_a_moved_file_or_a_missing_setting_is_found():
+    def cell(mark: str) -> dict:
+        return {"cell_type": "markdown", "source": f"20 ms<!-- setting: {mark} -->"}
+
+    assert mark_problems([cell("dtfkit/recipes/fault/task_side.py, step_ms=20.0")]) == []
+    assert mark_problems(
+        [cell("dtfkit/recipes/fault.py, step_ms=20.0"), cell("dtfkit/recipes/fault/task_side.py, no_such=1")]
+    ) == [
+        "a mark names dtfkit/recipes/fault.py, which does not exist",
+        "dtfkit/recipes/fault/task_side.py has no 'no_such'",
+    ]
