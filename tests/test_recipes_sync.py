@@ -206,8 +206,12 @@ def test_variables_on_a_worker_and_backup_replicas(cluster):
     info = run.results["worker:0"]["ledger_info"]
     assert info["ledger_device"].startswith("/job:worker/task:1")
     assert info["global_step_device"].startswith("/job:worker/task:1")
-    assert run.global_step == 15 and min(run.update_sizes()) >= 1
+    # With replicas_to_aggregate=1 the chief's queue runner applies worker:1's gradient on its own
+    # thread: one may land after the chief's StopAtStepHook has seen step 15 and before the session
+    # closes, so the run can end past 15 (seen: 16). Every update still took at least one gradient.
+    assert run.global_step >= 15 and min(run.update_sizes()) >= 1
+    assert len(run.updates()) == run.global_step
     totals = run.totals()
-    assert totals["aggregated"] >= 15
+    assert totals["aggregated"] >= run.global_step
     assert totals["pushed"] == totals["aggregated"] + totals["dropped"] + totals["pending"]
     assert run.pending_read == totals["pending"]
