@@ -17,6 +17,7 @@ import time
 # (step, time.monotonic(), time.process_time()) at the end of each start-up step: Python is up, this module starts
 _PHASES: list[tuple[str, float, float]] = [("interpreter", time.monotonic(), time.process_time())]
 
+import gc
 import io
 import os
 import pickle
@@ -221,8 +222,22 @@ def _reserve_port(port: int) -> socket.socket:
 
 
 def _import_tensorflow():
-    import tensorflow as tf
+    """Import TensorFlow with Python's cyclic garbage collector paused, then freeze what it made.
 
+    The import makes about half a million objects that live as long as the task. With the
+    collector on, they are walked again and again while they pile up, and once more when the
+    young generation holding them is next collected: 0.15 to 0.4 CPU-s of a 2 s import, by where
+    the collections happen to fall (benchmarks/RESULTS.md). ``gc.freeze()`` moves them to the
+    permanent generation, so no later collection walks them either; what little cyclic garbage the
+    import left stays with them (about 2 MiB).
+    """
+    gc.disable()
+    try:
+        import tensorflow as tf
+
+        gc.freeze()
+    finally:
+        gc.enable()
     return tf
 
 
