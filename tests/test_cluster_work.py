@@ -44,6 +44,12 @@ def task_name():
     return dtfkit.this_task().name
 
 
+def garbage_collector_state():
+    import gc
+
+    return {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}
+
+
 def ps_variable_plus_two(master=None, name="v"):
     """Build a graph with a variable on ps:0 and an op on worker:0; run it through ``master``."""
     import tensorflow as tf
@@ -179,6 +185,16 @@ def test_each_task_is_its_own_process_and_knows_its_identity(cluster):
     for name, pid in pids.items():
         assert name in text and str(pid) in text and cluster.address(name) in text
     assert "running" in text and cluster._repr_html_().count("<tr>") == 4
+
+
+@pytest.mark.smoke  # in the fast tier too (tests/README.md)
+def test_tasks_imported_tensorflow_with_the_collector_paused_and_left_it_on(cluster):
+    # task_main pauses the cyclic garbage collector for the TensorFlow import and freezes what the
+    # import made (benchmarks/RESULTS.md): the collector must be on again for the user's code, and
+    # the import's half a million objects are in the permanent generation.
+    for task, state in cluster.run(garbage_collector_state, on="all", timeout=60).items():
+        assert state["enabled"], task
+        assert state["frozen"] > 100_000, (task, state)
 
 
 @pytest.mark.parametrize(
