@@ -85,7 +85,10 @@ def test_classroom_mode_switches(monkeypatch):
     assert classroom.scaled(12, minimum=5) == 5 and classroom.scaled(3) == 3
 
 
-def test_stub_detection_and_results():
+def test_stub_detection_and_results(monkeypatch):
+    # Results recorded by other tests in this process (exercise 11.1, say) would sort after 9.9.
+    monkeypatch.setattr(_core, "_RESULTS", [])
+
     def stub(tf, a):
         """doc"""
         # YOUR CODE HERE
