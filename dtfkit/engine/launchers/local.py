@@ -220,9 +220,9 @@ def spawn_group(
 
     Example::
 
-        >>> p = spawn_group(["true"], dict(os.environ), None)
+        >>> p = spawn_group(["sleep", "60"], dict(os.environ), None)
         >>> kill_group(p); p.returncode
-        0
+        -9
     """
     return subprocess.Popen(
         command,
