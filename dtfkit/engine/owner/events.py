@@ -32,6 +32,9 @@ from dtfkit.engine.wire import control, protocol
 from dtfkit.engine.wire.layout import TaskId
 from dtfkit.errors import DtfkitError
 
+# How long an exited task's exit event waits for its control connection to be read to the end.
+CONNECTION_DRAIN_SECONDS = 2.0
+
 # A deadline for wait_until: a time.monotonic() value, None (no bound), or a function
 # that says it anew before each wait (a deadline that moves while waiting).
 Deadline = float | None | Callable[[], float | None]
@@ -72,6 +75,12 @@ class Events:
         self._threads: list[threading.Thread] = []
         self._conns: list = []
         self._wait_lock = threading.RLock()  # see waiting()
+        # Per (task, generation): set once its control connection is read to the end. A task's exit
+        # event waits for it, so that what the task sent before it exited (a StartFailed, say) is
+        # queued first: the two come through different threads (see _read_output).
+        self._connection_read: dict[tuple[str, int], threading.Event] = {}
+        self._handshakes = 0  # connections accepted whose Hello is not read yet
+        self._connections_lock = threading.Condition()
         self._wait_holder: tuple[str, str] | None = None
         self._listener: Listener | None = None
         self._address = ""
@@ -94,7 +103,10 @@ class Events:
         if conn is not None:  # adopted: connected and greeted already
             self._conns.append(conn)
             self.queue.put(Event("hello", task.name, gen, conn))
-            self.spawn_thread(lambda: self._read_connection(conn, task.name, gen), f"dtfkit-conn-{task.name}")
+            read = self._reading(task.name, gen)
+            self.spawn_thread(
+                lambda: self._read_connection(conn, task.name, gen, read), f"dtfkit-conn-{task.name}"
+            )
         self.spawn_thread(lambda: self._read_output(proc), f"dtfkit-log-{task.name}")
 
     def spawn_thread(self, target: Callable[[], None], name: str) -> None:
@@ -107,23 +119,56 @@ class Events:
 
     def _read_messages(self, conn) -> None:
         self._conns.append(conn)  # close() shuts it down, a stalled handshake's included
-        hello = control.first_message(conn, self._authkey, protocol.Hello)
-        if hello is None:
-            return
-        self.queue.put(Event("hello", hello.task, hello.gen, conn))
-        self._read_connection(conn, hello.task, hello.gen)
+        with self._connections_lock:
+            self._handshakes += 1
+        read = None
+        try:
+            hello = control.first_message(conn, self._authkey, protocol.Hello)
+            if hello is not None:
+                read = self._reading(hello.task, hello.gen)
+                self.queue.put(Event("hello", hello.task, hello.gen, conn))
+        finally:
+            with self._connections_lock:
+                self._handshakes -= 1
+                self._connections_lock.notify_all()
+        if read is not None:
+            self._read_connection(conn, hello.task, hello.gen, read)
 
-    def _read_connection(self, conn, name: str, gen: int) -> None:
+    def _reading(self, name: str, gen: int) -> threading.Event:
+        """Note that the control connection of task ``name``'s generation ``gen`` is being read."""
+        read = threading.Event()
+        with self._connections_lock:
+            self._connection_read[(name, gen)] = read
+        return read
+
+    def _read_connection(self, conn, name: str, gen: int, read: threading.Event) -> None:
         """Turn what one task sends into events (the connection is authenticated already)."""
-        while True:
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                return
-            if isinstance(message, protocol.Metric):
-                self.metrics.add(name, message.row)
-            else:
-                self.queue.put(Event("msg", name, gen, message))
+        try:
+            while True:
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):
+                    return
+                if isinstance(message, protocol.Metric):
+                    self.metrics.add(name, message.row)
+                else:
+                    self.queue.put(Event("msg", name, gen, message))
+        finally:
+            read.set()
+
+    def _await_connection_read(self, name: str, gen: int, bound: float = CONNECTION_DRAIN_SECONDS) -> None:
+        """Wait (at most ``bound`` s) until the control connection of an exited task is read to
+        its end: once its process is gone, the end comes at once. A task that connected but whose
+        handshake is still in progress is waited for too; one that never connected is not."""
+        deadline = time.monotonic() + bound
+        with self._connections_lock:
+            self._connections_lock.wait_for(
+                lambda: (name, gen) in self._connection_read or self._handshakes == 0,
+                timeout=bound,
+            )
+            read = self._connection_read.pop((name, gen), None)
+        if read is not None:
+            read.wait(max(0.0, deadline - time.monotonic()))
 
     def _read_output(self, proc: TaskProcess) -> None:
         name = proc.task.name
@@ -146,6 +191,9 @@ class Events:
         proc.output_closed.set()
         proc.handle.close_output()
         code = proc.handle.wait()
+        # Its last messages first: a StartFailed("bind") queued after the exit would read as a
+        # plain "exited with code 3" instead of the port taken (seen in CI).
+        self._await_connection_read(name, proc.gen)
         self.queue.put(Event("exit", name, proc.gen, code))
 
     def _take_line(self, proc: TaskProcess, text: str) -> None:
