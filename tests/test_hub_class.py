@@ -119,6 +119,20 @@ def test_two_students_run_and_are_graded(tmp_path):
 
 
 # ------------------------------------------------------------------ isolation, adversarially
+def _host_listeners(port: int) -> dict[int, int]:
+    """The processes listening on TCP ``port`` in this (the host's) network namespace: {pid: real uid}."""
+    import psutil
+
+    owners = {}
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+            try:
+                owners[conn.pid] = psutil.Process(conn.pid).uids().real
+            except psutil.Error:
+                pass
+    return owners
+
+
 ATTACK = r"""
 import errno, json, os, signal, socket, hmac, uuid
 import zmq
@@ -267,6 +281,13 @@ def test_a_student_cannot_reach_another(tmp_path):
             assert run.status == "ok", run.text
             results = json.loads(run.text.split("ATTACK ", 1)[1])
             reached = {k: v for k, v in results.items() if not v.startswith("denied")}
+            # B's TensorFlow servers listen in B's own network namespace: a "localhost:P" that A reached
+            # is a socket in the host's. Another test running beside this one may hold that port number
+            # there (seen once in CI); that is no breach of B, so it counts only if B's user owns it.
+            for name in [k for k in reached if k.startswith("tcp ")]:
+                owners = _host_listeners(int(name.rsplit(":", 1)[1]))
+                if owners and uids[1] not in owners.values():
+                    reached.pop(name)
             assert not reached, reached
             assert len(results) >= len(files) + len(sockets) + 4 * len(b_pids)
             assert not os.path.exists(marker)
