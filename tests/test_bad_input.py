@@ -10,7 +10,9 @@ memory error here, not pass.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import socket
 import threading
 from types import SimpleNamespace
 
@@ -433,18 +435,26 @@ class _IsolatedFake(FakeLauncher):
         return LauncherDescription(network="namespace", namespace="net:[fake]")
 
 
+@contextlib.contextmanager
+def _squatting(port: int):
+    """Hold ``port`` on this machine (listening) for the block: a restart on it cannot bind."""
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        squatter.bind(("", port))
+        squatter.listen()
+        yield
+    finally:
+        squatter.close()
+
+
 def test_restart_on_a_port_taken_in_an_isolated_cluster_names_task_port_and_next_step():
-    import socket
 
     from dtfkit.errors import ClusterStartError
 
     with dtfkit.LocalCluster(workers=1, launcher=_IsolatedFake(), progress=False, name=None) as cluster:
         port = int(cluster.address("worker", 0).rsplit(":", 1)[1])
         cluster.kill("worker", 0)
-        squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            squatter.bind(("", port))
-            squatter.listen()
+        with _squatting(port):
             with pytest.raises(ClusterStartError) as info:
                 cluster.restart("worker", 0)
             text = str(info.value)
@@ -453,8 +463,6 @@ def test_restart_on_a_port_taken_in_an_isolated_cluster_names_task_port_and_next
             assert "Traceback" not in text, text
             # Ended by the owner, or by itself once it said why: not "starting" for ever.
             assert cluster.status()["worker:0"] in ("killed", "exited (3)"), cluster.status()
-        finally:
-            squatter.close()
         cluster.restart("worker", 0)  # the port is free again
         assert cluster.run(lambda: 7, timeout=60) == {"worker:0": 7}
 
@@ -465,7 +473,6 @@ def test_a_port_taken_is_told_even_when_the_tasks_exit_is_seen_before_its_last_m
     gone, as a busy machine can schedule it (seen in CI): the exit must still come second. With the
     exit's wait removed from Events._read_output this failed 2 runs in 4 here; in the others the
     owner's drain on an exit still caught the message that came a moment later."""
-    import socket
 
     from dtfkit.engine.owner.events import Events
     from dtfkit.engine.wire import protocol
@@ -501,15 +508,9 @@ def test_a_port_taken_is_told_even_when_the_tasks_exit_is_seen_before_its_last_m
         port = int(cluster.address("worker", 0).rsplit(":", 1)[1])
         cluster.kill("worker", 0)
         monkeypatch.setattr(Events, "_read_connection", late_reader)
-        squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            squatter.bind(("", port))
-            squatter.listen()
-            with pytest.raises(ClusterStartError) as info:
-                cluster.restart("worker", 0)
-            assert "worker:0 could not be started again" in str(info.value), str(info.value)
-        finally:
-            squatter.close()
+        with _squatting(port), pytest.raises(ClusterStartError) as info:
+            cluster.restart("worker", 0)
+        assert "worker:0 could not be started again" in str(info.value), str(info.value)
 
 
 def _fail_when_marked(path: str) -> None:
