@@ -274,7 +274,6 @@ def bench_ready(repeat: int, log: Callable[[str], None]) -> list[Row]:
         "ready", "(a') hand-launched, TF imported as the tasks do (GC paused, frozen)", baseline=hand.label
     )
     cold = Row("ready", "(c) dtfkit cold", baseline=hand.label)
-    cold_vs_gc = Row("ready", "(c) dtfkit cold, against (a')", baseline=hand_gc.label)
     warm = Row("ready", "(d) dtfkit warm pool", baseline=cold.label)
     refill = Row("ready", "pool refill, 3 processes (background)")
     docs_ready = []
@@ -292,7 +291,6 @@ def bench_ready(repeat: int, log: Callable[[str], None]) -> list[Row]:
             docs.values.append(seconds)
             docs_ready.append(really)
             cold.values.append(ready_dtfkit(None, cold_phases))
-            cold_vs_gc.values.append(cold.values[-1])
             warm.values.append(ready_dtfkit(pool))
             # Wait for the refill here, timed, so that it does not load the next variants.
             t = time.monotonic()
@@ -314,7 +312,6 @@ def bench_ready(repeat: int, log: Callable[[str], None]) -> list[Row]:
         hand_gc,
         docs,
         cold,
-        cold_vs_gc,
         warm,
         refill,
         *phase_rows("(a) hand", hand_phases),

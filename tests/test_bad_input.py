@@ -448,7 +448,6 @@ def _squatting(port: int):
 
 
 def test_restart_on_a_port_taken_in_an_isolated_cluster_names_task_port_and_next_step():
-
     from dtfkit.errors import ClusterStartError
 
     with dtfkit.LocalCluster(workers=1, launcher=_IsolatedFake(), progress=False, name=None) as cluster:
