@@ -20,7 +20,7 @@ import types
 from dataclasses import dataclass, field
 
 from dtfkit.engine.launchers.choose import choose_launcher
-from dtfkit.engine.owner.logs import OUTPUT_DRAIN_SECONDS
+from dtfkit.engine.owner.output import OUTPUT_DRAIN_SECONDS
 from dtfkit.engine.owner.runtime import ClusterRuntime, Script
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId
 from dtfkit.errors import DtfkitError

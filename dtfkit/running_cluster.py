@@ -22,7 +22,7 @@ from typing import Any
 
 from dtfkit import cluster_display
 from dtfkit.engine.launchers.contract import Launcher, LauncherDescription, LauncherSpec, PoolStart
-from dtfkit.engine.owner.calls import RunHandle, pickled, submit_call
+from dtfkit.engine.owner.calls import RunHandle, pickled, run_call, submit_call
 from dtfkit.engine.owner.metrics import MetricLog
 from dtfkit.engine.owner.runtime import ClusterRuntime
 from dtfkit.engine.platform.notebook import cell_key
@@ -220,11 +220,7 @@ class RunningCluster:
 
             results = cluster.run(train, args=(0.01,), on="workers", timeout=60)
         """
-        name = getattr(fn, "__qualname__", "the function")
-        # Claimed before anything is sent: a refused call must not leave work in the tasks.
-        with self._rt.waiting(f"run({name})"):
-            handle = self.submit(fn, args, kwargs, on=on, timeout=timeout, on_error=on_error, grace=grace)
-            return handle.result()
+        return run_call(self._rt, fn, args, kwargs, on=on, timeout=timeout, on_error=on_error, grace=grace)
 
     def submit(
         self,

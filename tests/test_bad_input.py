@@ -494,7 +494,7 @@ def test_a_port_taken_is_told_even_when_the_tasks_exit_is_seen_before_its_last_m
             def recv(self_):
                 message = conn.recv()
                 if isinstance(message, protocol.StartFailed):
-                    proc = self._tasks.current(name, gen)
+                    proc = self._current[name]
                     assert proc.output_closed.wait(30), "the task did not exit after StartFailed"
                     # Give its exit a second to overtake this message. It must not come: it waits
                     # for this reader, up to CONNECTION_DRAIN_SECONDS (longer than this second).

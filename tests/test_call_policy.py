@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 
+import cloudpickle
 import psutil
 import pytest
 from conftest import share_cluster, wait_gone, wait_until
@@ -223,12 +224,25 @@ def test_a_late_reply_to_a_finished_call_is_dropped(cluster):
     """A reply for a call nobody waits for any more (its id closed) goes nowhere."""
     events = cluster._rt.events
     proc = cluster._rt.tasks.task_process("worker:0")
-    call = events.open_call({proc.task: proc})
-    events.apply_message(proc, protocol.Result(call.call_id, b"early"))
-    assert set(call.answers().replies) == {proc.task}  # routed while open: the check can fail
-    events.close_call(call)
-    events.apply_message(proc, protocol.Result(call.call_id, b"late"))
-    assert call.answers().replies[proc.task].value == b"early"
+    handle = cluster.submit(name, on="worker:0")
+    assert handle.result() == {"worker:0": "worker:0"}
+    events.apply_message(proc, protocol.Result(handle.call_id, cloudpickle.dumps("late")))
+    assert handle.result() == {"worker:0": "worker:0"}
+    assert handle._replies[proc.task].value == cloudpickle.dumps("worker:0")
+
+    class Inbox:  # while a call is open, the same message is routed: the check above can fail
+        def __init__(self):
+            self.got = []
+
+        def deliver(self, task, message):
+            self.got.append((task, message))
+
+    inbox = Inbox()
+    call_id = events.open_call(inbox)
+    events.apply_message(proc, protocol.Result(call_id, b"early"))
+    events.close_call(call_id)
+    events.apply_message(proc, protocol.Result(call_id, b"late"))
+    assert inbox.got == [(proc.task, protocol.Result(call_id, b"early"))]
     assert cluster.run(name, on="worker:0") == {"worker:0": "worker:0"}
 
 

@@ -29,7 +29,7 @@ from conftest import subprocess_env, wait_gone, wait_until
 import dtfkit
 from dtfkit.engine.launchers.fake import FakeLauncher
 from dtfkit.engine.launchers.local import LocalLauncher
-from dtfkit.engine.owner import logs, runtime, tasks
+from dtfkit.engine.owner import output, runtime, tasks
 from dtfkit.engine.platform import state
 from dtfkit.engine.wire import lines, protocol
 from dtfkit.engine.wire.layout import ClusterLayout
@@ -276,7 +276,7 @@ def test_a_huge_line_is_cut_but_its_end_is_kept():
 
 
 def test_memory_and_files_are_bounded_in_bytes(tmp_path):
-    book = logs.LogBook(str(tmp_path), task_bytes=100_000, recent_bytes=50_000, file_bytes=200_000)
+    book = output.LogBook(str(tmp_path), task_bytes=100_000, recent_bytes=50_000, file_bytes=200_000)
     for i in range(100):
         book.add("worker:0", f"{i:04d}" + "y" * 10_000)
     kept = book.lines("worker:0")
@@ -324,7 +324,7 @@ def test_a_cluster_folder_that_is_still_starting_is_never_pruned(home):
 
 
 def test_lines_since_leave_out_earlier_output():
-    book = logs.LogBook(None)
+    book = output.LogBook(None)
     book.add("worker:0", "earlier")
     mark = book.seq
     book.add("worker:0", "later")
@@ -498,7 +498,7 @@ def test_huge_output_is_bounded_in_memory_and_said_so(cluster, capsys):
     capsys.readouterr()
     kept = cluster._rt.log_lines("worker:1")
     assert max(len(line) for line in kept) < 64 * 1024 + 1000  # lines.MAX_LINE_BYTES and its kept end
-    assert sum(len(line) for line in kept) <= 4 * 1024 * 1024  # logs.TASK_MEMORY_BYTES
+    assert sum(len(line) for line in kept) <= 4 * 1024 * 1024  # output.TASK_MEMORY_BYTES
     assert "worker:1:" in repr(cluster) and "dropped from memory" in repr(cluster)
     assert "dropped from memory" in cluster._repr_html_()
 

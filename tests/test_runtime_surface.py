@@ -1,9 +1,10 @@
 """The front ends touch the runtime only through its methods and frozen views.
 
-``cluster.py``, ``running_cluster.py``, ``launch.py``, ``engine/owner/calls.py`` and ``ray/`` may read the runtime's
-read-only properties and call its methods (``ALLOWED``), and a call's ``TaskCall``
-methods; they never read or write a part (``tasks``, ``events``, ``output``), a
-``TaskProcess``, or a private name. The check reads the source (AST), so it cannot
+``cluster.py``, ``running_cluster.py``, ``launch.py`` and ``ray/`` may read the runtime's
+read-only properties and call its methods (``ALLOWED``); they never read or write a part
+(``tasks``, ``events``, ``output``), a ``TaskProcess``, or a private name. (A call's
+``RunHandle``, ``engine/owner/calls.py``, is the owner's side of a call, beside those
+parts: it works them directly.) The check reads the source (AST), so it cannot
 drift from the code: a new use of a runtime field fails here, naming file and line.
 """
 
@@ -15,7 +16,6 @@ import pathlib
 
 import pytest
 
-from dtfkit.engine.owner.process import TaskCall
 from dtfkit.engine.owner.runtime import ClusterRuntime
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "dtfkit"
@@ -23,31 +23,26 @@ FRONT_ENDS = [
     ROOT / "cluster.py",
     ROOT / "running_cluster.py",
     ROOT / "launch.py",
-    ROOT / "engine" / "owner" / "calls.py",
     *sorted((ROOT / "ray").glob("*.py")),
 ]
 # Names that hold a runtime in the front ends (self._rt, rt = self._rt, runtime).
 RUNTIME_NAMES = {"rt", "runtime"}
 RUNTIME_ATTRS = {"_rt"}
-CALL_ATTRS = {"_call"}  # RunHandle's TaskCall
 # What the front ends may use: methods, read-only properties, and settings fixed at creation
 # (layout is a frozen ClusterLayout; metrics is the cluster's public MetricLog; launcher is the
 # object the front end passed in, for what only it knows: Ray's node_of; launcher_description is
 # its frozen facts).
 ALLOWED = {
-    "begin_call",
     "check_open",
     "close",
     "closed",
     "drain",
     "dropped_note",
-    "end_call",
     "echo",
     "ensure_running",
     "id",
     "isolated",
     "kill",
-    "kill_call_tasks",
     "last_lines",
     "launcher_description",
     "launcher",
@@ -71,19 +66,16 @@ ALLOWED = {
     "waiting",
     "waiting_for",
 }
-CALL_ALLOWED = {"answers", "call_id", "release", "send", "stopped", "view"}
 FORBIDDEN_IMPORTS = {"TaskProcess", "Tasks", "Events", "Output"}
 
 
 def _holder(node: ast.expr) -> str | None:
-    """'runtime' if ``node`` is an expression that holds the runtime, 'call' for the TaskCall."""
+    """'runtime' if ``node`` is an expression that holds the runtime."""
     if isinstance(node, ast.Name) and node.id in RUNTIME_NAMES:
         return "runtime"
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
         if node.attr in RUNTIME_ATTRS:
             return "runtime"
-        if node.attr in CALL_ATTRS:
-            return "call"
     return None
 
 
@@ -100,7 +92,7 @@ def _violations(path: pathlib.Path) -> list[str]:
         holder = _holder(node.value)
         if holder is None:
             continue
-        allowed = ALLOWED if holder == "runtime" else CALL_ALLOWED
+        allowed = ALLOWED
         where = f"{path.name}:{node.lineno}: {holder}.{node.attr}"
         if not isinstance(node.ctx, ast.Load):
             found.append(f"{where} is assigned or deleted")
@@ -123,9 +115,6 @@ def test_the_allowed_names_are_methods_or_read_only_properties():
             assert member.fset is None, f"ClusterRuntime.{name} can be assigned"
         else:
             assert callable(member), f"ClusterRuntime.{name} is neither a method nor a property"
-    for name in sorted(CALL_ALLOWED):
-        member = inspect.getattr_static(TaskCall, name)
-        assert callable(member) or (isinstance(member, property) and member.fset is None), name
 
 
 def test_the_check_catches_a_field_read_and_a_write(tmp_path):
@@ -137,13 +126,11 @@ def test_the_check_catches_a_field_read_and_a_write(tmp_path):
         "        self._rt.procs[t].busy_with = None\n"
         "        runtime.printed_seq = 3\n"
         "        self._rt._wait_lock\n"
-        "        self._call._inbox\n"
     )
     found = _violations(bad)
     assert any("runtime.procs" in v for v in found)
     assert any("runtime.printed_seq is assigned" in v for v in found)
     assert any("runtime._wait_lock" in v for v in found)
-    assert any("call._inbox" in v for v in found)
 
 
 def test_the_engine_imports_no_ui():

@@ -9,7 +9,7 @@ import re
 import pytest
 
 import dtfkit
-from dtfkit.engine.owner.logs import RepeatFolder, fold_repeats, is_startup_chatter
+from dtfkit.engine.owner.chatter import RepeatFolder, fold_repeats, is_startup_chatter
 from dtfkit.progress import Progress, TextLine
 
 ONEDNN = (

@@ -1,8 +1,14 @@
-"""One function call running in some tasks of a cluster: ``RunHandle``.
+"""One function call running in some tasks of a cluster: ``RunHandle``, the call's one object.
 
 ``cluster.run(...)`` is ``cluster.submit(...).result()``. Submitting returns at
 once, so a notebook can kill or restart tasks while training runs (fault
 injection), watch metrics arrive, or stop the run.
+
+A ``RunHandle`` holds all of its call's state: the processes it was sent to (a
+restarted task's successor is not one of them), what they answered (``events.Events``
+routes each answer here by call id: ``deliver``), and what came of it. It works the
+cluster's parts directly (``tasks``, ``events``, ``output`` of the ``ClusterRuntime``):
+this module is the owner's side of a call, not a front end.
 
 Example::
 
@@ -18,8 +24,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dtfkit.engine.owner.logs import OUTPUT_DRAIN_SECONDS
-from dtfkit.engine.wire import protocol
+from dtfkit.engine.owner.events import CallAnswer
+from dtfkit.engine.owner.output import OUTPUT_DRAIN_SECONDS
+from dtfkit.engine.owner.process import TaskProcess
+from dtfkit.engine.owner.runtime import CLOSED
+from dtfkit.engine.wire import dumps, protocol
 from dtfkit.engine.wire.layout import TaskId
 from dtfkit.engine.wire.sources import PickledCall, pickle_call
 from dtfkit.errors import DtfkitError, TaskExited, TaskFailed, TaskNotRunning, TaskTimeout
@@ -42,7 +51,7 @@ class RunHandle:
     def __init__(
         self,
         runtime: ClusterRuntime,
-        tasks: list[TaskId],
+        procs: list[TaskProcess],
         payload: PickledCall,
         fn_name: str,
         *,
@@ -51,11 +60,16 @@ class RunHandle:
         grace: float,
         on_finish: Callable[[], None] | None = None,
     ):
-        self._rt = runtime
+        self._tasks_part, self._events, self._output = runtime.tasks, runtime.events, runtime.output
         self.fn_name = fn_name
-        self.tasks = [t.name for t in tasks]
-        self._order = list(tasks)
+        self.tasks = [p.task.name for p in procs]
+        self._order = [p.task for p in procs]
+        self._procs: dict[TaskId, TaskProcess] = {p.task: p for p in procs}  # this call's processes
         self._pending: dict[TaskId, int] = {}  # task -> the generation the call runs in
+        # What the tasks answered, as the events route it here (deliver()).
+        self._replies: dict[TaskId, protocol.Result | protocol.Error] = {}
+        self._stacks: dict[TaskId, str] = {}
+        self._flushed: set[TaskId] = set()  # tasks whose output of the call is all in
         self._results: dict[TaskId, Any] = {}
         self._failures: list[tuple[TaskId, Any]] = []
         self._notes: dict[TaskId, str] = {}
@@ -66,26 +80,37 @@ class RunHandle:
         self._on_finish = on_finish
         self._outcome: tuple[str, Any] | None = None
         self.submitted = time.time()
-        self._log_start = runtime.log_seq
+        self._log_start = self._output.logbook.seq
         self._deadline = time.monotonic() + timeout if timeout else None
         self._grace_deadline: float | None = None
-        for task in tasks:
-            if runtime.task_view(task).busy_with is not None:
+        for proc in procs:
+            if proc.busy_with is not None:
                 raise TaskNotRunning(
-                    f"{task} is still running an earlier call; wait for it (handle.result()) "
+                    f"{proc.task} is still running an earlier call; wait for it (handle.result()) "
                     "or stop it (handle.stop()) first"
                 )
-        self._call = runtime.begin_call(list(tasks), payload)  # its answers are routed to it
-        self.call_id = self._call.call_id
-        self._gens = {task: self._call.view(task).gen for task in tasks}
-        self._pending = dict(self._gens)
+        self.call_id = self._events.open_call(self)  # answers with this id come to deliver()
+        for proc in procs:
+            proc.send(protocol.Call(self.call_id, payload.data, payload.sources))
+            proc.busy_with = self.call_id
+            proc.calls += 1
+            self._pending[proc.task] = proc.gen
+
+    def deliver(self, task: TaskId, message: CallAnswer) -> None:
+        """Take one answer of ``task`` to this call (``events.Events`` routes it here by call id)."""
+        if isinstance(message, protocol.OutputDone):
+            self._flushed.add(task)
+        elif isinstance(message, protocol.Stacks):
+            self._stacks[task] = message.text
+        else:
+            self._replies[task] = message
 
     # ------------------------------------------------------------- public
     def done(self) -> bool:
         """True once every task has answered (or died). Never blocks."""
         if self._outcome is None:
-            with self._rt.waiting(f"{self.fn_name} (handle.done())"):
-                self._rt.drain()
+            with self._events.waiting(f"{self.fn_name} (handle.done())"):
+                self._events.drain()
                 self._collect()
                 if not self._pending:
                     self._finish()
@@ -99,7 +124,7 @@ class RunHandle:
         a ``TimeoutError`` if the call is still running then (it keeps running).
         """
         if self._outcome is None:
-            with self._rt.waiting(f"{self.fn_name} (handle.result())"):
+            with self._events.waiting(f"{self.fn_name} (handle.result())"):
                 self._wait(None if timeout is None else time.monotonic() + timeout)
         kind, value = self._outcome
         if kind == "error":
@@ -111,7 +136,7 @@ class RunHandle:
         return within the grace period. ``result()`` then raises ``TaskFailed`` (``TaskExited``
         when a task had to be killed)."""
         if self._outcome is None and self._pending:
-            with self._rt.waiting(f"{self.fn_name} (handle.stop())"):
+            with self._events.waiting(f"{self.fn_name} (handle.stop())"):
                 self._interrupt("it was stopped")
                 self._await_stop()
                 self._finish()
@@ -126,9 +151,9 @@ class RunHandle:
 
     # ------------------------------------------------------------ waiting
     def _wait(self, until: float | None) -> None:
-        rt = self._rt
+        events = self._events
         try:
-            with rt.live_output(since=self._log_start):
+            with self._output.live_output(events.post_line, since=self._log_start):
                 self._collect()
 
                 def next_limit() -> float | None:
@@ -136,7 +161,7 @@ class RunHandle:
                     return min(limits) if limits else None
 
                 # Each pass waits until every task answered or the nearest limit passed.
-                while not rt.wait_until(lambda: not self._pending, next_limit, lambda _: self._collect()):
+                while not events.wait_until(lambda: not self._pending, next_limit, lambda _: self._collect()):
                     now = time.monotonic()
                     if self._grace_deadline is not None and now >= self._grace_deadline:
                         self._kill_pending()
@@ -156,17 +181,16 @@ class RunHandle:
         self._finish()
 
     def _collect(self) -> None:
-        """Move answers (kept by the runtime per call) and deaths into results/failures."""
+        """Move answers (routed here by the events) and deaths into results/failures."""
         import cloudpickle
 
-        call = self._call
-        answers = call.answers()
         for task in list(self._pending):
+            proc = self._procs[task]
             # A reply counts once the task's output up to it has been read too.
-            reply = answers.replies.get(task) if task in answers.flushed else None
+            reply = self._replies.get(task) if task in self._flushed else None
             if reply is not None:
                 self._pending.pop(task)
-                call.release(task)
+                proc.busy_with = None
                 if isinstance(reply, protocol.Result):
                     try:
                         self._results[task] = cloudpickle.loads(reply.value)
@@ -176,20 +200,20 @@ class RunHandle:
                         )
                 else:
                     self._fail(task, (reply.exc_type, reply.message, reply.traceback))
-            elif not call.view(task).alive:
+            elif not proc.alive:
                 # Its last lines may still be in the pipe: they belong in this cell and in the message.
-                call.wait_output(task, OUTPUT_DRAIN_SECONDS)
+                proc.output_closed.wait(OUTPUT_DRAIN_SECONDS)
                 self._pending.pop(task)
-                call.release(task)
-                proc = call.view(task)
+                proc.busy_with = None
                 if proc.killed:
                     text = f"{task} was killed while running {self.fn_name}; {self._restart_hint(task)}."
                 else:
                     # Only this call's lines: earlier calls' output would mislead.
-                    crash = call.crash_stacks(task)
+                    crash = proc.crash_stacks()
+                    since = self._output.last_lines([task.name], since=self._log_start)
                     text = (
                         f"{task} exited with code {proc.exit_code} while running {self.fn_name}; "
-                        f"its last lines during this call:\n{self._rt.last_lines([task.name], since=self._log_start)}\n"
+                        f"its last lines during this call:\n{since}\n"
                         + (f"Where it was when it died (faulthandler's stacks):\n{crash}\n" if crash else "")
                         + f"Next step: fix the cause above; {self._restart_hint(task)}."
                     )
@@ -203,7 +227,7 @@ class RunHandle:
     def _interrupt(self, reason: str) -> None:
         for task in self._pending:
             try:
-                self._call.send(task, protocol.Interrupt(self.call_id))
+                self._procs[task].send(protocol.Interrupt(self.call_id))
                 self._notes[task] = f"{task} was interrupted ({reason})"
             except TaskNotRunning:
                 pass
@@ -213,7 +237,7 @@ class RunHandle:
         """After an interrupt: let tasks return within the grace period, then kill the rest."""
         end = self._grace_deadline or time.monotonic()
         self._collect()
-        self._rt.wait_until(lambda: not self._pending, end, lambda _: self._collect())
+        self._events.wait_until(lambda: not self._pending, end, lambda _: self._collect())
         self._kill_pending()
 
     def _kill_pending(self) -> None:
@@ -228,15 +252,16 @@ class RunHandle:
             self._notes[task] = note
             self._killed.add(task)
             self._failures.append((task, TaskExited(f"{why}: {note}.")))
-        self._rt.kill_call_tasks(self._call, pending)
+        # The processes this call was sent to, not a restarted successor.
+        self._tasks_part.end_tasks([self._procs[task] for task in pending])
         for task in pending:
-            self._call.release(task)
+            self._procs[task].busy_with = None
         self._pending.clear()
 
     def _restart_hint(self, task: TaskId) -> str:
         """How to get the task back; says so when it was started again since (restart())."""
-        now = self._rt.snapshot().tasks.get(task)
-        if now is not None and now.gen != self._gens.get(task) and now.alive:
+        now = self._tasks_part.procs.get(task)
+        if now is not None and now.gen != self._procs[task].gen and now.alive:
             return "it has been started again since (by cluster.restart() or cluster.ensure_running())"
         return f"cluster.restart('{task}') starts it again"
 
@@ -246,20 +271,19 @@ class RunHandle:
         return f"{self.fn_name} on {task} was interrupted ({reason})"
 
     def _time_out(self) -> None:
-        call = self._call
         for task in self._pending:
             try:
-                call.send(task, protocol.DumpStacks(self.call_id))
+                self._procs[task].send(protocol.DumpStacks(self.call_id))
             except TaskNotRunning:
                 pass
-        frozen = {task for task in self._pending if call.stopped(task)}
+        frozen = {task for task in self._pending if self._procs[task].handle.stopped()}
         end = time.monotonic() + STACK_DUMP_WAIT
         # A stopped process (state T) cannot answer: do not wait for its stack.
-        self._rt.wait_until(lambda: len(call.answers().stacks) >= len(self._pending) - len(frozen), end)
-        stacks = dict(call.answers().stacks)
+        self._events.wait_until(lambda: len(self._stacks) >= len(self._pending) - len(frozen), end)
+        stacks = dict(self._stacks)
         # No answer: TensorFlow's C++ code holds the interpreter. faulthandler still can.
-        silent = [task for task in self._pending if task not in stacks and task not in frozen]
-        dumped = call.stacks_by_abort(silent, time.monotonic() + STACK_DUMP_WAIT) if silent else {}
+        silent = [self._procs[task] for task in self._pending if task not in stacks and task not in frozen]
+        dumped = _stacks_by_abort(silent, time.monotonic() + STACK_DUMP_WAIT) if silent else {}
         for task, text in dumped.items():
             stacks[task] = f"{NO_ANSWER_NOTE}\n{text}"
         names = ", ".join(t.name for t in self._pending)
@@ -299,7 +323,7 @@ class RunHandle:
         self._cleanup()
 
     def _cleanup(self) -> None:
-        self._rt.end_call(self._call)
+        self._events.close_call(self.call_id)
         if self._on_finish is not None:
             self._on_finish()
 
@@ -322,6 +346,27 @@ class RunHandle:
         if other_text:
             first.args = (f"{first.args[0]}\n{other_text}",)
         return first
+
+
+def _stacks_by_abort(procs: list[TaskProcess], deadline: float) -> dict[TaskId, str]:
+    """End ``procs`` with SIGABRT, on which each writes its stacks from a C handler
+    (``dumps``), and read them once it is gone (waiting until ``deadline`` at most).
+
+    For tasks that cannot answer ``DumpStacks``: TensorFlow's C++ code holds the
+    interpreter. Each one counts as killed; a task that cannot be aborted, or is
+    not gone by the deadline, is left out."""
+    aborted = []
+    for proc in procs:
+        if proc.handle.abort():
+            proc.killed = True
+            aborted.append(proc)
+    found = {}
+    for proc in aborted:
+        if proc.handle.wait(max(0.0, deadline - time.monotonic())) is not None:
+            text = dumps.read_dump(proc.stacks_file)
+            if text:
+                found[proc.task] = text
+    return found
 
 
 def _describe_failure(task: TaskId, failure: Any) -> str:
@@ -348,7 +393,8 @@ def submit_call(
 
         >>> handle = submit_call(rt, train, (), {}, on="workers", timeout=None, on_error="interrupt", grace=5.0)  # doctest: +SKIP
     """
-    rt.check_open()
+    if rt.tasks.closed:
+        raise DtfkitError(CLOSED)
     if not callable(fn):
         raise DtfkitError(f"run() needs a function, not {type(fn).__name__}")
     if on_error not in ERROR_POLICIES:
@@ -363,20 +409,36 @@ def submit_call(
     if on == "client":
         client = rt.start_client()
         try:
-            return RunHandle(rt, [client], payload, name, on_finish=lambda: rt.remove_task(client), **options)
+            proc = rt.tasks.procs[client]
+            return RunHandle(rt, [proc], payload, name, on_finish=lambda: rt.remove_task(client), **options)
         except BaseException:
             rt.remove_task(client)
             raise
-    current = rt.snapshot().tasks
-    views = [current[t] for t in rt.layout.select(on)]
-    for view in views:
-        if not view.alive or not view.ready:
+    procs = [rt.tasks.procs[t] for t in rt.layout.select(on)]
+    for proc in procs:
+        if not proc.alive or not proc.ready:
             raise TaskNotRunning(
-                f"{view.task} is {view.status}: nothing was run. Start it again with "
-                f"cluster.restart('{view.task}') (cluster.ensure_running() starts every task "
+                f"{proc.task} is {proc.status}: nothing was run. Start it again with "
+                f"cluster.restart('{proc.task}') (cluster.ensure_running() starts every task "
                 "that is down) or start a new cluster."
             )
-    return RunHandle(rt, [view.task for view in views], payload, name, **options)
+    return RunHandle(rt, procs, payload, name, **options)
+
+
+def run_call(
+    rt: ClusterRuntime, fn: Callable[..., Any], args: Any, kwargs: dict[str, Any] | None, **options: Any
+) -> dict[str, Any]:
+    """``submit_call(...).result()``, with the cluster's events claimed before anything is sent:
+    a call that another thread's wait refuses leaves no work in the tasks.
+
+    Example::
+
+        >>> run_call(rt, train, (), {}, on="workers", timeout=None, on_error="interrupt", grace=5.0)  # doctest: +SKIP
+        {'worker:0': 0.93, 'worker:1': 0.93}
+    """
+    name = getattr(fn, "__qualname__", "the function")
+    with rt.events.waiting(f"run({name})"):
+        return submit_call(rt, fn, args, kwargs, **options).result()
 
 
 def pickled(fn: Callable, args: tuple, kwargs: dict) -> PickledCall:

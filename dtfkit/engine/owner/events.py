@@ -4,12 +4,13 @@ The control listener accepts each task's connection (authenticated in a thread o
 own), reader threads turn what a task sends and prints into ``Event`` s, and the one
 thread that waits on the cluster (``waiting()``) applies them with ``pump()`` or, for
 a whole wait, ``wait_until(done, deadline)``. Answers to a call are routed to that
-call's ``TaskCall`` by call id.
+call (``calls.RunHandle``, registered with ``open_call``) by call id. ``Events`` knows each
+task's current process (``watch``), so it needs nothing from the ``tasks.Tasks`` that starts them.
 
 Example::
 
     >>> with events.waiting("my call"):                                          # doctest: +SKIP
-    ...     ok = events.wait_until(lambda: inbox.replies, time.monotonic() + 5)
+    ...     ok = events.wait_until(lambda: handle.answered(), time.monotonic() + 5)
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any, Protocol
 
 from dtfkit.engine.owner.metrics import MetricLog
 from dtfkit.engine.owner.output import Output
-from dtfkit.engine.owner.process import TaskCall, TaskProcess
+from dtfkit.engine.owner.process import TaskProcess
 from dtfkit.engine.wire import control, protocol
 from dtfkit.engine.wire.layout import TaskId
 from dtfkit.errors import DtfkitError
@@ -50,14 +51,14 @@ class Event:
     payload: Any = None
 
 
-class TaskLookup(Protocol):
-    """What ``Events`` needs from the owner of the processes (``tasks.Tasks``)."""
+class CallInbox(Protocol):
+    """Where ``Events`` routes a call's answers (``calls.RunHandle`` is one)."""
 
-    def current(self, name: str, gen: int) -> TaskProcess | None:
-        """The process of task ``name`` if ``gen`` is its current generation."""
+    def deliver(self, task: TaskId, message: CallAnswer) -> None:
+        """Take one answer of ``task`` to the call."""
 
-    def bind_failed(self, proc: TaskProcess) -> None:
-        """``proc`` could not bind its port (may raise to restart the whole start)."""
+
+CallAnswer = protocol.Result | protocol.Error | protocol.OutputDone | protocol.Stacks
 
 
 class Events:
@@ -69,8 +70,8 @@ class Events:
         self.metrics = metrics
         self.queue: queue.Queue[Event] = queue.Queue()
         self._is_closed = is_closed
-        self._tasks: TaskLookup | None = None
-        self._calls: dict[int, TaskCall] = {}
+        self._current: dict[str, TaskProcess] = {}  # each task's newest process (watch())
+        self._calls: dict[int, CallInbox] = {}
         self._call_ids = itertools.count(1)
         self._threads: list[threading.Thread] = []
         self._conns: list = []
@@ -87,9 +88,9 @@ class Events:
         self._authkey = b""
 
     # -------------------------------------------------------------- transport
-    def listen(self, address: str, authkey: bytes, tasks: TaskLookup) -> None:
-        """Accept the tasks' connections on ``address``; route their events to ``tasks``' processes."""
-        self._address, self._authkey, self._tasks = address, authkey, tasks
+    def listen(self, address: str, authkey: bytes) -> None:
+        """Accept the tasks' connections on ``address`` (each one authenticated with ``authkey``)."""
+        self._address, self._authkey = address, authkey
         # No authkey here: the handshake runs in each connection's own thread (see
         # _read_messages), so one stalled task cannot hold up the others' connections.
         self._listener = Listener(address)
@@ -98,8 +99,10 @@ class Events:
         self.spawn_thread(self._accept_loop, "dtfkit-accept")
 
     def watch(self, proc: TaskProcess) -> None:
-        """Read what a newly started process prints (and sends, if it came connected)."""
+        """Read what a newly started process prints (and sends, if it came connected); from now on
+        it is its task's current process: events of the task's older processes are dropped."""
         task, gen, conn = proc.task, proc.gen, proc.handle.connection
+        self._current[task.name] = proc
         if conn is not None:  # adopted: connected and greeted already
             self._conns.append(conn)
             self.queue.put(Event("hello", task.name, gen, conn))
@@ -108,6 +111,11 @@ class Events:
                 lambda: self._read_connection(conn, task.name, gen, read), f"dtfkit-conn-{task.name}"
             )
         self.spawn_thread(lambda: self._read_output(proc), f"dtfkit-log-{task.name}")
+
+    def forget(self, proc: TaskProcess) -> None:
+        """``proc``'s task is no longer the cluster's (a client after its call): drop its events."""
+        if self._current.get(proc.task.name) is proc:
+            del self._current[proc.task.name]
 
     def spawn_thread(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -290,12 +298,13 @@ class Events:
 
     def current(self, event: Event) -> TaskProcess | None:
         """The task an event concerns, if it is from the task's current generation."""
-        if event.kind == "log" or self._tasks is None:
+        if event.kind == "log":
             return None
-        return self._tasks.current(event.task, event.gen)
+        proc = self._current.get(event.task)
+        return proc if proc is not None and proc.gen == event.gen else None
 
     def apply_message(self, proc: TaskProcess, message: tuple) -> None:
-        """What a protocol message from ``proc`` changes: its state, or a call's inbox."""
+        """What a protocol message from ``proc`` changes: its state, or a call's answers."""
         if isinstance(message, protocol.Port):
             proc.port = message.port
             proc.port_reported = True
@@ -316,18 +325,18 @@ class Events:
             proc.script_code = message.code
         elif isinstance(message, protocol.StartFailed):
             proc.start_error = message.traceback
-            if message.stage == "bind" and self._tasks is not None:
-                self._tasks.bind_failed(proc)
+            proc.start_failed_at = message.stage
 
     # ------------------------------------------------------------------ calls
-    def open_call(self, procs: dict[TaskId, TaskProcess]) -> TaskCall:
-        """A new call on ``procs``; its answers are routed to it until ``close_call()``."""
-        call = TaskCall(next(self._call_ids), procs)
-        self._calls[call.call_id] = call
-        return call
+    def open_call(self, inbox: CallInbox) -> int:
+        """A new call's id; answers that carry it are routed to ``inbox`` until ``close_call(id)``."""
+        call_id = next(self._call_ids)
+        self._calls[call_id] = inbox
+        return call_id
 
-    def close_call(self, call: TaskCall) -> None:
-        self._calls.pop(call.call_id, None)
+    def close_call(self, call_id: int) -> None:
+        """Stop routing answers to the call: a late one is dropped."""
+        self._calls.pop(call_id, None)
 
     # ---------------------------------------------------------------- waiting
     @property

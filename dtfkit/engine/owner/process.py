@@ -1,8 +1,8 @@
 """One task's process as its owner sees it (``TaskProcess``), and the frozen views of it
-that front ends read (``TaskView``, ``ClusterView``, a call's ``TaskCall``).
+that front ends read (``TaskView``, ``ClusterView``).
 
-A ``TaskProcess`` is mutable and belongs to the engine (``tasks.Tasks`` and
-``events.Events`` change it); everything else gets a ``TaskView``, taken with one look at
+A ``TaskProcess`` is mutable and belongs to the engine (``tasks.Tasks``,
+``events.Events`` and the call it runs, ``calls.RunHandle``, change it); everything else gets a ``TaskView``, taken with one look at
 the process, so its state and exit code agree.
 
 Example::
@@ -15,13 +15,11 @@ Example::
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
 from dtfkit.engine.launchers.contract import TaskHandle
-from dtfkit.engine.wire import dumps, protocol
+from dtfkit.engine.wire import dumps
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId
 from dtfkit.errors import TaskNotRunning
 
@@ -101,6 +99,7 @@ class TaskProcess:
         self.calls = 0  # calls sent to this process (ensure_running(fresh=) starts a used one again)
         self.killed = False
         self.start_error: str | None = None
+        self.start_failed_at: str | None = None  # StartFailed's stage ("bind": its port was taken)
         self.output_closed = threading.Event()  # set once every line it printed is in the log book
         self.script_code: int | None = None  # a lingering launched script's exit code
         self.spawned_at: float | None = None  # time.monotonic() just before the launcher started it
@@ -176,111 +175,14 @@ class TaskProcess:
             except OSError as exc:
                 raise TaskNotRunning(f"{self.task} cannot be reached ({exc}); it has {self.status}") from None
 
+    def crash_stacks(self) -> str:
+        """faulthandler's stacks if the process died of a signal (a crash, or TensorFlow's
+        ``abort()`` on a failed check); ``""`` when it did not, or left none."""
+        code = self.handle.poll()
+        return dumps.read_dump(self.stacks_file) if code is not None and code < 0 else ""
+
     def kill(self) -> None:
         """End the task and everything it started, as a crash would."""
         if self.handle.poll() is None:
             self.killed = True
             self.handle.kill()
-
-
-class TaskCall:
-    """One call in flight: its id, the processes it was sent to (a restarted task's successor is
-    not one of them) and what they answered, which the events route here by call id
-    (``deliver``). ``calls.RunHandle`` reads and does through its methods only; the runtime
-    kills its tasks (``kill_call_tasks``) and stops its routing (``end_call``). It holds no
-    reference to the engine's parts.
-
-    Example::
-
-        >>> call = runtime.begin_call([TaskId("worker", 0)], payload)    # doctest: +SKIP
-        >>> call.answers().replies                                       # doctest: +SKIP
-        {}
-    """
-
-    def __init__(self, call_id: int, procs: dict[TaskId, TaskProcess]):
-        self._call_id = call_id
-        self._procs = procs
-        # What the tasks answered, as the events route it here by call id (deliver()).
-        self._replies: dict[TaskId, protocol.Result | protocol.Error] = {}
-        self._stacks: dict[TaskId, str] = {}
-        self._flushed: set[TaskId] = set()  # tasks whose output of the call is all in
-
-    @property
-    def call_id(self) -> int:
-        return self._call_id
-
-    def deliver(
-        self, task: TaskId, message: protocol.Result | protocol.Error | protocol.OutputDone | protocol.Stacks
-    ) -> None:
-        """Take one answer of ``task`` to this call (the events' routing calls it)."""
-        if isinstance(message, protocol.OutputDone):
-            self._flushed.add(task)
-        elif isinstance(message, protocol.Stacks):
-            self._stacks[task] = message.text
-        else:
-            self._replies[task] = message
-
-    def answers(self) -> CallAnswers:
-        """What the tasks answered so far (a frozen copy)."""
-        return CallAnswers(
-            MappingProxyType(dict(self._replies)),
-            frozenset(self._flushed),
-            MappingProxyType(dict(self._stacks)),
-        )
-
-    def view(self, task: TaskId) -> TaskView:
-        return self._procs[task].view()
-
-    def send(self, task: TaskId, message: tuple) -> None:
-        self._procs[task].send(message)
-
-    def release(self, task: TaskId) -> None:
-        """The task is done with this call (answered, died or was killed)."""
-        self._procs[task].busy_with = None
-
-    def processes(self, tasks: Iterable[TaskId]) -> list[TaskProcess]:
-        """The processes this call was sent to, of ``tasks`` (for the engine: ``ClusterRuntime.kill_call_tasks``)."""
-        return [self._procs[t] for t in tasks]
-
-    def wait_output(self, task: TaskId, timeout: float) -> bool:
-        """Wait (at most ``timeout`` s) until every line the task printed is in the log book."""
-        return self._procs[task].output_closed.wait(timeout)
-
-    def stopped(self, task: TaskId) -> bool:
-        """Whether the process is stopped (state T: SIGSTOP, Ctrl-Z, a debugger)."""
-        return self._procs[task].handle.stopped()
-
-    def crash_stacks(self, task: TaskId) -> str:
-        """faulthandler's stacks of a task that died of a signal (a crash, or TensorFlow's
-        ``abort()`` on a failed check); ``""`` when it did not, or left none."""
-        proc = self._procs[task]
-        code = proc.handle.poll()
-        return dumps.read_dump(proc.stacks_file) if code is not None and code < 0 else ""
-
-    def stacks_by_abort(self, tasks: Iterable[TaskId], deadline: float) -> dict[TaskId, str]:
-        """End ``tasks`` with SIGABRT, on which each writes its stacks from a C handler
-        (``dumps``), and read them once it is gone (waiting until ``deadline`` at most).
-
-        For tasks that cannot answer ``DumpStacks``: TensorFlow's C++ code holds the
-        interpreter. Each one counts as killed; a task that cannot be aborted, or is
-        not gone by the deadline, is left out."""
-        aborted = []
-        for task in tasks:
-            proc = self._procs[task]
-            if proc.handle.abort():
-                proc.killed = True
-                aborted.append(proc)
-        found = {}
-        for proc in aborted:
-            if proc.handle.wait(max(0.0, deadline - time.monotonic())) is not None:
-                text = dumps.read_dump(proc.stacks_file)
-                if text:
-                    found[proc.task] = text
-        return found
-
-
-@dataclass(frozen=True)
-class CallAnswers:
-    replies: Mapping[TaskId, protocol.Result | protocol.Error]
-    flushed: frozenset[TaskId]  # tasks whose output of the call is all in
-    stacks: Mapping[TaskId, str]

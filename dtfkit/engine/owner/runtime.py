@@ -28,7 +28,7 @@ from dtfkit.engine.launchers.contract import Launcher, LauncherDescription
 from dtfkit.engine.owner.events import Deadline, Event, Events
 from dtfkit.engine.owner.metrics import MetricLog
 from dtfkit.engine.owner.output import NO_PROGRESS, Echo, Output, ProgressFactory, StartProgress, print_line
-from dtfkit.engine.owner.process import ClusterView, TaskCall, TaskView
+from dtfkit.engine.owner.process import ClusterView, TaskView
 from dtfkit.engine.owner.tasks import Script, Tasks
 from dtfkit.engine.platform import gpu_plan, state
 from dtfkit.engine.platform.admission import (  # noqa: F401 - part of this module's interface
@@ -49,7 +49,6 @@ __all__ = [
     "Event",
     "Script",
     "StartProgress",
-    "TaskCall",
     "TaskView",
     "MAX_TASKS_ENV",
     "TASK_MEMORY_BYTES",
@@ -58,6 +57,9 @@ __all__ = [
     "task_limit",
 ]
 
+CLOSED = (
+    "this cluster is closed; cluster.ensure_running() starts it again (new addresses), or start a new one"
+)
 TASK_MODES = ("serve", "noserve", "script")  # what the cluster's tasks do (a client task: "client")
 _OPEN: set[ClusterRuntime] = set()
 _OPEN_LOCK = threading.Lock()
@@ -286,21 +288,6 @@ class ClusterRuntime:
         is in the log book; True if so."""
         return self.tasks.task_process(task).output_closed.wait(timeout)
 
-    # ------------------------------------------------------------------ calls
-    def begin_call(self, tasks: list[TaskId], payload: PickledCall) -> TaskCall:
-        """Send ``payload`` to the current processes of ``tasks``; their answers are routed
-        to the returned ``TaskCall`` until ``end_call(call)``."""
-        return self.tasks.begin_call(tasks, payload)
-
-    def kill_call_tasks(self, call: TaskCall, tasks: list[TaskId]) -> None:
-        """Kill the processes ``call`` was sent to of ``tasks`` (not a restarted successor), wait
-        until they are gone (bounded), update the state file."""
-        self.tasks.end_tasks(call.processes(tasks))
-
-    def end_call(self, call: TaskCall) -> None:
-        """Stop routing answers to ``call`` (a late one is dropped)."""
-        self.events.close_call(call)
-
     # -------------------------------------------------------------- lifecycle
     def start(self) -> None:
         """Start every task and return once each one is serving (or raise)."""
@@ -344,10 +331,7 @@ class ClusterRuntime:
     def check_open(self) -> None:
         """Raise if the cluster is closed."""
         if self._closed:
-            raise DtfkitError(
-                "this cluster is closed; cluster.ensure_running() starts it again (new addresses), "
-                "or start a new one"
-            )
+            raise DtfkitError(CLOSED)
 
     def close(self) -> None:
         """End every process of the cluster. Safe to call more than once."""

@@ -27,7 +27,7 @@ from types import MappingProxyType
 from dtfkit.engine.launchers.contract import Launcher, LauncherDescription
 from dtfkit.engine.owner.events import Events
 from dtfkit.engine.owner.output import Output, ProgressFactory
-from dtfkit.engine.owner.process import ClusterView, TaskCall, TaskProcess
+from dtfkit.engine.owner.process import ClusterView, TaskProcess
 from dtfkit.engine.platform import state
 from dtfkit.engine.wire import dumps, protocol
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId, cluster_dict, tf_config
@@ -104,7 +104,7 @@ class Tasks:
         self.control_address = os.path.join(directory, "control.sock")
         self.stacks_dir = os.path.join(directory, "stacks")
         os.makedirs(self.stacks_dir, mode=0o700, exist_ok=True)
-        events.listen(self.control_address, self.authkey, self)
+        events.listen(self.control_address, self.authkey)
 
     # ------------------------------------------------------------------ views
     def describe_launcher(self) -> LauncherDescription:
@@ -126,12 +126,7 @@ class Tasks:
             raise DtfkitError(f"no task {task_id} in this cluster (it has {have})")
         return self.procs[task_id]
 
-    def current(self, name: str, gen: int) -> TaskProcess | None:
-        """The process of task ``name`` if ``gen`` is its current generation (``events.TaskLookup``)."""
-        proc = next((p for p in self.procs.values() if p.task.name == name), None)
-        return proc if proc is not None and proc.gen == gen else None
-
-    def bind_failed(self, proc: TaskProcess) -> None:
+    def _bind_failed(self, proc: TaskProcess) -> None:
         """On a shared network another program may have taken the port: start everything again.
         A restart asks for its old port, which another process may hold on any network (in an
         isolated cluster, one of its own tasks): that is an error naming the port."""
@@ -185,6 +180,7 @@ class Tasks:
         unwanted = [p for t, p in self.procs.items() if t not in wanted]
         for proc in unwanted:
             self.procs.pop(proc.task)
+            self.events.forget(proc)
         if unwanted:
             self.end_tasks(unwanted)
         targets = [t for t in wanted if t not in self.procs or t in renew]
@@ -346,14 +342,18 @@ class Tasks:
             proc = self.events.current(event)
             if proc is None or proc.task not in watched:
                 return
+            # (A script that is already running may finish while its peers start.)
+            exited = event.kind == "exit" and not (self.mode == "script" and proc.ready)
+            if exited:
+                self.events.drain()  # what it said last: why it failed, if it said
+            if proc.start_failed_at == "bind":
+                self._bind_failed(proc)
             if proc.start_error:
                 raise ClusterStartError(
                     f"{proc.task} failed while starting:\n{proc.start_error.rstrip()}\n"
                     f"last log lines:\n{self.output.last_lines([proc.task.name])}"
                 )
-            if event.kind == "exit" and not (self.mode == "script" and proc.ready):
-                # (A script that is already running may finish while its peers start.)
-                self.events.drain()
+            if exited:
                 raise ClusterStartError(
                     f"{proc.task} exited with code {event.payload} while starting; last log lines:\n"
                     f"{self.output.last_lines([proc.task.name])}\n"
@@ -411,16 +411,6 @@ class Tasks:
         wanted = [*self.layout.tasks, *(t for t in self.procs if t not in self.layout.tasks)]
         self.reconcile(wanted, renew=list(stale))
         return stale
-
-    def begin_call(self, tasks: list[TaskId], payload: PickledCall) -> TaskCall:
-        """Send a call to the current processes of ``tasks``; they are busy with it until released."""
-        procs = {t: self.procs[t] for t in tasks}
-        call = self.events.open_call(procs)  # the events route this call's answers to it
-        for proc in procs.values():
-            proc.send(protocol.Call(call.call_id, payload.data, payload.sources))
-            proc.busy_with = call.call_id
-            proc.calls += 1
-        return call
 
     def _reap(self, procs: list[TaskProcess], timeout: float = 10.0) -> None:
         for proc in procs:
