@@ -522,7 +522,7 @@ def test_a_connection_without_the_cluster_key_is_refused_and_harmless(cluster):
     from multiprocessing import AuthenticationError
     from multiprocessing.connection import Client
 
-    socket_path = cluster._rt.control_address
+    socket_path = cluster._rt.tasks.control_address
     with pytest.raises((AuthenticationError, EOFError, ConnectionError)):
         Client(socket_path, family="AF_UNIX", authkey=b"not the cluster's key").close()
     import socket as socket_module

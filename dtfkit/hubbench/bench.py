@@ -41,7 +41,7 @@ from dtfkit.hubbench.grading import Course, Grade
 from dtfkit.hubbench.hub import Hub, open_for_students, restore_modes
 from dtfkit.hubbench.limits import StudentGroup, available, group_folders
 from dtfkit.hubbench.measure import Sampler, meminfo
-from dtfkit.hubbench.student import Student, StudentError
+from dtfkit.hubbench.student import Student, StudentError, wait_for_class
 from dtfkit.hubbench.workload import (
     ASSIGNMENT,
     EXERCISE,
@@ -130,10 +130,7 @@ def _student_session(
         row.check_text = str(err)
         go.abort()
         return
-    try:
-        go.wait()
-    except threading.BrokenBarrierError:
-        row.failures.append("class did not start (another student failed first)")
+    if not wait_for_class(go, row.failures):
         student.close()
         return
     pressed = time.monotonic()

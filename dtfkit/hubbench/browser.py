@@ -25,7 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from dtfkit.hubbench.student import Student, StudentError
+from dtfkit.hubbench.student import Student, StudentError, wait_for_class
 from dtfkit.hubbench.workload import ASSIGNMENT, EXERCISE, READY_MARK
 
 CHROMIUM_ARGS = [
@@ -110,10 +110,7 @@ def browser_session(
             go.abort()
             browser.close()
             return
-        try:
-            go.wait()
-        except threading.BrokenBarrierError:
-            row.failures.append("class did not start (another student failed first)")
+        if not wait_for_class(go, row.failures):
             browser.close()
             return
         pressed = time.monotonic()

@@ -27,21 +27,9 @@ from typing import Any
 
 import requests
 
+from dtfkit.engine.platform.ports import free_ports
+
 CONFIG = Path(__file__).with_name("jupyterhub_config.py")
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct loopback ports free right now (held open together so that they differ)."""
-    holders = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            holders.append(s)
-        return [s.getsockname()[1] for s in holders]
-    finally:
-        for s in holders:
-            s.close()
 
 
 def proxy_command() -> str:

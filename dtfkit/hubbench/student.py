@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -258,3 +259,14 @@ class Student:
             except requests.RequestException:
                 pass
             self.kernel_id = None
+
+
+def wait_for_class(go: threading.Barrier, failures: list[str]) -> bool:
+    """Wait until every student of the class is ready to press "run" together (``go``); False, noted
+    in ``failures``, when another student failed first and the class cannot start."""
+    try:
+        go.wait()
+    except threading.BrokenBarrierError:
+        failures.append("class did not start (another student failed first)")
+        return False
+    return True

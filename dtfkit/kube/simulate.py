@@ -32,7 +32,6 @@ import json
 import os
 import queue
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dtfkit.engine.launchers.local import kill_group, spawn_group
+from dtfkit.engine.platform.ports import free_ports
 from dtfkit.errors import DtfkitError
 from dtfkit.kube import controller
 from dtfkit.kube.validate import check_manifest
@@ -98,19 +98,6 @@ class SimulationResult:
     def summary(self) -> str:
         parts = ", ".join(f"{r.name} {r.outcome}" for r in self.replicas.values())
         return f"TFJob {self.namespace}/{self.job} {self.verdict} ({self.reason}) in {self.seconds:.1f} s: {parts}"
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _mapped(text: str, mapping: dict[str, str]) -> str:
@@ -184,7 +171,7 @@ class _Simulation:
         services = [
             (t, i, controller.service_address(self.job, t, i)) for t, n in counts.items() for i in range(n)
         ]
-        for (_, _, service), port in zip(services, _free_ports(len(services)), strict=True):
+        for (_, _, service), port in zip(services, free_ports(len(services)), strict=True):
             self.mapping[service] = f"127.0.0.1:{port}"
         plans = []
         for rtype, index, service in services:

@@ -254,26 +254,28 @@ def _webhook_problems(job: dict) -> list[str]:
 
 def _policy_problems(spec: dict, run_policy: dict) -> list[str]:
     """dtfkit's rules on the two job policies, which the CRD types as plain strings and nobody checks."""
-    problems = []
-    clean = run_policy.get("cleanPodPolicy")
-    if clean is not None and clean not in CLEAN_POD_POLICIES:
-        problems.append(
-            _dtfkit_rule(
-                "spec.runPolicy.cleanPodPolicy",
-                f"{clean!r} is not one of {', '.join(CLEAN_POD_POLICIES)} (the operator accepts any text: the "
-                "CRD has no enum and the webhook does not check it; it then deletes every pod, as with All)",
-            )
-        )
-    success = spec.get("successPolicy")
-    if success is not None and success not in SUCCESS_POLICIES:
-        problems.append(
-            _dtfkit_rule(
-                "spec.successPolicy",
-                f"{success!r} is not one of '', AllWorkers (the operator accepts any text and treats "
-                "anything but AllWorkers as '')",
-            )
-        )
-    return problems
+    rules = (
+        (
+            "spec.runPolicy.cleanPodPolicy",
+            run_policy.get("cleanPodPolicy"),
+            CLEAN_POD_POLICIES,
+            ", ".join(CLEAN_POD_POLICIES),
+            "the operator accepts any text: the CRD has no enum and the webhook does not check it; it then "
+            "deletes every pod, as with All",
+        ),
+        (
+            "spec.successPolicy",
+            spec.get("successPolicy"),
+            SUCCESS_POLICIES,
+            "'', AllWorkers",
+            "the operator accepts any text and treats anything but AllWorkers as ''",
+        ),
+    )
+    return [
+        _dtfkit_rule(field, f"{value!r} is not one of {allowed_text} ({why})")
+        for field, value, allowed, allowed_text, why in rules
+        if value is not None and value not in allowed
+    ]
 
 
 def _replica_set_problems(spec: dict, name: str | None) -> list[str]:

@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import select
@@ -81,7 +82,7 @@ def connect(address: str, **options) -> None:
     ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, **options)
 
 
-class SimulatedRayCluster:
+class SimulatedRayCluster(contextlib.AbstractContextManager):
     """A head node plus ``nodes`` Ray nodes of ``cpus_per_node`` CPUs each, on this machine.
 
     Args:
@@ -207,9 +208,6 @@ class SimulatedRayCluster:
         state.end_marked_processes(self.id)
         shutil.rmtree(self.ray_dir, ignore_errors=True)
         state.remove_state(self.dir)
-
-    def __enter__(self) -> SimulatedRayCluster:
-        return self
 
     def __exit__(self, *exc) -> None:
         self.close()

@@ -18,6 +18,7 @@ import dis
 import functools
 import html
 import inspect
+import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted yet"
 _MARK = {PASSED: "✔", FAILED: "✘", NOT_ATTEMPTED: "…"}
 _COLOUR = {PASSED: "#2e7d32", FAILED: "#c62828", NOT_ATTEMPTED: "#757575"}
 _RESULTS: list[CheckResult] = []
+# A check's variant source: a hidden variant draws its numbers from it (None: a fresh one).
+Rng = random.Random | None
 
 
 @dataclass

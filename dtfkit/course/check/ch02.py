@@ -16,7 +16,7 @@ from typing import Any
 
 import dtfkit
 from dtfkit.course import classroom
-from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, ignores, passed
+from dtfkit.course.check._core import CheckResult, Rng, cluster, exercise, failed, ignores, passed
 from dtfkit.course.task_side.ch02 import (
     _place,
     _worker,
@@ -101,9 +101,7 @@ def _quick_filters_problem(session_config: Callable, workers: int = 4) -> CheckR
 
 
 @exercise("2.1", "Fix the non-chief hang")
-def device_filters(
-    session_config: Callable, *, hidden: bool = False, rng: random.Random | None = None
-) -> CheckResult:
+def device_filters(session_config: Callable, *, hidden: bool = False, rng: Rng = None) -> CheckResult:
     """Read the filters ``session_config`` gives 4 workers; then, on 1 ps + 3 workers, train worker:0
     (the chief), stop it, and train worker:2 alone (``hidden``: the filters of 5 to 12 workers, then
     worker:1 and worker:2 alone in an order drawn fresh, see ``hidden_filters_case``; ``rng`` for tests).
@@ -227,9 +225,7 @@ def _quick_placement_problem(ps_strategy: Callable, rng: random.Random | None = 
 
 
 @exercise("2.2", "Place variables by bytes", allowed=("dtfkit.recipes.between_graph.variable_bytes",))
-def greedy_placement(
-    ps_strategy: Callable, *, hidden: bool = False, rng: random.Random | None = None
-) -> CheckResult:
+def greedy_placement(ps_strategy: Callable, *, hidden: bool = False, rng: Rng = None) -> CheckResult:
     """Place other models on 2 to 4 ps with ``ps_strategy(num_ps)`` (stand-in variables, one model
     drawn fresh), then the chapter's uneven model on 2 ps in a worker (``hidden``: another model on 2
     or 3 ps, drawn fresh, see ``hidden_place_case``; ``rng`` for tests); the busiest ps must hold no

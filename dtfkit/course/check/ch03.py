@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable
 
 from dtfkit.course import classroom
-from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
+from dtfkit.course.check._core import CheckResult, Rng, cluster, exercise, failed, passed
 from dtfkit.recipes import sync
 
 # (workers, backups) the chapter never names; each check runs them before any cluster starts.
@@ -102,9 +102,7 @@ def _options_problem(sync_options: Callable, n: int, backups: int) -> CheckResul
 
 
 @exercise("3.1", "Backup workers")
-def backup_workers(
-    sync_options: Callable, *, hidden: bool = False, rng: random.Random | None = None
-) -> CheckResult:
+def backup_workers(sync_options: Callable, *, hidden: bool = False, rng: Rng = None) -> CheckResult:
     """Check ``sync_options(num_workers, num_backups)`` for several sizes, then train 3 workers (worker:2
     a straggler) with ``sync_options(3, 1)`` and read the ledger; ``hidden`` also checks other sizes
     and trains 2 or 3 workers with a number of backups, drawn fresh (``hidden_backup_cases``; ``rng``
@@ -165,9 +163,7 @@ def _token_hint(aggregate: int, total: int, updates: int) -> str:
 
 
 @exercise("3.2", "Predict the tokens")
-def token_count(
-    tokens_handed_out: Callable, *, hidden: bool = False, rng: random.Random | None = None
-) -> CheckResult:
+def token_count(tokens_handed_out: Callable, *, hidden: bool = False, rng: Rng = None) -> CheckResult:
     """Compare ``tokens_handed_out(replicas_to_aggregate, total_num_replicas, updates)`` with
     TensorFlow's token arithmetic for several settings, then with the tokens counted one by one
     (taken by the workers' local steps + left in the queue) in real sync runs: 2 workers with

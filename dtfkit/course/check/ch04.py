@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from dtfkit.course import classroom
-from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, ignores, passed
+from dtfkit.course.check._core import CheckResult, Rng, cluster, exercise, failed, ignores, passed
 from dtfkit.course.task_side.ch04 import (
     _train,
 )
@@ -107,9 +107,7 @@ def _quick_hooks_problem(make_hooks: Callable, last_steps: tuple[int, ...] = (37
 
 
 @exercise("4.1", "Stop at a global step, or on NaN")
-def stop_hooks(
-    make_hooks: Callable, *, hidden: bool = False, rng: random.Random | None = None
-) -> CheckResult:
+def stop_hooks(make_hooks: Callable, *, hidden: bool = False, rng: Rng = None) -> CheckResult:
     """Train 2 workers with ``make_hooks(tf, last_step, loss)``: once from a global step that starts past 0
     (training must end at ``last_step``), once with the loss turning NaN mid-run (training must stop
     there); ``hidden`` adds another last_step to the quick look and a run with a start and a
@@ -260,7 +258,7 @@ def _quick_options_problem(
 
 @exercise("4.2", "Lose at most max_lost_steps to a ps crash")
 def restore_after_ps_crash(
-    session_options: Callable, *, hidden: bool = False, rng: random.Random | None = None
+    session_options: Callable, *, hidden: bool = False, rng: Rng = None
 ) -> CheckResult:
     """Train 1 worker with ``session_options(checkpoint_dir, max_lost_steps)``, kill ps:0 mid-step (the
     model in its memory is gone), restart it: the chief must restore a checkpoint at most

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dtfkit.course.check._core import CheckResult, exercise, failed, passed
+from dtfkit.course.check._core import CheckResult, Rng, exercise, failed, passed
 
 
 def _setup():
@@ -113,9 +113,7 @@ def hidden_step_batches(rng: random.Random | None = None) -> tuple[int, int]:
 
 
 @exercise("6.1", "Write the distributed step")
-def distributed_step(
-    make_step: Callable, *, hidden: bool = False, rng: random.Random | None = None
-) -> CheckResult:
+def distributed_step(make_step: Callable, *, hidden: bool = False, rng: Rng = None) -> CheckResult:
     """One step of ``make_step(strategy, model, optimizer, global_batch)`` must equal one single-device
     step: on 2 replicas with global batches of 64 and 40 (and, hidden, on 1 replica and on 2 with
     global batches drawn fresh: ``hidden_step_batches``; ``rng`` for tests).
@@ -197,9 +195,7 @@ def hidden_pipeline_cases(examples: int, rng: random.Random | None = None) -> tu
 
 
 @exercise("6.2", "An input pipeline per worker")
-def input_pipeline(
-    make_dataset_fn: Callable, *, hidden: bool = False, rng: random.Random | None = None
-) -> CheckResult:
+def input_pipeline(make_dataset_fn: Callable, *, hidden: bool = False, rng: Rng = None) -> CheckResult:
     """``make_dataset_fn(x, y, global_batch)`` returns a ``dataset_fn(ctx)``: batches and shards must be
     right under the 2-replica strategy (global batches 64 and 48) and as the pipelines of 2 and 3
     workers (and, hidden, another global batch and another number of pipelines, drawn fresh:

@@ -47,6 +47,7 @@ Example::
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -126,7 +127,7 @@ class WarmNamespace:
         return [p for p in self.procs if p.conn is not None and p.popen.poll() is None]
 
 
-class TaskPool:
+class TaskPool(contextlib.AbstractContextManager):
     """Keeps up to ``size`` task processes warm (TensorFlow imported) in a fresh namespace.
 
     Args:
@@ -393,9 +394,6 @@ class TaskPool:
         control.stop_listening(self._listener, self._socket_path)
         state.remove_state(self.dir)
         _OPEN.discard(self)
-
-    def __enter__(self) -> TaskPool:
-        return self
 
     def __exit__(self, *exc) -> None:
         self.close()

@@ -39,6 +39,7 @@ CONNECTION_DRAIN_SECONDS = 2.0
 # A deadline for wait_until: a time.monotonic() value, None (no bound), or a function
 # that says it anew before each wait (a deadline that moves while waiting).
 Deadline = float | None | Callable[[], float | None]
+Done = Callable[[], bool]  # wait_until's test, asked before each wait
 
 
 @dataclass
@@ -49,6 +50,9 @@ class Event:
     task: str
     gen: int = 0  # the task's generation (log: the line's number)
     payload: Any = None
+
+
+OnEvent = Callable[[Event], None]  # called by wait_until after each event it applied
 
 
 class CallInbox(Protocol):
@@ -256,12 +260,7 @@ class Events:
                 return
             self.apply_event(event)
 
-    def wait_until(
-        self,
-        done: Callable[[], bool],
-        deadline: Deadline,
-        on_event: Callable[[Event], None] | None = None,
-    ) -> bool:
+    def wait_until(self, done: Done, deadline: Deadline, on_event: OnEvent | None = None) -> bool:
         """Apply events until ``done()`` (then True) or until ``deadline`` passes (then False).
 
         ``done()`` is asked before each wait; ``on_event(event)`` is called after each event

@@ -110,14 +110,6 @@ class TaskProcess:
         return self.handle.pid
 
     @property
-    def identity(self) -> dict:
-        return self.handle.identity
-
-    @property
-    def adopted(self) -> bool:
-        return self.handle.adopted
-
-    @property
     def alive(self) -> bool:
         return self.handle.poll() is None
 
@@ -149,7 +141,7 @@ class TaskProcess:
             exit_code=code,
             ready=self.ready,
             killed=self.killed,
-            adopted=self.adopted,
+            adopted=self.handle.adopted,
             busy_with=self.busy_with,
             calls=self.calls,
             script_code=self.script_code,
@@ -158,7 +150,7 @@ class TaskProcess:
         )
 
     def _start_phases(self) -> tuple[tuple[str, float, float], ...]:
-        if self.adopted or self.spawned_at is None or not self.ready_phases:
+        if self.handle.adopted or self.spawned_at is None or not self.ready_phases:
             return ()
         steps, before, cpu_before = [], self.spawned_at, 0.0
         for name, at, cpu in self.ready_phases:

@@ -22,10 +22,10 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 
 from dtfkit.engine.launchers.contract import Launcher, LauncherDescription
-from dtfkit.engine.owner.events import Deadline, Event, Events
+from dtfkit.engine.owner.events import Deadline, Done, Event, Events, OnEvent
 from dtfkit.engine.owner.metrics import MetricLog
 from dtfkit.engine.owner.output import NO_PROGRESS, Echo, Output, ProgressFactory, StartProgress, print_line
 from dtfkit.engine.owner.process import ClusterView, TaskView
@@ -184,15 +184,6 @@ class ClusterRuntime:
         return self.tasks.describe_launcher()
 
     @property
-    def control_address(self) -> str:
-        """Where the tasks connect to (a Unix socket in the cluster's folder, for a local cluster)."""
-        return self.tasks.control_address
-
-    @property
-    def start_timeout(self) -> float:
-        return self.tasks.start_timeout
-
-    @property
     def waiting_for(self) -> str | None:
         """What the thread that waits on this cluster now waits for (None: nobody waits)."""
         return self.events.waiting_for
@@ -269,12 +260,7 @@ class ClusterRuntime:
         (a second thread is refused with a ``DtfkitError``)."""
         return self.events.waiting(what)
 
-    def wait_until(
-        self,
-        done: Callable[[], bool],
-        deadline: Deadline,
-        on_event: Callable[[Event], None] | None = None,
-    ) -> bool:
+    def wait_until(self, done: Done, deadline: Deadline, on_event: OnEvent | None = None) -> bool:
         """Apply the tasks' events until ``done()`` (True) or ``deadline`` passes (False);
         see ``events.Events.wait_until``. Call it inside ``waiting()``."""
         return self.events.wait_until(done, deadline, on_event)

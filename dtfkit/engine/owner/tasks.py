@@ -419,7 +419,7 @@ class Tasks:
     def write_state(self) -> None:
         if self.closed:
             return
-        processes = [p.identity for p in self.procs.values() if p.alive]
+        processes = [p.handle.identity for p in self.procs.values() if p.alive]
         processes += [dict(p) for p in self.describe_launcher().processes]
         state.write_state(self.directory, self.cluster_id, processes, describe(list(self.layout.tasks)))
 

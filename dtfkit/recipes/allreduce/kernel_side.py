@@ -82,6 +82,24 @@ def trace_steps(
     return records
 
 
+def require_workers(spec: dict[str, list[str]], name: str, count: int, what: str = "") -> None:
+    """Refuse a ClusterSpec with fewer than ``count`` workers, which the argument ``name`` asked for
+    (``what``: how); the ``ValueError`` says how to get a cluster that fits.
+
+    Example::
+
+        >>> require_workers({"worker": ["localhost:1", "localhost:2"]}, "workers", 3)
+        Traceback (most recent call last):
+        ValueError: workers=3 but the cluster has 2: start one with dtfkit.LocalCluster(ps=1, workers=3), or pick workers <= 2
+    """
+    have = len(spec.get("worker", []))
+    if have < count:
+        raise ValueError(
+            f"{name}={count}{what} but the cluster has {have}: start one with "
+            f"dtfkit.LocalCluster(ps=1, workers={count}), or pick {name} <= {have}"
+        )
+
+
 def _check_serving(cluster: Any, method: str, n: int) -> None:
     """Refuse a cluster without the tasks ``method`` needs, serving; ``ValueError`` naming what
     is missing (a trace would wait for it until its timeout)."""
@@ -93,12 +111,7 @@ def _check_serving(cluster: Any, method: str, n: int) -> None:
     if getattr(cluster, "closed", False):
         raise ValueError("the cluster is closed: start one with dtfkit.LocalCluster(ps=1, workers=3)")
     spec = cluster.cluster_spec
-    have = len(spec.get("worker", []))
-    if have < n:
-        raise ValueError(
-            f"n={n} synchronises {n} workers but the cluster has {have}: "
-            f"start one with dtfkit.LocalCluster(ps=1, workers={n}), or pick n <= {have}"
-        )
+    require_workers(spec, "n", n, f" synchronises {n} workers")
     if method == "ps" and not spec.get("ps"):
         raise ValueError('method "ps" needs a ps task: start the cluster with dtfkit.LocalCluster(ps=1, ...)')
     if not getattr(cluster, "serves", True):

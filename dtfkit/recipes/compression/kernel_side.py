@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from dtfkit.recipes.allreduce.kernel_side import require_workers
 from dtfkit.recipes.compression.task_side import (
     HIDDEN,
     LEARNING_RATE,
@@ -151,12 +152,7 @@ def compare(
             f"steps must be an integer >= 3 (one traced, two to warm up, then timed), not {steps!r}"
         )
     spec = cluster.cluster_spec
-    have = len(spec.get("worker", []))
-    if have < workers:
-        raise ValueError(
-            f"workers={workers} but the cluster has {have}: start one with "
-            f"dtfkit.LocalCluster(ps=1, workers={workers}), or pick workers <= {have}"
-        )
+    require_workers(spec, "workers", workers)
     if not spec.get("ps"):
         raise ValueError(
             "compression trains through ps:0: start the cluster with dtfkit.LocalCluster(ps=1, ...)"
