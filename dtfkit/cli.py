@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dtfkit.errors import DtfkitError
+from dtfkit.errors import DtfkitError, exit_code
 
 
 def _script_and_counts(ns: argparse.Namespace) -> dict:
@@ -26,17 +26,16 @@ def _script_and_counts(ns: argparse.Namespace) -> dict:
     return {"script": ns.script, "args": extra, **counts}
 
 
+def _options(ns: argparse.Namespace, *names: str) -> dict:
+    """The options ``names`` as keywords, named as the function they go to names them."""
+    return {name: getattr(ns, name) for name in names}
+
+
 def _launch(ns: argparse.Namespace) -> int:
     from dtfkit.launch import launch
 
-    result = launch(
-        **_script_and_counts(ns),
-        network=ns.network,
-        timeout=ns.timeout,
-        show_tf_logs=ns.show_tf_logs,
-        max_tasks=ns.max_tasks,
-        ray=ns.ray,
-    )
+    options = _options(ns, "network", "timeout", "show_tf_logs", "max_tasks", "ray")
+    result = launch(**_script_and_counts(ns), **options)
     print(f"[dtfkit] {result.summary()}", flush=True)
     return 0 if result.ok else 1
 
@@ -76,15 +75,8 @@ def _student_copies(ns: argparse.Namespace) -> int:
 def _export(ns: argparse.Namespace) -> int:
     from dtfkit.kube.export import export_tfjob
 
-    text = export_tfjob(
-        **_script_and_counts(ns),
-        image=ns.image,
-        name=ns.name,
-        namespace=ns.namespace,
-        cpu=ns.cpu,
-        memory=ns.memory,
-        gpus_per_worker=ns.gpus_per_worker,
-    )
+    options = _options(ns, "image", "name", "namespace", "cpu", "memory", "gpus_per_worker")
+    text = export_tfjob(**_script_and_counts(ns), **options)
     sys.stdout.write(text)
     return 0
 
@@ -278,11 +270,4 @@ def main(argv: list[str] | None = None) -> int:
         for flag in ("exercises_only", "lock_other_cells"):
             if getattr(ns, flag):
                 parser.error(f"--{flag.replace('_', '-')} needs --format nbgrader")
-    try:
-        return ns.func(ns)
-    except DtfkitError as exc:
-        print(f"dtfkit: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("dtfkit: interrupted; every task was stopped", file=sys.stderr)
-        return 130
+    return exit_code("dtfkit", "every task was stopped", lambda: ns.func(ns))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 
 class DtfkitError(Exception):
     """Base class of every error dtfkit raises on purpose."""
@@ -67,3 +70,24 @@ class TaskTimeout(DtfkitError):
         super().__init__(message)
         self.stacks = dict(stacks or {})
         self.stopped = list(stopped or [])
+
+
+def exit_code(program: str, stopped: str, run: Callable[[], int]) -> int:
+    """A command's exit code: ``run()``'s; a ``DtfkitError`` is printed as ``program: error: ...``
+    (2), Ctrl-C as ``program: interrupted; <stopped>`` (130), on standard error.
+
+    Example::
+
+        >>> def bad() -> int:
+        ...     raise DtfkitError("no such script")
+        >>> exit_code("dtfkit", "every task was stopped", bad)
+        2
+    """
+    try:
+        return run()
+    except DtfkitError as exc:
+        print(f"{program}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{program}: interrupted; {stopped}", file=sys.stderr)
+        return 130

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from dtfkit.engine.launchers.local import kill_group, spawn_group
 from dtfkit.engine.platform.ports import free_ports
-from dtfkit.errors import DtfkitError
+from dtfkit.errors import DtfkitError, exit_code
 from dtfkit.kube import controller
 from dtfkit.kube.validate import check_manifest
 
@@ -355,20 +355,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
     ns = parser.parse_args(argv)
-    try:
-        text = sys.stdin.read() if ns.manifest == "-" else Path(ns.manifest).read_text(encoding="utf-8")
+
+    def run() -> int:
+        try:
+            text = sys.stdin.read() if ns.manifest == "-" else Path(ns.manifest).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise DtfkitError(f"cannot read {ns.manifest}: {exc}") from None
         result = simulate(text, timeout=ns.timeout, grace=ns.grace)
-    except DtfkitError as exc:
-        print(f"dtfkit.kube.simulate: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"dtfkit.kube.simulate: error: cannot read {ns.manifest}: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("dtfkit.kube.simulate: interrupted; every replica was stopped", file=sys.stderr)
-        return 130
-    print(f"[simulator] {result.summary()}", flush=True)
-    return 0 if result.ok else 1
+        print(f"[simulator] {result.summary()}", flush=True)
+        return 0 if result.ok else 1
+
+    return exit_code("dtfkit.kube.simulate", "every replica was stopped", run)
 
 
 if __name__ == "__main__":
