@@ -220,6 +220,12 @@ def test_kill_mid_call_then_restart(cluster):
     assert cluster.run(name) == {"worker:0": "worker:0", "worker:1": "worker:1"}
 
 
+def test_a_task_named_twice_is_sent_the_call_once(cluster):
+    view = cluster._rt.task_view("worker:0")
+    assert cluster.run(name, on=["worker:0", "worker:0"]) == {"worker:0": "worker:0"}
+    assert cluster._rt.task_view("worker:0").calls == view.calls + 1
+
+
 def test_a_late_reply_to_a_finished_call_is_dropped(cluster):
     """A reply for a call nobody waits for any more (its id closed) goes nowhere."""
     events = cluster._rt.events

@@ -90,7 +90,7 @@ class RunHandle:
                     "or stop it (handle.stop()) first"
                 )
         self.call_id = self._events.open_call(self)  # answers with this id come to deliver()
-        for proc in procs:
+        for proc in self._procs.values():  # once per task, however often ``on`` named it
             proc.send(protocol.Call(self.call_id, payload.data, payload.sources))
             proc.busy_with = self.call_id
             proc.calls += 1
@@ -393,7 +393,7 @@ def submit_call(
 
         >>> handle = submit_call(rt, train, (), {}, on="workers", timeout=None, on_error="interrupt", grace=5.0)  # doctest: +SKIP
     """
-    if rt.tasks.closed:
+    if rt.tasks.closed:  # set by the runtime's close(), with its own flag
         raise DtfkitError(CLOSED)
     if not callable(fn):
         raise DtfkitError(f"run() needs a function, not {type(fn).__name__}")

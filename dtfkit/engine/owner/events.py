@@ -10,7 +10,7 @@ task's current process (``watch``), so it needs nothing from the ``tasks.Tasks``
 Example::
 
     >>> with events.waiting("my call"):                                          # doctest: +SKIP
-    ...     ok = events.wait_until(lambda: handle.answered(), time.monotonic() + 5)
+    ...     ok = events.wait_until(lambda: not pending, time.monotonic() + 5)
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ class Events:
         Example::
 
             >>> with events.waiting("the answers"):                                   # doctest: +SKIP
-            ...     if not events.wait_until(lambda: len(inbox.replies) == 2, time.monotonic() + 5):
+            ...     if not events.wait_until(lambda: len(answered) == 2, time.monotonic() + 5):
             ...         raise TimeoutError("no answer within 5 s")
         """
         while not done():
