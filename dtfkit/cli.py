@@ -72,6 +72,34 @@ def _student_copies(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _translations(ns: argparse.Namespace) -> int:
+    import json
+
+    from dtfkit.course import translate
+
+    if ns.action == "extract":
+        for chapter, (units, untranslated, fuzzy) in translate.extract(ns.lang).items():
+            print(f"{chapter}: {units} units, {untranslated} untranslated, {fuzzy} fuzzy")
+        return 0
+    if ns.action == "build":
+        for chapter, left in translate.build(ns.lang).items():
+            print(f"{chapter}: built" + (f", {left} unit(s) left in English" if left else ""))
+        return 0
+    if ns.action == "todo":
+        sys.stdout.write(json.dumps(translate.todo(ns.chapter, ns.lang), ensure_ascii=False, indent=1) + "\n")
+        return 0
+    if ns.action == "fill":
+        with open(ns.file, encoding="utf-8") as f:
+            entries = json.load(f)
+        print(f"{translate.fill(ns.chapter, entries, ns.lang)} translation(s) written")
+        return 0
+    found = translate.problems(ns.lang)
+    for line in found:
+        print(line)
+    print(f"{len(found)} problem(s)" if found else f"the {ns.lang} edition is in step with the English")
+    return 1 if found else 0
+
+
 def _export(ns: argparse.Namespace) -> int:
     from dtfkit.kube.export import export_tfjob
 
@@ -225,6 +253,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(func=_student_copies)
 
+    tr = sub.add_parser(
+        "translations",
+        help="the course in another language: update its catalogs, build its notebooks, check them",
+        description="The English chapters are the source; each chapter's prose is kept in a gettext catalog "
+        "(notebooks/locale/LANG/LC_MESSAGES/CHAPTER.po). extract: update the catalogs from the English; "
+        "build: write notebooks/LANG/; check: list untranslated, fuzzy or stale units (exit 1 if any); "
+        "todo CHAPTER: the units that need a translator, as JSON; fill CHAPTER FILE: write a todo list's "
+        "translations back.",
+    )
+    tr.add_argument("action", choices=["extract", "build", "check", "todo", "fill"])
+    tr.add_argument("chapter", nargs="?", help="todo, fill: a chapter's number (09) or name")
+    tr.add_argument("file", nargs="?", help="fill: the JSON file of translations")
+    tr.add_argument("--lang", default="zh_CN", help="the language (default zh_CN)")
+    tr.set_defaults(func=_translations)
+
     b = sub.add_parser(
         "classroom-bench",
         help="run a class of N students at once on a real JupyterHub here and measure it (root; see docs/teaching.md)",
@@ -266,6 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
+    if ns.command == "translations" and ns.action in ("todo", "fill") and not ns.chapter:
+        parser.error(f"translations {ns.action} needs a chapter (its number, e.g. 09)")
+    if ns.command == "translations" and ns.action == "fill" and not ns.file:
+        parser.error("translations fill needs the JSON file of translations")
     if ns.command == "student-copies" and ns.format != "nbgrader":
         for flag in ("exercises_only", "lock_other_cells"):
             if getattr(ns, flag):

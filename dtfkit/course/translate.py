@@ -1,0 +1,407 @@
+"""The course in another language from one source: gettext catalogs of the chapters' prose.
+
+The English chapters (``notebooks/*.ipynb``) are the source. Their markdown is cut into units
+small enough to review one at a time (a heading, a paragraph, a list item, a table row, a
+quote; code blocks stay as they are) and kept in one gettext catalog per chapter and language,
+``notebooks/locale/<lang>/LC_MESSAGES/<chapter>.po``: the format Poedit, Weblate and Crowdin
+read. A unit is keyed by its cell's id (``msgctxt``) and its English text (``msgid``), so when
+the English changes, ``extract`` marks the unit *fuzzy* and keeps the old English beside it
+(``#| msgid``: what changed); a new unit comes in *untranslated*; a removed one becomes
+obsolete (``#~``). Babel's catalog update does the matching, as ``msgmerge`` would.
+
+``build`` writes ``notebooks/<lang>/<chapter>.ipynb``: the English chapter's cells, its code
+and outputs as they are, every markdown unit in translation. ``check`` lists what is not in
+step: untranslated or fuzzy units, a built notebook that differs from what ``build`` writes now,
+a translated unit of prose without a word of the language.
+
+Example::
+
+    python -m dtfkit translations extract      # the catalogs, up to date with the English
+    python -m dtfkit translations build        # notebooks/zh_CN/*.ipynb from them
+    python -m dtfkit translations check        # what needs a translator; exit 1 if anything
+
+    >>> [(p.prefix, p.text) for p in split_markdown("## Goals\\n\\n- one\\n- two") if p.unit]
+    [('## ', 'Goals'), ('- ', 'one'), ('- ', 'two')]
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from babel.messages.catalog import Catalog
+from babel.messages.pofile import read_po, write_po
+
+from dtfkit.errors import DtfkitError
+
+LANGUAGES = {"zh_CN": "简体中文"}
+HEADER = """{language} translation of the dtfkit course, {chapter}.
+The English chapter is the source: `python -m dtfkit translations extract` brings this file up to
+date with it (a changed English unit becomes fuzzy, a new one untranslated); `python -m dtfkit
+translations build` writes the chapter from it. Terms: notebooks/locale/{lang}/glossary.md."""
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+_HEADING = re.compile(r"^(#{1,6}[ \t]+)(.*)$")
+_ITEM = re.compile(r"^([ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+)(\S.*)$")
+_QUOTE = re.compile(r"^(>[ \t]?)(.*)$")
+_TABLE = re.compile(r"^[ \t]*\|")
+_TABLE_RULE = re.compile(r"^[ \t|:\-]+$")
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+# What is not prose in a unit: code spans, links' targets, URLs, inline math, HTML tags.
+_NOT_PROSE = re.compile(r"`[^`]*`|\]\([^)]*\)|https?://\S+|\$[^$]*\$|<[^>]+>")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A run of lines of a markdown cell: a unit to translate, or lines kept as they are."""
+
+    text: str  # a unit's text without its markup prefix; else the lines verbatim
+    unit: bool = False
+    kind: str = ""  # heading | paragraph | item | quote | row
+    prefix: str = ""  # before a unit's first line: "## ", "- ", "  1. ", "> "
+    indents: tuple[str, ...] = ()  # before each further line of a unit
+
+    def render(self, text: str | None = None) -> str:
+        """The piece as markdown; a unit with ``text`` in place of its own."""
+        if not self.unit:
+            return self.text
+        lines = (self.text if text is None else text).split("\n")
+        more = self.indents or (self.prefix_indent,)
+        out = [self.prefix + lines[0]]
+        for number, line in enumerate(lines[1:]):
+            out.append((more[number] if number < len(more) else more[-1]) + line)
+        return "\n".join(out)
+
+    @property
+    def prefix_indent(self) -> str:
+        return "> " if self.kind == "quote" else " " * len(self.prefix) if self.kind == "item" else ""
+
+
+def _starts_block(line: str) -> bool:
+    return bool(
+        _FENCE.match(line) or _HEADING.match(line) or _ITEM.match(line) or _QUOTE.match(line)
+    ) or bool(_TABLE.match(line))
+
+
+def split_markdown(source: str) -> list[Piece]:
+    """A markdown cell as pieces, in order; ``"\\n".join(p.render() for p in pieces) == source``.
+
+    Example::
+
+        >>> pieces = split_markdown("A paragraph\\non two lines.\\n\\n| a | b |\\n|---|---|\\n| 1 | 2 |")
+        >>> [(p.kind, p.text) for p in pieces if p.unit]
+        [('paragraph', 'A paragraph\\non two lines.'), ('row', '| a | b |'), ('row', '| 1 | 2 |')]
+    """
+    lines = source.split("\n")
+    pieces: list[Piece] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        fence = _FENCE.match(line)
+        if fence:
+            end = i + 1
+            while end < len(lines) and not lines[end].strip().startswith(fence.group(1)):
+                end += 1
+            pieces.append(Piece("\n".join(lines[i : end + 1])))
+            i = end + 1
+            continue
+        if not line.strip():
+            pieces.append(Piece(line))
+            i += 1
+            continue
+        heading = _HEADING.match(line)
+        if heading:
+            pieces.append(Piece(heading.group(2), True, "heading", heading.group(1)))
+            i += 1
+            continue
+        if _TABLE.match(line):
+            if _TABLE_RULE.match(line):
+                pieces.append(Piece(line))
+            else:
+                pieces.append(Piece(line, True, "row"))
+            i += 1
+            continue
+        item, quote = _ITEM.match(line), _QUOTE.match(line)
+        if item:
+            kind, prefix, first = "item", item.group(1), item.group(2)
+        elif quote:
+            kind, prefix, first = "quote", quote.group(1), quote.group(2)
+        else:
+            kind, prefix, first = "paragraph", "", line
+        texts, indents = [first], []
+        i += 1
+        while i < len(lines) and lines[i].strip():
+            more = lines[i]
+            if kind == "quote":
+                follow = _QUOTE.match(more)
+                if not follow:
+                    break
+                indents.append(follow.group(1))
+                texts.append(follow.group(2))
+            else:
+                if _starts_block(more):
+                    break
+                stripped = more.lstrip(" \t")
+                indents.append(more[: len(more) - len(stripped)])
+                texts.append(stripped)
+            i += 1
+        pieces.append(Piece("\n".join(texts), True, kind, prefix, tuple(indents)))
+    return pieces
+
+
+def units(source: str, cell_id: str) -> list[tuple[str, Piece]]:
+    """The units of one markdown cell, each with its key (the cell id; ``id#2`` for the second
+    unit of the same text in the cell)."""
+    return [(key, piece) for key, piece in _keyed(split_markdown(source), cell_id) if key]
+
+
+def _keyed(pieces: list[Piece], cell_id: str) -> list[tuple[str, Piece]]:
+    """Each piece with its unit's key ("" for lines kept as they are)."""
+    seen: dict[str, int] = {}
+    out = []
+    for piece in pieces:
+        key = ""
+        if piece.unit:
+            seen[piece.text] = seen.get(piece.text, 0) + 1
+            key = cell_id if seen[piece.text] == 1 else f"{cell_id}#{seen[piece.text]}"
+        out.append((key, piece))
+    return out
+
+
+def _source(cell: dict) -> str:
+    source = cell["source"]
+    return "".join(source) if isinstance(source, list) else source
+
+
+def chapters(notebooks: Path = NOTEBOOKS) -> list[Path]:
+    """The English chapters, in order."""
+    return sorted(notebooks.glob("[0-9][0-9]_*.ipynb"))
+
+
+def catalog_path(chapter: Path, lang: str) -> Path:
+    return chapter.parent / "locale" / lang / "LC_MESSAGES" / f"{chapter.stem}.po"
+
+
+def built_path(chapter: Path, lang: str) -> Path:
+    return chapter.parent / lang / chapter.name
+
+
+def _check_lang(lang: str) -> None:
+    if lang not in LANGUAGES:
+        raise DtfkitError(f"no translation of the course into {lang!r}; there is {', '.join(LANGUAGES)}")
+
+
+def template(chapter: Path) -> Catalog:
+    """The chapter's units as an empty catalog (what a ``.pot`` file holds)."""
+    notebook = json.loads(chapter.read_text(encoding="utf-8"))
+    catalog = Catalog(project=f"dtfkit course: {chapter.stem}", charset="utf-8", fuzzy=False)
+    for number, cell in enumerate(notebook["cells"]):
+        if cell["cell_type"] != "markdown":
+            continue
+        for key, piece in units(_source(cell), cell["id"]):
+            catalog.add(
+                piece.text,
+                context=key,
+                locations=[(chapter.name, number)],
+                auto_comments=[f"cell {number}, {piece.kind}"],
+            )
+    return catalog
+
+
+def read_catalog(path: Path, lang: str) -> Catalog:
+    with path.open("rb") as f:
+        return read_po(f, locale=lang)
+
+
+def write_catalog(catalog: Catalog, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    write_po(buffer, catalog, width=0, include_previous=True, omit_header=False)
+    path.write_bytes(buffer.getvalue())
+
+
+def extract(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> dict[str, tuple[int, int, int]]:
+    """Bring each chapter's catalog up to date with the English; ``{chapter: (units, untranslated,
+    fuzzy)}``. A new catalog starts with every unit untranslated."""
+    _check_lang(lang)
+    counts = {}
+    for chapter in chapters(notebooks):
+        path = catalog_path(chapter, lang)
+        fresh = template(chapter)
+        if path.exists():
+            catalog = read_catalog(path, lang)
+            catalog.update(fresh, update_creation_date=False)
+        else:
+            header = HEADER.format(language=LANGUAGES[lang], chapter=chapter.stem, lang=lang)
+            catalog = Catalog(
+                locale=lang,
+                project=fresh.project,
+                charset="utf-8",
+                fuzzy=False,
+                header_comment="\n".join(f"# {line}" for line in header.splitlines()),
+                language_team=f"{lang} <https://github.com/dtfkit>",
+            )
+            catalog.update(fresh)
+        write_catalog(catalog, path)
+        counts[chapter.stem] = _counts(catalog)
+    return counts
+
+
+def _messages(catalog: Catalog) -> list:
+    return [m for m in catalog if m.id]
+
+
+def _counts(catalog: Catalog) -> tuple[int, int, int]:
+    messages = _messages(catalog)
+    untranslated = sum(1 for m in messages if not m.string)
+    fuzzy = sum(1 for m in messages if m.string and m.fuzzy)
+    return len(messages), untranslated, fuzzy
+
+
+def translate_markdown(source: str, cell_id: str, catalog: Catalog) -> tuple[str, list[str]]:
+    """The cell in translation, and the keys of units that had none (left in English)."""
+    missing, out = [], []
+    for key, piece in _keyed(split_markdown(source), cell_id):
+        message = catalog.get(piece.text, context=key) if key else None
+        if key and (message is None or not message.string or message.fuzzy):
+            missing.append(key)
+        out.append(piece.render(message.string if key and key not in missing else None))
+    return "\n".join(out), missing
+
+
+def build_notebook(chapter: Path, lang: str) -> tuple[dict, list[str]]:
+    """The chapter in ``lang`` (its code cells and outputs as they are), and the keys of the units
+    left in English."""
+    notebook = json.loads(chapter.read_text(encoding="utf-8"))
+    catalog = read_catalog(catalog_path(chapter, lang), lang)
+    built = copy.deepcopy(notebook)
+    missing: list[str] = []
+    for cell in built["cells"]:
+        if cell["cell_type"] == "markdown":
+            text, left = translate_markdown(_source(cell), cell["id"], catalog)
+            cell["source"] = text.splitlines(keepends=True)
+            missing += left
+    built["metadata"]["dtfkit_translation"] = {"language": lang, "source": f"../{chapter.name}"}
+    return built, missing
+
+
+def notebook_text(notebook: dict) -> str:
+    """A notebook as the repository's notebooks are written (nbformat's layout)."""
+    return json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def build(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> dict[str, int]:
+    """Write every chapter in ``lang``; ``{chapter: units left in English}``."""
+    _check_lang(lang)
+    left = {}
+    for chapter in chapters(notebooks):
+        notebook, missing = build_notebook(chapter, lang)
+        path = built_path(chapter, lang)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(notebook_text(notebook), encoding="utf-8")
+        left[chapter.stem] = len(missing)
+    return left
+
+
+def has_prose(text: str) -> bool:
+    """True when ``text`` has words to translate besides code, links, math and markup."""
+    return len(re.findall(r"[A-Za-z]{2,}", _NOT_PROSE.sub(" ", text))) >= 2
+
+
+def problems(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> list[str]:
+    """What is not in step between the English chapters, the catalogs and the built notebooks."""
+    _check_lang(lang)
+    found = []
+    for chapter in chapters(notebooks):
+        path = catalog_path(chapter, lang)
+        if not path.exists():
+            found.append(f"{chapter.stem}: no catalog ({path.relative_to(notebooks)}); run extract")
+            continue
+        catalog = read_catalog(path, lang)
+        stale = _keys(_messages(template(chapter))) - _keys(_messages(catalog))
+        if stale:
+            found.append(f"{chapter.stem}: {len(stale)} unit(s) not in the catalog; run extract")
+        for message in _messages(catalog):
+            where = f"{chapter.stem} [{message.context}] {str(message.id)[:60]!r}"
+            if not message.string:
+                found.append(f"{where}: untranslated")
+            elif message.fuzzy:
+                found.append(f"{where}: fuzzy (the English changed)")
+            elif has_prose(message.id) and not _CJK.search(message.string):
+                found.append(f"{where}: the translation has no Chinese")
+        expected, _ = build_notebook(chapter, lang)
+        built = built_path(chapter, lang)
+        if not built.exists():
+            found.append(f"{chapter.stem}: not built ({built.relative_to(notebooks)}); run build")
+        elif built.read_text(encoding="utf-8") != notebook_text(expected):
+            found.append(
+                f"{chapter.stem}: {built.relative_to(notebooks)} differs from what build writes; run build"
+            )
+    return found
+
+
+def _keys(messages: Iterable) -> set[tuple[str, str]]:
+    return {(m.context, m.id) for m in messages}
+
+
+def todo(chapter_stem: str, lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> list[dict]:
+    """The units of one chapter that need a translator, as plain data: ``context``, ``id`` (the
+    English), ``kind``, ``previous`` (a fuzzy unit's old English) and ``string`` (its translation
+    so far). A translator (or a tool) fills ``string`` and hands the list to ``fill``."""
+    chapter = _chapter(chapter_stem, notebooks)
+    catalog = read_catalog(catalog_path(chapter, lang), lang)
+    out = []
+    for message in _messages(catalog):
+        if message.string and not message.fuzzy:
+            continue
+        comment = (message.auto_comments or [""])[0]
+        out.append(
+            {
+                "context": message.context,
+                "id": message.id,
+                "kind": comment.rsplit(", ", 1)[-1],
+                "previous": list(message.previous_id or []),
+                "string": message.string or "",
+            }
+        )
+    return out
+
+
+def fill(chapter_stem: str, entries: list[dict], lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> int:
+    """Write translations (``todo``'s entries with ``string`` filled) into the chapter's catalog;
+    each one written is no longer fuzzy. Returns how many were written; an entry that names no
+    unit of the catalog is an error (its English changed since ``todo``: run ``todo`` again)."""
+    chapter = _chapter(chapter_stem, notebooks)
+    path = catalog_path(chapter, lang)
+    catalog = read_catalog(path, lang)
+    written = 0
+    for entry in entries:
+        string = entry.get("string", "")
+        if not string:
+            continue
+        message = catalog.get(entry["id"], context=entry["context"])
+        if message is None:
+            raise DtfkitError(
+                f"{chapter.stem}: no unit [{entry['context']}] {entry['id'][:60]!r} in {path.name}; "
+                "the English changed since: run `translations todo` again"
+            )
+        message.string = string
+        message.flags.discard("fuzzy")
+        message.previous_id = []
+        written += 1
+    write_catalog(catalog, path)
+    return written
+
+
+def _chapter(stem: str, notebooks: Path) -> Path:
+    found = [c for c in chapters(notebooks) if c.stem == stem or c.stem.startswith(f"{stem}_")]
+    if len(found) != 1:
+        names = ", ".join(c.stem for c in chapters(notebooks))
+        raise DtfkitError(f"no chapter {stem!r}: name one of {names} (or its number, 01 to 12)")
+    return found[0]
