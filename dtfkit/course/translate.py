@@ -7,7 +7,7 @@ quote; code blocks stay as they are) and kept in one gettext catalog per chapter
 read. A unit is keyed by its cell's id (``msgctxt``) and its English text (``msgid``), so when
 the English changes, ``extract`` marks the unit *fuzzy* and keeps the old English beside it
 (``#| msgid``: what changed); a new unit comes in *untranslated*; a removed one becomes
-obsolete (``#~``). Babel's catalog update does the matching, as ``msgmerge`` would.
+obsolete (``#~``), as ``msgmerge`` does. The catalogs are read and written with polib.
 
 ``build`` writes ``notebooks/<lang>/<chapter>.ipynb``: the English chapter's cells, its code
 and outputs as they are, every markdown unit in translation. ``check`` lists what is not in
@@ -27,15 +27,14 @@ Example::
 from __future__ import annotations
 
 import copy
-import io
+import difflib
 import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from babel.messages.catalog import Catalog
-from babel.messages.pofile import read_po, write_po
+import polib
 
 from dtfkit.errors import DtfkitError
 
@@ -197,33 +196,92 @@ def _check_lang(lang: str) -> None:
         raise DtfkitError(f"no translation of the course into {lang!r}; there is {', '.join(LANGUAGES)}")
 
 
-def template(chapter: Path) -> Catalog:
-    """The chapter's units as an empty catalog (what a ``.pot`` file holds)."""
+def template(chapter: Path) -> list[polib.POEntry]:
+    """The chapter's units as untranslated entries (what a ``.pot`` file holds), in order."""
     notebook = json.loads(chapter.read_text(encoding="utf-8"))
-    catalog = Catalog(project=f"dtfkit course: {chapter.stem}", charset="utf-8", fuzzy=False)
+    entries = []
     for number, cell in enumerate(notebook["cells"]):
         if cell["cell_type"] != "markdown":
             continue
         for key, piece in units(_source(cell), cell["id"]):
-            catalog.add(
-                piece.text,
-                context=key,
-                locations=[(chapter.name, number)],
-                auto_comments=[f"cell {number}, {piece.kind}"],
+            entries.append(
+                polib.POEntry(
+                    msgctxt=key,
+                    msgid=piece.text,
+                    msgstr="",
+                    comment=f"cell {number}, {piece.kind}",
+                    occurrences=[(chapter.name, str(number))],
+                )
             )
+    return entries
+
+
+def read_catalog(path: Path, lang: str = "zh_CN") -> polib.POFile:
+    return polib.pofile(str(path), wrapwidth=0)
+
+
+def write_catalog(catalog: polib.POFile, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    catalog.wrapwidth = 0
+    path.write_text(str(catalog) + "\n", encoding="utf-8")
+
+
+def merge(old: polib.POFile | None, fresh: list[polib.POEntry], header: str, lang: str) -> polib.POFile:
+    """``fresh``'s units with ``old``'s translations, as ``msgmerge`` does it: a unit whose English is
+    unchanged keeps its translation; a changed one gets the closest old translation of the same cell
+    (or, failing that, of the chapter), marked fuzzy, with the old English as ``previous_msgid``; a
+    new one stays untranslated; an old unit no longer in the English becomes obsolete."""
+    catalog = polib.POFile(wrapwidth=0)
+    catalog.header = old.header if old is not None else header
+    catalog.metadata = (
+        dict(old.metadata)
+        if old is not None
+        else {
+            "Project-Id-Version": "dtfkit course",
+            "Language": lang,
+            "MIME-Version": "1.0",
+            "Content-Type": "text/plain; charset=utf-8",
+            "Content-Transfer-Encoding": "8bit",
+            "Plural-Forms": "nplurals=1; plural=0;",
+        }
+    )
+    previous = [e for e in old if not e.obsolete] if old is not None else []
+    long_gone = [e for e in old if e.obsolete] if old is not None else []
+    by_key = {(e.msgctxt, e.msgid): e for e in previous}
+    fresh_keys = {(e.msgctxt, e.msgid) for e in fresh}
+    used: set[int] = set()
+    for entry in fresh:
+        known = by_key.get((entry.msgctxt, entry.msgid))
+        if known is not None:
+            entry.msgstr, entry.flags = known.msgstr, list(known.flags)
+            entry.previous_msgid, entry.previous_msgctxt = known.previous_msgid, known.previous_msgctxt
+            used.add(id(known))
+        else:
+            source = _closest(
+                entry, [e for e in previous if (e.msgctxt, e.msgid) not in fresh_keys and e.msgstr]
+            )
+            if source is not None:
+                entry.msgstr, entry.flags = source.msgstr, ["fuzzy"]
+                entry.previous_msgid = source.msgid
+                entry.previous_msgctxt = source.msgctxt if source.msgctxt != entry.msgctxt else None
+                used.add(id(source))
+        catalog.append(entry)
+    for gone in previous:
+        if id(gone) not in used:
+            gone.obsolete = True
+            catalog.append(gone)
+    catalog.extend(e for e in long_gone if (e.msgctxt, e.msgid) not in fresh_keys)
     return catalog
 
 
-def read_catalog(path: Path, lang: str) -> Catalog:
-    with path.open("rb") as f:
-        return read_po(f, locale=lang)
-
-
-def write_catalog(catalog: Catalog, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
-    write_po(buffer, catalog, width=0, include_previous=True, omit_header=False)
-    path.write_bytes(buffer.getvalue())
+def _closest(entry: polib.POEntry, candidates: list[polib.POEntry]) -> polib.POEntry | None:
+    cell = entry.msgctxt.split("#")[0]
+    for pool in ([c for c in candidates if c.msgctxt.split("#")[0] == cell], candidates):
+        texts = [c.msgid for c in pool]
+        match = difflib.get_close_matches(entry.msgid, texts, n=1, cutoff=0.6)
+        if match:
+            return pool[texts.index(match[0])]
+    return None
 
 
 def extract(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> dict[str, tuple[int, int, int]]:
@@ -233,45 +291,40 @@ def extract(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> dict[str, tuple
     counts = {}
     for chapter in chapters(notebooks):
         path = catalog_path(chapter, lang)
-        fresh = template(chapter)
-        if path.exists():
-            catalog = read_catalog(path, lang)
-            catalog.update(fresh, update_creation_date=False)
-        else:
-            header = HEADER.format(language=LANGUAGES[lang], chapter=chapter.stem, lang=lang)
-            catalog = Catalog(
-                locale=lang,
-                project=fresh.project,
-                charset="utf-8",
-                fuzzy=False,
-                header_comment="\n".join(f"# {line}" for line in header.splitlines()),
-                language_team=f"{lang} <https://github.com/dtfkit>",
-            )
-            catalog.update(fresh)
+        old = read_catalog(path, lang) if path.exists() else None
+        header = HEADER.format(language=LANGUAGES[lang], chapter=chapter.stem, lang=lang)
+        catalog = merge(old, template(chapter), header, lang)
         write_catalog(catalog, path)
         counts[chapter.stem] = _counts(catalog)
     return counts
 
 
-def _messages(catalog: Catalog) -> list:
-    return [m for m in catalog if m.id]
+def _messages(catalog: polib.POFile) -> list[polib.POEntry]:
+    return [e for e in catalog if not e.obsolete and e.msgid]
 
 
-def _counts(catalog: Catalog) -> tuple[int, int, int]:
+def _counts(catalog: polib.POFile) -> tuple[int, int, int]:
     messages = _messages(catalog)
-    untranslated = sum(1 for m in messages if not m.string)
-    fuzzy = sum(1 for m in messages if m.string and m.fuzzy)
+    untranslated = sum(1 for m in messages if not m.msgstr)
+    fuzzy = sum(1 for m in messages if m.msgstr and "fuzzy" in m.flags)
     return len(messages), untranslated, fuzzy
 
 
-def translate_markdown(source: str, cell_id: str, catalog: Catalog) -> tuple[str, list[str]]:
-    """The cell in translation, and the keys of units that had none (left in English)."""
+def _lookup(catalog: polib.POFile) -> dict[tuple[str, str], polib.POEntry]:
+    return {(e.msgctxt, e.msgid): e for e in _messages(catalog)}
+
+
+def translate_markdown(
+    source: str, cell_id: str, entries: dict[tuple[str, str], polib.POEntry]
+) -> tuple[str, list[str]]:
+    """The cell in translation (``entries``: a catalog's, by key), and the keys of units that had
+    none (left in English)."""
     missing, out = [], []
     for key, piece in _keyed(split_markdown(source), cell_id):
-        message = catalog.get(piece.text, context=key) if key else None
-        if key and (message is None or not message.string or message.fuzzy):
+        entry = entries.get((key, piece.text)) if key else None
+        if key and (entry is None or not entry.msgstr or "fuzzy" in entry.flags):
             missing.append(key)
-        out.append(piece.render(message.string if key and key not in missing else None))
+        out.append(piece.render(entry.msgstr if key and key not in missing else None))
     return "\n".join(out), missing
 
 
@@ -279,12 +332,12 @@ def build_notebook(chapter: Path, lang: str) -> tuple[dict, list[str]]:
     """The chapter in ``lang`` (its code cells and outputs as they are), and the keys of the units
     left in English."""
     notebook = json.loads(chapter.read_text(encoding="utf-8"))
-    catalog = read_catalog(catalog_path(chapter, lang), lang)
+    entries = _lookup(read_catalog(catalog_path(chapter, lang), lang))
     built = copy.deepcopy(notebook)
     missing: list[str] = []
     for cell in built["cells"]:
         if cell["cell_type"] == "markdown":
-            text, left = translate_markdown(_source(cell), cell["id"], catalog)
+            text, left = translate_markdown(_source(cell), cell["id"], entries)
             cell["source"] = text.splitlines(keepends=True)
             missing += left
     built["metadata"]["dtfkit_translation"] = {"language": lang, "source": f"../{chapter.name}"}
@@ -324,16 +377,16 @@ def problems(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> list[str]:
             found.append(f"{chapter.stem}: no catalog ({path.relative_to(notebooks)}); run extract")
             continue
         catalog = read_catalog(path, lang)
-        stale = _keys(_messages(template(chapter))) - _keys(_messages(catalog))
+        stale = _keys(template(chapter)) - _keys(_messages(catalog))
         if stale:
             found.append(f"{chapter.stem}: {len(stale)} unit(s) not in the catalog; run extract")
         for message in _messages(catalog):
-            where = f"{chapter.stem} [{message.context}] {str(message.id)[:60]!r}"
-            if not message.string:
+            where = f"{chapter.stem} [{message.msgctxt}] {message.msgid[:60]!r}"
+            if not message.msgstr:
                 found.append(f"{where}: untranslated")
-            elif message.fuzzy:
+            elif "fuzzy" in message.flags:
                 found.append(f"{where}: fuzzy (the English changed)")
-            elif has_prose(message.id) and not _CJK.search(message.string):
+            elif has_prose(message.msgid) and not _CJK.search(message.msgstr):
                 found.append(f"{where}: the translation has no Chinese")
         expected, _ = build_notebook(chapter, lang)
         built = built_path(chapter, lang)
@@ -347,7 +400,7 @@ def problems(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> list[str]:
 
 
 def _keys(messages: Iterable) -> set[tuple[str, str]]:
-    return {(m.context, m.id) for m in messages}
+    return {(m.msgctxt, m.msgid) for m in messages}
 
 
 def todo(chapter_stem: str, lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> list[dict]:
@@ -358,16 +411,15 @@ def todo(chapter_stem: str, lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) ->
     catalog = read_catalog(catalog_path(chapter, lang), lang)
     out = []
     for message in _messages(catalog):
-        if message.string and not message.fuzzy:
+        if message.msgstr and "fuzzy" not in message.flags:
             continue
-        comment = (message.auto_comments or [""])[0]
         out.append(
             {
-                "context": message.context,
-                "id": message.id,
-                "kind": comment.rsplit(", ", 1)[-1],
-                "previous": list(message.previous_id or []),
-                "string": message.string or "",
+                "context": message.msgctxt,
+                "id": message.msgid,
+                "kind": message.comment.rsplit(", ", 1)[-1],
+                "previous": [message.previous_msgid] if message.previous_msgid else [],
+                "string": message.msgstr,
             }
         )
     return out
@@ -381,19 +433,21 @@ def fill(chapter_stem: str, entries: list[dict], lang: str = "zh_CN", notebooks:
     path = catalog_path(chapter, lang)
     catalog = read_catalog(path, lang)
     written = 0
+    by_key = _lookup(catalog)
     for entry in entries:
         string = entry.get("string", "")
         if not string:
             continue
-        message = catalog.get(entry["id"], context=entry["context"])
+        message = by_key.get((entry["context"], entry["id"]))
         if message is None:
             raise DtfkitError(
                 f"{chapter.stem}: no unit [{entry['context']}] {entry['id'][:60]!r} in {path.name}; "
                 "the English changed since: run `translations todo` again"
             )
-        message.string = string
-        message.flags.discard("fuzzy")
-        message.previous_id = []
+        message.msgstr = string
+        if "fuzzy" in message.flags:
+            message.flags.remove("fuzzy")
+        message.previous_msgid = message.previous_msgctxt = None
         written += 1
     write_catalog(catalog, path)
     return written

@@ -1,0 +1,176 @@
+"""The Chinese edition is in step with the English chapters, from one source (``dtfkit.course.translate``).
+
+The English chapters are the source; each chapter's prose lives in a gettext catalog
+(``notebooks/locale/zh_CN/LC_MESSAGES``) and ``notebooks/zh_CN`` is built from them. Here: no unit is
+untranslated or fuzzy, every unit of prose has Chinese, the built notebooks are what ``build`` writes
+now and carry the English code, the glossary's terms are rendered the same way everywhere, and the
+catalog update does what a translator relies on (a changed English unit becomes fuzzy, a new one
+untranslated, a removed one obsolete).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dtfkit.course import translate
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+GLOSSARY = NOTEBOOKS / "locale" / "zh_CN" / "glossary.md"
+
+
+def _cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def glossary() -> list[tuple[str, str]]:
+    """The checked rows of the glossary: (English term, Chinese term)."""
+    rows = []
+    for line in GLOSSARY.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[2] == "checked":
+            rows.append((cells[0], cells[1]))
+    return rows
+
+
+def term_pattern(english: str) -> re.Pattern:
+    """The English term in prose, singular or plural, any case."""
+    return re.compile(r"\b" + re.escape(english).replace(r"\ ", r"[\s-]+") + r"(?:s|es)?\b", re.IGNORECASE)
+
+
+def glossary_breaches(messages, rows) -> list[str]:
+    """Units whose English prose uses a checked term and whose translation lacks its Chinese."""
+    found = []
+    for message in messages:
+        prose = translate._NOT_PROSE.sub(" ", message.msgid)
+        for english, chinese in rows:
+            if term_pattern(english).search(prose) and chinese not in message.msgstr:
+                found.append(f"[{message.msgctxt}] {english!r} → {chinese!r}: {message.msgstr[:50]!r}")
+    return found
+
+
+def test_every_chapter_cuts_into_units_and_back_to_the_same_markdown():
+    count = 0
+    for chapter in translate.chapters():
+        for cell in _cells(chapter):
+            if cell["cell_type"] == "markdown":
+                pieces = translate.split_markdown(_source(cell))
+                assert "\n".join(p.render() for p in pieces) == _source(cell), (chapter.name, cell["id"])
+                count += sum(p.unit for p in pieces)
+    assert count > 500  # the units are there: a cut that found none would pass the line above
+
+
+def test_the_chinese_edition_is_complete_and_in_step():
+    assert translate.problems("zh_CN") == []
+
+
+def test_each_chinese_chapter_has_its_english_chapters_code_and_cells():
+    for chapter in translate.chapters():
+        english, chinese = _cells(chapter), _cells(translate.built_path(chapter, "zh_CN"))
+        assert [(c["id"], c["cell_type"]) for c in chinese] == [(c["id"], c["cell_type"]) for c in english]
+        for ours, theirs in zip(chinese, english, strict=True):
+            if theirs["cell_type"] == "code":
+                assert _source(ours) == _source(theirs), (chapter.name, theirs["id"])
+            else:
+                assert translate._CJK.search(_source(ours)) or not translate.has_prose(_source(theirs))
+
+
+def test_the_glossary_terms_are_rendered_the_same_way_in_every_chapter():
+    rows = glossary()
+    assert len(rows) >= 15
+    found = []
+    for chapter in translate.chapters():
+        catalog = translate.read_catalog(translate.catalog_path(chapter, "zh_CN"), "zh_CN")
+        found += [f"{chapter.stem} {line}" for line in glossary_breaches(translate._messages(catalog), rows)]
+    assert found == []
+
+
+def test_the_glossary_check_finds_a_term_rendered_otherwise():
+    import polib
+
+    rows = [("parameter server", "参数服务器"), ("gradient", "梯度")]
+    good = polib.POEntry(
+        msgid="Each worker sends its gradients to the parameter server.",
+        msgstr="每个 worker 把梯度发给参数服务器。",
+    )
+    bad = polib.POEntry(
+        msgid="The parameter-server holds the variables.", msgstr="参数节点保存变量。", msgctxt="x"
+    )
+    code = polib.POEntry(msgid="Call `parameter_server()` here.", msgstr="在这里调用 `parameter_server()`。")
+    assert glossary_breaches([good, code], rows) == []
+    assert glossary_breaches([bad], rows) == ["[x] 'parameter server' → '参数服务器': '参数节点保存变量。'"]
+
+
+def _one_chapter(tmp_path: Path) -> Path:
+    """A notebooks folder with chapter 9 alone, its catalog translated (every unit "译文")."""
+    shutil.copy(NOTEBOOKS / "09_ps_vs_ring_allreduce.ipynb", tmp_path)
+    translate.extract("zh_CN", tmp_path)
+    entries = translate.todo("09", "zh_CN", tmp_path)
+    for entry in entries:
+        entry["string"] = "译文：" + entry["id"].replace("\n", " ")
+    assert translate.fill("09", entries, "zh_CN", tmp_path) == len(entries) > 50
+    translate.build("zh_CN", tmp_path)
+    assert translate.problems("zh_CN", tmp_path) == []
+    return tmp_path / "09_ps_vs_ring_allreduce.ipynb"
+
+
+def test_a_changed_english_unit_becomes_fuzzy_a_new_one_untranslated_a_removed_one_obsolete(tmp_path):
+    chapter = _one_chapter(tmp_path)
+    notebook = json.loads(chapter.read_text(encoding="utf-8"))
+    cell = next(c for c in notebook["cells"] if c["cell_type"] == "markdown")
+    pieces = translate.split_markdown(_source(cell))
+    paragraphs = [p for p in pieces if p.kind == "paragraph"]
+    changed, removed = paragraphs[0], paragraphs[1]
+    text = _source(cell).replace(changed.text, changed.text.replace("one thing", "exactly one thing"), 1)
+    text = text.replace(removed.text, "A paragraph added after the catalog was translated.", 1)
+    cell["source"] = text.splitlines(keepends=True)
+    chapter.write_text(translate.notebook_text(notebook), encoding="utf-8")
+
+    counts = translate.extract("zh_CN", tmp_path)["09_ps_vs_ring_allreduce"]
+    assert counts[1:] == (1, 1)  # (units, untranslated, fuzzy)
+    (fuzzy,) = [e for e in translate.todo("09", "zh_CN", tmp_path) if e["previous"]]
+    assert fuzzy["previous"] == [changed.text] and "exactly one thing" in fuzzy["id"]
+    assert fuzzy["string"].startswith("译文：")  # the old translation is kept for the translator to revise
+    catalog = translate.read_catalog(translate.catalog_path(chapter, "zh_CN"), "zh_CN")
+    assert [m.msgid for m in catalog.obsolete_entries()] == [removed.text]
+    found = translate.problems("zh_CN", tmp_path)
+    assert any("untranslated" in line and "A paragraph added" in line for line in found), found
+    assert any("fuzzy" in line for line in found), found
+    assert any("differs from what build writes" in line for line in found), found
+    # A build leaves both in English until a translator has been there.
+    built, missing = translate.build_notebook(chapter, "zh_CN")
+    assert len(missing) == 2
+    assert "exactly one thing" in "".join(built["cells"][0]["source"])
+
+
+def test_check_finds_a_translation_without_chinese_and_a_hand_edited_build(tmp_path):
+    chapter = _one_chapter(tmp_path)
+    entries = translate.todo("09", "zh_CN", tmp_path)
+    assert entries == []
+    catalog_path = translate.catalog_path(chapter, "zh_CN")
+    catalog = translate.read_catalog(catalog_path, "zh_CN")
+    first = next(m for m in translate._messages(catalog) if translate.has_prose(m.msgid))
+    first.msgstr = first.msgid  # "translated" by copying the English
+    translate.write_catalog(catalog, catalog_path)
+    built = translate.built_path(chapter, "zh_CN")
+    built.write_text(built.read_text(encoding="utf-8").replace("译文", "译本", 1), encoding="utf-8")
+    found = translate.problems("zh_CN", tmp_path)
+    assert any("has no Chinese" in line for line in found), found
+    assert any("differs from what build writes" in line for line in found), found
+
+
+def test_an_unknown_language_or_chapter_is_a_clear_error():
+    from dtfkit.errors import DtfkitError
+
+    with pytest.raises(DtfkitError, match="no translation of the course into 'fr'"):
+        translate.extract("fr")
+    with pytest.raises(DtfkitError, match="no chapter '13'"):
+        translate.todo("13")
