@@ -172,5 +172,18 @@ def test_an_unknown_language_or_chapter_is_a_clear_error():
 
     with pytest.raises(DtfkitError, match="no translation of the course into 'fr'"):
         translate.extract("fr")
-    with pytest.raises(DtfkitError, match="no chapter '13'"):
+    with pytest.raises(DtfkitError, match="no chapter or document '13'"):
         translate.todo("13")
+
+
+def test_the_translations_link_to_translations_and_find_the_images():
+    readme = (NOTEBOOKS.parent / "README.zh-CN.md").read_text(encoding="utf-8")
+    assert "](docs/teaching.zh-CN.md)" in readme and "](docs/teaching.md)" not in readme
+    assert "](docs/nbgrader.md)" in readme  # a document with no translation: the English one
+    lab = "".join(
+        "".join(c["source"])
+        for c in _cells(NOTEBOOKS / "zh_CN" / "08_sync_async_lab.ipynb")
+        if c["cell_type"] == "markdown"
+    )
+    assert "](../images/08_lab_panel.png)" in lab
+    assert (NOTEBOOKS / "images" / "08_lab_panel.png").exists()

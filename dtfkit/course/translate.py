@@ -10,7 +10,10 @@ the English changes, ``extract`` marks the unit *fuzzy* and keeps the old Englis
 obsolete (``#~``), as ``msgmerge`` does. The catalogs are read and written with polib.
 
 ``build`` writes ``notebooks/<lang>/<chapter>.ipynb``: the English chapter's cells, its code
-and outputs as they are, every markdown unit in translation. ``check`` lists what is not in
+and outputs as they are, every markdown unit in translation. The course's documents for
+learners and teachers (``README.md``, ``docs/teaching.md``) are kept the same way
+(``docs/locale/<lang>/LC_MESSAGES/``, built as ``README.zh-CN.md``, ``docs/teaching.zh-CN.md``),
+their units keyed by the section they stand in. ``check`` lists what is not in
 step: untranslated or fuzzy units, a built notebook that differs from what ``build`` writes now,
 a translated unit of prose without a word of the language.
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -44,6 +48,9 @@ The English chapter is the source: `python -m dtfkit translations extract` bring
 date with it (a changed English unit becomes fuzzy, a new one untranslated); `python -m dtfkit
 translations build` writes the chapter from it. Terms: notebooks/locale/{lang}/glossary.md."""
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+# Documents translated with the chapters, relative to the repository (the folder above notebooks/).
+DOCUMENTS = ("README.md", "docs/teaching.md")
+_LINK = re.compile(r"(\]\()([^)\s]+)")
 
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _HEADING = re.compile(r"^(#{1,6}[ \t]+)(.*)$")
@@ -285,17 +292,16 @@ def _closest(entry: polib.POEntry, candidates: list[polib.POEntry]) -> polib.POE
 
 
 def extract(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> dict[str, tuple[int, int, int]]:
-    """Bring each chapter's catalog up to date with the English; ``{chapter: (units, untranslated,
-    fuzzy)}``. A new catalog starts with every unit untranslated."""
+    """Bring each chapter's and document's catalog up to date with the English; ``{name: (units,
+    untranslated, fuzzy)}``. A new catalog starts with every unit untranslated."""
     _check_lang(lang)
     counts = {}
-    for chapter in chapters(notebooks):
-        path = catalog_path(chapter, lang)
-        old = read_catalog(path, lang) if path.exists() else None
-        header = HEADER.format(language=LANGUAGES[lang], chapter=chapter.stem, lang=lang)
-        catalog = merge(old, template(chapter), header, lang)
-        write_catalog(catalog, path)
-        counts[chapter.stem] = _counts(catalog)
+    for source in sources(lang, notebooks):
+        old = read_catalog(source.catalog, lang) if source.catalog.exists() else None
+        header = HEADER.format(language=LANGUAGES[lang], chapter=source.english.name, lang=lang)
+        catalog = merge(old, _entries(source), header, lang)
+        write_catalog(catalog, source.catalog)
+        counts[source.name] = _counts(catalog)
     return counts
 
 
@@ -338,6 +344,10 @@ def build_notebook(chapter: Path, lang: str) -> tuple[dict, list[str]]:
     for cell in built["cells"]:
         if cell["cell_type"] == "markdown":
             text, left = translate_markdown(_source(cell), cell["id"], entries)
+            # One folder down (notebooks/<lang>/): the same chapter names, everything else one level up.
+            text = _relink(
+                text, lambda path: path if path.endswith(".ipynb") and "/" not in path else f"../{path}"
+            )
             cell["source"] = text.splitlines(keepends=True)
             missing += left
     built["metadata"]["dtfkit_translation"] = {"language": lang, "source": f"../{chapter.name}"}
@@ -350,16 +360,137 @@ def notebook_text(notebook: dict) -> str:
 
 
 def build(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> dict[str, int]:
-    """Write every chapter in ``lang``; ``{chapter: units left in English}``."""
+    """Write every chapter and document in ``lang``; ``{name: units left in English}``."""
     _check_lang(lang)
     left = {}
-    for chapter in chapters(notebooks):
-        notebook, missing = build_notebook(chapter, lang)
-        path = built_path(chapter, lang)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(notebook_text(notebook), encoding="utf-8")
-        left[chapter.stem] = len(missing)
+    for source in sources(lang, notebooks):
+        text, missing = _built_text(source, lang)
+        source.built.parent.mkdir(parents=True, exist_ok=True)
+        source.built.write_text(text, encoding="utf-8")
+        left[source.name] = len(missing)
     return left
+
+
+@dataclass(frozen=True)
+class Source:
+    """One English source of the course (a chapter or a document) and where its translation lives."""
+
+    name: str  # the chapter's file stem ("09_ps_vs_ring_allreduce"), or the document's ("README")
+    english: Path
+    catalog: Path
+    built: Path
+    is_chapter: bool
+
+
+def sources(lang: str, notebooks: Path = NOTEBOOKS) -> list[Source]:
+    """Every chapter, then every document of ``DOCUMENTS`` that the repository has."""
+    found = [Source(c.stem, c, catalog_path(c, lang), built_path(c, lang), True) for c in chapters(notebooks)]
+    repo = notebooks.parent
+    for name in DOCUMENTS:
+        document = repo / name
+        if document.exists():
+            catalog = repo / "docs" / "locale" / lang / "LC_MESSAGES" / f"{document.stem}.po"
+            built = document.with_name(f"{document.stem}.{lang.replace('_', '-')}.md")
+            found.append(Source(document.stem, document, catalog, built, False))
+    return found
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower())[:40].strip("-") or "section"
+
+
+def document_units(text: str) -> list[tuple[str, Piece]]:
+    """A document's units, each keyed by the section it stands in (its heading's words; ``#2`` for
+    the second unit of the same text in a section)."""
+    section, seen, out = "top", {}, []
+    for piece in split_markdown(text):
+        if not piece.unit:
+            out.append(("", piece))
+            continue
+        if piece.kind == "heading":
+            section = _slug(piece.text)
+        seen[(section, piece.text)] = seen.get((section, piece.text), 0) + 1
+        number = seen[(section, piece.text)]
+        out.append((section if number == 1 else f"{section}#{number}", piece))
+    return out
+
+
+def _entries(source: Source) -> list[polib.POEntry]:
+    """The source's units as untranslated entries, in order."""
+    if source.is_chapter:
+        return template(source.english)
+    return [
+        polib.POEntry(
+            msgctxt=key,
+            msgid=piece.text,
+            msgstr="",
+            comment=f"section {key.split('#')[0]}, {piece.kind}",
+            occurrences=[(source.english.name, "")],
+        )
+        for key, piece in document_units(source.english.read_text(encoding="utf-8"))
+        if key
+    ]
+
+
+def _relink(text: str, target) -> str:
+    """``text`` with each relative link's target replaced by ``target(path)``."""
+
+    def swap(match: re.Match) -> str:
+        path = match.group(2)
+        if re.match(r"^([a-z][a-z0-9+.-]*:|#|/)", path):
+            return match.group(0)
+        return match.group(1) + target(path)
+
+    return _LINK.sub(swap, text)
+
+
+def build_document(source: Source, lang: str) -> tuple[str, list[str]]:
+    """The document in ``lang``, and the keys of its units left in English. Links to a document
+    that is translated too lead to its translation."""
+    english = source.english.read_text(encoding="utf-8")
+    entries = _lookup(read_catalog(source.catalog, lang))
+    missing, out = [], []
+    for key, piece in document_units(english):
+        entry = entries.get((key, piece.text)) if key else None
+        if key and (entry is None or not entry.msgstr or "fuzzy" in entry.flags):
+            missing.append(key)
+        out.append(piece.render(entry.msgstr if key and key not in missing else None))
+    repo = source.english.parent if source.english.parent.name != "docs" else source.english.parent.parent
+    translated = {
+        (repo / name).resolve(): (repo / name).with_name(f"{Path(name).stem}.{lang.replace('_', '-')}.md")
+        for name in DOCUMENTS
+    }
+
+    def target(path: str) -> str:
+        bare, _, anchor = path.partition("#")
+        other = translated.get((source.english.parent / bare).resolve())
+        if other is None:
+            return path
+        return os.path.relpath(other, source.english.parent) + (f"#{anchor}" if anchor else "")
+
+    note = (
+        f"<!-- Built by `python -m dtfkit translations build` from {source.english.name} and "
+        f"{source.catalog.relative_to(repo).as_posix()}: edit those, not this file. -->\n"
+    )
+    return note + _relink("\n".join(out), target), missing
+
+
+def _built_text(source: Source, lang: str) -> tuple[str, list[str]]:
+    if source.is_chapter:
+        notebook, missing = build_notebook(source.english, lang)
+        return notebook_text(notebook), missing
+    return build_document(source, lang)
+
+
+def _find(name: str, lang: str, notebooks: Path) -> Source:
+    everything = sources(lang, notebooks)
+    found = [s for s in everything if s.name == name or s.name.startswith(f"{name}_")]
+    if len(found) != 1:
+        names = ", ".join(s.name for s in everything)
+        raise DtfkitError(
+            f"no chapter or document {name!r}: name one of {names} (or a chapter's number, 01 to 12)"
+        )
+    return found[0]
 
 
 def has_prose(text: str) -> bool:
@@ -368,33 +499,32 @@ def has_prose(text: str) -> bool:
 
 
 def problems(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> list[str]:
-    """What is not in step between the English chapters, the catalogs and the built notebooks."""
+    """What is not in step between the English sources, the catalogs and the built translations."""
     _check_lang(lang)
     found = []
-    for chapter in chapters(notebooks):
-        path = catalog_path(chapter, lang)
-        if not path.exists():
-            found.append(f"{chapter.stem}: no catalog ({path.relative_to(notebooks)}); run extract")
+    repo = notebooks.parent
+    for source in sources(lang, notebooks):
+        if not source.catalog.exists():
+            found.append(f"{source.name}: no catalog ({source.catalog.relative_to(repo)}); run extract")
             continue
-        catalog = read_catalog(path, lang)
-        stale = _keys(template(chapter)) - _keys(_messages(catalog))
+        catalog = read_catalog(source.catalog, lang)
+        stale = _keys(_entries(source)) - _keys(_messages(catalog))
         if stale:
-            found.append(f"{chapter.stem}: {len(stale)} unit(s) not in the catalog; run extract")
+            found.append(f"{source.name}: {len(stale)} unit(s) not in the catalog; run extract")
         for message in _messages(catalog):
-            where = f"{chapter.stem} [{message.msgctxt}] {message.msgid[:60]!r}"
+            where = f"{source.name} [{message.msgctxt}] {message.msgid[:60]!r}"
             if not message.msgstr:
                 found.append(f"{where}: untranslated")
             elif "fuzzy" in message.flags:
                 found.append(f"{where}: fuzzy (the English changed)")
             elif has_prose(message.msgid) and not _CJK.search(message.msgstr):
                 found.append(f"{where}: the translation has no Chinese")
-        expected, _ = build_notebook(chapter, lang)
-        built = built_path(chapter, lang)
-        if not built.exists():
-            found.append(f"{chapter.stem}: not built ({built.relative_to(notebooks)}); run build")
-        elif built.read_text(encoding="utf-8") != notebook_text(expected):
+        expected, _ = _built_text(source, lang)
+        if not source.built.exists():
+            found.append(f"{source.name}: not built ({source.built.relative_to(repo)}); run build")
+        elif source.built.read_text(encoding="utf-8") != expected:
             found.append(
-                f"{chapter.stem}: {built.relative_to(notebooks)} differs from what build writes; run build"
+                f"{source.name}: {source.built.relative_to(repo)} differs from what build writes; run build"
             )
     return found
 
@@ -407,8 +537,8 @@ def todo(chapter_stem: str, lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) ->
     """The units of one chapter that need a translator, as plain data: ``context``, ``id`` (the
     English), ``kind``, ``previous`` (a fuzzy unit's old English) and ``string`` (its translation
     so far). A translator (or a tool) fills ``string`` and hands the list to ``fill``."""
-    chapter = _chapter(chapter_stem, notebooks)
-    catalog = read_catalog(catalog_path(chapter, lang), lang)
+    source = _find(chapter_stem, lang, notebooks)
+    catalog = read_catalog(source.catalog, lang)
     out = []
     for message in _messages(catalog):
         if message.msgstr and "fuzzy" not in message.flags:
@@ -429,8 +559,8 @@ def fill(chapter_stem: str, entries: list[dict], lang: str = "zh_CN", notebooks:
     """Write translations (``todo``'s entries with ``string`` filled) into the chapter's catalog;
     each one written is no longer fuzzy. Returns how many were written; an entry that names no
     unit of the catalog is an error (its English changed since ``todo``: run ``todo`` again)."""
-    chapter = _chapter(chapter_stem, notebooks)
-    path = catalog_path(chapter, lang)
+    source = _find(chapter_stem, lang, notebooks)
+    path = source.catalog
     catalog = read_catalog(path, lang)
     written = 0
     by_key = _lookup(catalog)
@@ -441,7 +571,7 @@ def fill(chapter_stem: str, entries: list[dict], lang: str = "zh_CN", notebooks:
         message = by_key.get((entry["context"], entry["id"]))
         if message is None:
             raise DtfkitError(
-                f"{chapter.stem}: no unit [{entry['context']}] {entry['id'][:60]!r} in {path.name}; "
+                f"{source.name}: no unit [{entry['context']}] {entry['id'][:60]!r} in {path.name}; "
                 "the English changed since: run `translations todo` again"
             )
         message.msgstr = string
@@ -451,11 +581,3 @@ def fill(chapter_stem: str, entries: list[dict], lang: str = "zh_CN", notebooks:
         written += 1
     write_catalog(catalog, path)
     return written
-
-
-def _chapter(stem: str, notebooks: Path) -> Path:
-    found = [c for c in chapters(notebooks) if c.stem == stem or c.stem.startswith(f"{stem}_")]
-    if len(found) != 1:
-        names = ", ".join(c.stem for c in chapters(notebooks))
-        raise DtfkitError(f"no chapter {stem!r}: name one of {names} (or its number, 01 to 12)")
-    return found[0]
