@@ -56,6 +56,7 @@ _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _HEADING = re.compile(r"^(#{1,6}[ \t]+)(.*)$")
 _ITEM = re.compile(r"^([ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+)(\S.*)$")
 _QUOTE = re.compile(r"^(>[ \t]?)(.*)$")
+_ORDERED = re.compile(r"^([ \t]*)(\d{1,3})[.)][ \t]")
 _TABLE = re.compile(r"^[ \t]*\|")
 _TABLE_RULE = re.compile(r"^[ \t|:\-]+$")
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
@@ -151,7 +152,11 @@ def split_markdown(source: str) -> list[Piece]:
                 indents.append(follow.group(1))
                 texts.append(follow.group(2))
             else:
-                if _starts_block(more):
+                ordered = _ORDERED.match(more)
+                # CommonMark: a list that does not start at 1 cannot interrupt a paragraph; in an item,
+                # such a line indented as the item's text is that text going on ("... steps 60 and\n   120)").
+                nested = kind == "paragraph" or (ordered is not None and len(ordered.group(1)) >= len(prefix))
+                if _starts_block(more) and not (ordered and ordered.group(2) != "1" and nested):
                     break
                 stripped = more.lstrip(" \t")
                 indents.append(more[: len(more) - len(stripped)])
