@@ -86,7 +86,8 @@ def _translations(ns: argparse.Namespace) -> int:
             print(f"{chapter}: built" + (f", {left} unit(s) left in English" if left else ""))
         return 0
     if ns.action == "todo":
-        sys.stdout.write(json.dumps(translate.todo(ns.chapter, ns.lang), ensure_ascii=False, indent=1) + "\n")
+        entries = translate.todo(ns.chapter, ns.lang, everything=ns.all)
+        sys.stdout.write(json.dumps(entries, ensure_ascii=False, indent=1) + "\n")
         return 0
     if ns.action == "fill":
         with open(ns.file, encoding="utf-8") as f:
@@ -266,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("chapter", nargs="?", help="todo, fill: a chapter's number (09) or name")
     tr.add_argument("file", nargs="?", help="fill: the JSON file of translations")
     tr.add_argument("--lang", default="zh_CN", help="the language (default zh_CN)")
+    tr.add_argument("--all", action="store_true", help="todo: every unit, translated ones too (for a review)")
     tr.set_defaults(func=_translations)
 
     b = sub.add_parser(

@@ -538,15 +538,18 @@ def _keys(messages: Iterable) -> set[tuple[str, str]]:
     return {(m.msgctxt, m.msgid) for m in messages}
 
 
-def todo(chapter_stem: str, lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> list[dict]:
+def todo(
+    chapter_stem: str, lang: str = "zh_CN", notebooks: Path = NOTEBOOKS, *, everything: bool = False
+) -> list[dict]:
     """The units of one chapter that need a translator, as plain data: ``context``, ``id`` (the
     English), ``kind``, ``previous`` (a fuzzy unit's old English) and ``string`` (its translation
-    so far). A translator (or a tool) fills ``string`` and hands the list to ``fill``."""
+    so far). A translator (or a tool) fills ``string`` and hands the list to ``fill``. ``everything``:
+    the translated units too (for a review)."""
     source = _find(chapter_stem, lang, notebooks)
     catalog = read_catalog(source.catalog, lang)
     out = []
     for message in _messages(catalog):
-        if message.msgstr and "fuzzy" not in message.flags:
+        if message.msgstr and "fuzzy" not in message.flags and not everything:
             continue
         out.append(
             {
