@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from dtfkit.errors import DtfkitError, exit_code
 
@@ -53,15 +54,30 @@ def _cleanup(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _in_language(source: str, lang: str | None) -> str:
+    """The ``lang`` edition of a folder of chapters, or of one chapter (``notebooks/zh_CN/...``)."""
+    if lang is None:
+        return source
+    path = Path(source)
+    edition = path / lang if path.is_dir() else path.parent / lang / path.name
+    if not edition.exists():
+        raise DtfkitError(
+            f"there is no {lang} edition of {source} ({edition} does not exist); the course has "
+            "notebooks/zh_CN (python -m dtfkit translations build writes it)"
+        )
+    return str(edition)
+
+
 def _student_copies(ns: argparse.Namespace) -> int:
     from dtfkit.course.student import write_nbgrader_source, write_student_copies
 
+    source = _in_language(ns.source, ns.lang)
     if ns.format == "nbgrader":
         written = write_nbgrader_source(
-            ns.source, ns.output, lock_others=ns.lock_other_cells, exercises_only=ns.exercises_only
+            source, ns.output, lock_others=ns.lock_other_cells, exercises_only=ns.exercises_only
         )
     else:
-        written = write_student_copies(ns.source, ns.output)
+        written = write_student_copies(source, ns.output)
     for path in written:
         print(f"wrote {path}")
     if ns.format == "nbgrader":
@@ -251,6 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--lock-other-cells",
         action="store_true",
         help="nbgrader: mark every cell but the answers read-only (autograde restores them)",
+    )
+    s.add_argument(
+        "--lang",
+        default=None,
+        help="the edition in this language: zh_CN reads SOURCE/zh_CN (the Chinese chapters) instead of SOURCE",
     )
     s.set_defaults(func=_student_copies)
 

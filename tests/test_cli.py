@@ -226,3 +226,37 @@ def test_student_copies_refuses_nbgrader_options_without_the_format_and_names_a_
     assert out.returncode == 2, out.stdout
     assert "broken.ipynb, cell 0: this answer cell has no check cell after it" in out.stderr
     assert not (tmp_path / "src").exists()
+
+
+def test_student_copies_of_the_chinese_edition(tmp_path):
+    """`--lang zh_CN`: the Chinese chapters, stubbed as the English ones are; nbgrader's format too."""
+    import json
+
+    out = run_cli(
+        ["student-copies", str(REPO / "notebooks"), "--lang", "zh_CN", "-o", "student"], tmp_path, 120
+    )
+    assert out.returncode == 0, out.stderr
+    written = sorted((tmp_path / "student").glob("*.ipynb"))
+    assert [p.name for p in written] == sorted(
+        p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")
+    )
+    cells = json.loads(written[0].read_text(encoding="utf-8"))["cells"]
+    assert "学习目标" in "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert any("raise NotImplementedError()" in "".join(c["source"]) for c in cells)  # a solution stubbed
+    graded = run_cli(
+        [
+            "student-copies",
+            str(REPO / "notebooks"),
+            "--lang",
+            "zh_CN",
+            "--format",
+            "nbgrader",
+            "-o",
+            "source",
+        ],
+        tmp_path,
+        120,
+    )
+    assert graded.returncode == 0 and graded.stdout.count("wrote ") == len(written), graded.stderr
+    missing = run_cli(["student-copies", str(REPO / "notebooks"), "--lang", "fr", "-o", "x"], tmp_path, 60)
+    assert missing.returncode == 2 and "there is no fr edition" in missing.stderr
