@@ -195,3 +195,39 @@ def test_jupyterlab_can_show_its_own_interface_in_chinese():
 
     packs, _ = get_language_packs("en")
     assert "zh_CN" in packs
+
+
+FIGURE = re.compile(r"(?<![A-Za-z0-9_.])\d+(?:[.,]\d+)*")
+
+
+def figures_lost(messages) -> list[str]:
+    """Units whose translation lacks a number the English states (as often as the English states it)."""
+    from collections import Counter
+
+    found = []
+    for message in messages:
+        lost = Counter(FIGURE.findall(message.msgid)) - Counter(FIGURE.findall(message.msgstr))
+        if lost:
+            found.append(f"[{message.msgctxt}] {sorted(lost)}: {message.msgstr[:60]!r}")
+    return found
+
+
+def test_every_figure_of_the_english_is_in_its_translation():
+    """The English chapters' prose states only figures their outputs show (tests/test_prose_figures.py);
+    a translation that keeps every figure of its unit says no other."""
+    found = []
+    for source in translate.sources("zh_CN"):
+        catalog = translate.read_catalog(source.catalog, "zh_CN")
+        found += [f"{source.name} {line}" for line in figures_lost(translate._messages(catalog))]
+    assert found == []
+
+
+def test_the_figures_check_finds_a_changed_number():
+    import polib
+
+    kept = polib.POEntry(
+        msgid="2 ps + 3 workers, 1.5× faster in 2026", msgstr="2 个 ps + 3 个 worker，2026 年快 1.5×"
+    )
+    changed = polib.POEntry(msgid="about 30 s on 2 cores", msgstr="在 2 核上大约 40 s", msgctxt="c")
+    assert figures_lost([kept]) == []
+    assert figures_lost([changed]) == ["[c] ['30']: '在 2 核上大约 40 s'"]
