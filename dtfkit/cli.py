@@ -59,6 +59,8 @@ def _in_language(source: str, lang: str | None) -> str:
     if lang is None:
         return source
     path = Path(source)
+    if not path.exists():
+        raise DtfkitError(f"{source} does not exist: name a folder of chapters (notebooks/) or one chapter")
     edition = path / lang if path.is_dir() else path.parent / lang / path.name
     if not edition.exists():
         raise DtfkitError(
@@ -332,6 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
+    if ns.command == "translations" and ns.action not in ("todo", "fill") and (ns.chapter or ns.file):
+        parser.error(f"translations {ns.action} works on every chapter and document; it takes no name")
+    if ns.command == "translations" and ns.all and ns.action != "todo":
+        parser.error("--all goes with translations todo")
     if ns.command == "translations" and ns.action in ("todo", "fill") and not ns.chapter:
         parser.error(f"translations {ns.action} needs a chapter (its number, e.g. 09)")
     if ns.command == "translations" and ns.action == "fill" and not ns.file:

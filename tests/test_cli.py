@@ -240,9 +240,15 @@ def test_student_copies_of_the_chinese_edition(tmp_path):
     assert [p.name for p in written] == sorted(
         p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")
     )
-    cells = json.loads(written[0].read_text(encoding="utf-8"))["cells"]
-    assert "学习目标" in "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    assert any("raise NotImplementedError()" in "".join(c["source"]) for c in cells)  # a solution stubbed
+    english = run_cli(["student-copies", str(REPO / "notebooks"), "-o", "english"], tmp_path, 120)
+    assert english.returncode == 0, english.stderr
+    for path in written:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        theirs = json.loads((tmp_path / "english" / path.name).read_text(encoding="utf-8"))["cells"]
+        code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+        assert code == ["".join(c["source"]) for c in theirs if c["cell_type"] == "code"], path.name
+        assert "学习目标" in "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert any("raise NotImplementedError()" in code for code in code)  # solutions stubbed as in English
     graded = run_cli(
         [
             "student-copies",
@@ -260,3 +266,14 @@ def test_student_copies_of_the_chinese_edition(tmp_path):
     assert graded.returncode == 0 and graded.stdout.count("wrote ") == len(written), graded.stderr
     missing = run_cli(["student-copies", str(REPO / "notebooks"), "--lang", "fr", "-o", "x"], tmp_path, 60)
     assert missing.returncode == 2 and "there is no fr edition" in missing.stderr
+    typo = run_cli(["student-copies", str(REPO / "notebook"), "--lang", "zh_CN", "-o", "x"], tmp_path, 60)
+    assert typo.returncode == 2 and "notebook does not exist" in typo.stderr
+
+
+def test_translations_check_says_the_edition_is_in_step_and_refuses_stray_arguments(tmp_path):
+    out = run_cli(["translations", "check"], tmp_path, 120)
+    assert out.returncode == 0 and "the zh_CN edition is in step with the English" in out.stdout, out.stdout
+    stray = run_cli(["translations", "build", "09"], tmp_path, 60)
+    assert stray.returncode == 2 and "takes no name" in stray.stderr
+    todo = run_cli(["translations", "todo", "09"], tmp_path, 60)
+    assert todo.returncode == 0 and todo.stdout.strip() == "[]"

@@ -151,20 +151,77 @@ def test_a_changed_english_unit_becomes_fuzzy_a_new_one_untranslated_a_removed_o
     assert "exactly one thing" in "".join(built["cells"][0]["source"])
 
 
-def test_check_finds_a_translation_without_chinese_and_a_hand_edited_build(tmp_path):
+def test_check_finds_a_hand_edited_build_a_missing_one_and_a_missing_catalog(tmp_path):
     chapter = _one_chapter(tmp_path)
-    entries = translate.todo("09", "zh_CN", tmp_path)
-    assert entries == []
-    catalog_path = translate.catalog_path(chapter, "zh_CN")
-    catalog = translate.read_catalog(catalog_path, "zh_CN")
-    first = next(m for m in translate._messages(catalog) if translate.has_prose(m.msgid))
-    first.msgstr = first.msgid  # "translated" by copying the English
-    translate.write_catalog(catalog, catalog_path)
     built = translate.built_path(chapter, "zh_CN")
     built.write_text(built.read_text(encoding="utf-8").replace("译文", "译本", 1), encoding="utf-8")
+    assert any("differs from what build writes" in line for line in translate.problems("zh_CN", tmp_path))
+    built.unlink()
+    assert any("not built" in line for line in translate.problems("zh_CN", tmp_path))
+    translate.catalog_path(chapter, "zh_CN").unlink()
+    assert any("no catalog" in line for line in translate.problems("zh_CN", tmp_path))
+    from dtfkit.errors import DtfkitError
+
+    with pytest.raises(DtfkitError, match="no catalog yet; python -m dtfkit translations extract writes it"):
+        translate.build("zh_CN", tmp_path)
+
+
+def test_check_finds_a_translation_without_chinese_of_its_own_and_lost_markup(tmp_path):
+    chapter = _one_chapter(tmp_path)
+    catalog_path = translate.catalog_path(chapter, "zh_CN")
+    catalog = translate.read_catalog(catalog_path, "zh_CN")
+    messages = translate._messages(catalog)
+    copied = next(m for m in messages if translate.has_prose(m.msgid) and "分布式" in m.msgid)
+    copied.msgstr = copied.msgid  # "translated" by copying English that quotes a Chinese title
+    coded = next(m for m in messages if "`_Send`" in m.msgid)
+    coded.msgstr = coded.msgstr.replace("`_Send`", "_Send", 1)
+    translate.write_catalog(catalog, catalog_path)
     found = translate.problems("zh_CN", tmp_path)
-    assert any("has no Chinese" in line for line in found), found
-    assert any("differs from what build writes" in line for line in found), found
+    assert any("has no Chinese of its own" in line for line in found), found
+    assert any("code span `_Send` is missing" in line for line in found), found
+
+
+def test_check_finds_units_the_catalog_has_not_got(tmp_path):
+    chapter = _one_chapter(tmp_path)
+    notebook = json.loads(chapter.read_text(encoding="utf-8"))
+    cell = next(c for c in notebook["cells"] if c["cell_type"] == "markdown")
+    cell["source"] = [*cell["source"], "\n\nA paragraph nobody has extracted yet."]
+    chapter.write_text(translate.notebook_text(notebook), encoding="utf-8")
+    assert any(
+        "1 unit(s) not in the catalog; run extract" in line for line in translate.problems("zh_CN", tmp_path)
+    )
+
+
+def test_an_obsolete_unit_that_comes_back_gets_its_translation_back(tmp_path):
+    chapter = _one_chapter(tmp_path)
+    original = chapter.read_text(encoding="utf-8")
+    notebook = json.loads(original)
+    cell = next(c for c in notebook["cells"] if c["cell_type"] == "markdown")
+    gone = next(p for p in translate.split_markdown(_source(cell)) if p.kind == "paragraph")
+    cell["source"] = _source(cell).replace(gone.text, "", 1).splitlines(keepends=True)
+    chapter.write_text(translate.notebook_text(notebook), encoding="utf-8")
+    translate.extract("zh_CN", tmp_path)
+    catalog = translate.read_catalog(translate.catalog_path(chapter, "zh_CN"))
+    assert gone.text in [m.msgid for m in catalog.obsolete_entries()]
+    chapter.write_text(original, encoding="utf-8")
+    assert translate.extract("zh_CN", tmp_path)["09_ps_vs_ring_allreduce"][1:] == (0, 0)
+
+
+def test_the_cut_keeps_list_items_and_solution_markers_apart():
+    source = (
+        "1. First step.\n\n   More about it.\n2. Second step.\n\n### BEGIN SOLUTION\nanswer\n### END SOLUTION"
+    )
+    pieces = translate.split_markdown(source)
+    assert [(p.kind, p.text) for p in pieces if p.unit] == [
+        ("item", "First step."),
+        ("paragraph", "More about it."),
+        ("item", "Second step."),
+        ("paragraph", "answer"),
+    ]
+    rendered = "\n".join(p.render("译") if p.unit else p.render() for p in pieces)
+    assert rendered == "1. 译\n\n   译\n2. 译\n\n### BEGIN SOLUTION\n译\n### END SOLUTION"
+    assert translate._one_folder_down("02_x.ipynb#goals") == "02_x.ipynb#goals"
+    assert translate._one_folder_down("./images/a.png") == "../images/a.png"
 
 
 def test_an_unknown_language_or_chapter_is_a_clear_error():

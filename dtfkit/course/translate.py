@@ -56,6 +56,9 @@ _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _HEADING = re.compile(r"^(#{1,6}[ \t]+)(.*)$")
 _ITEM = re.compile(r"^([ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+)(\S.*)$")
 _QUOTE = re.compile(r"^(>[ \t]?)(.*)$")
+# Lines kept as they are, never part of a unit: nbgrader's solution markers (student copies look for
+# them), and setext underlines or thematic breaks ("=====", "---").
+_VERBATIM = re.compile(r"^\s*(?:#{3} (?:BEGIN|END) (?:SOLUTION|HIDDEN TESTS)|=+|-{3,}|\*{3,}|_{3,})\s*$")
 _ORDERED = re.compile(r"^([ \t]*)(\d{1,3})[.)][ \t]")
 _TABLE = re.compile(r"^[ \t]*\|")
 _TABLE_RULE = re.compile(r"^[ \t|:\-]+$")
@@ -87,7 +90,9 @@ class Piece:
 
     @property
     def prefix_indent(self) -> str:
-        return "> " if self.kind == "quote" else " " * len(self.prefix) if self.kind == "item" else ""
+        if self.kind == "quote":
+            return "> "
+        return " " * len(self.prefix) if self.kind == "item" else self.prefix
 
 
 def _starts_block(line: str) -> bool:
@@ -118,7 +123,7 @@ def split_markdown(source: str) -> list[Piece]:
             pieces.append(Piece("\n".join(lines[i : end + 1])))
             i = end + 1
             continue
-        if not line.strip():
+        if not line.strip() or _VERBATIM.match(line):
             pieces.append(Piece(line))
             i += 1
             continue
@@ -140,7 +145,8 @@ def split_markdown(source: str) -> list[Piece]:
         elif quote:
             kind, prefix, first = "quote", quote.group(1), quote.group(2)
         else:
-            kind, prefix, first = "paragraph", "", line
+            stripped = line.lstrip(" \t")
+            kind, prefix, first = "paragraph", line[: len(line) - len(stripped)], stripped
         texts, indents = [first], []
         i += 1
         while i < len(lines) and lines[i].strip():
@@ -152,11 +158,16 @@ def split_markdown(source: str) -> list[Piece]:
                 indents.append(follow.group(1))
                 texts.append(follow.group(2))
             else:
+                if _VERBATIM.match(more):
+                    break
                 ordered = _ORDERED.match(more)
-                # CommonMark: a list that does not start at 1 cannot interrupt a paragraph; in an item,
-                # such a line indented as the item's text is that text going on ("... steps 60 and\n   120)").
-                nested = kind == "paragraph" or (ordered is not None and len(ordered.group(1)) >= len(prefix))
-                if _starts_block(more) and not (ordered and ordered.group(2) != "1" and nested):
+                # CommonMark: a list that does not start at 1 cannot interrupt a paragraph: such a line
+                # indented as the text is that text going on ("... steps 60 and\n   120)"); indented
+                # less, it is the next item of a list around the text.
+                inside = ordered is not None and len(ordered.group(1)) >= len(
+                    prefix if kind == "item" else prefix
+                )
+                if _starts_block(more) and not (ordered and ordered.group(2) != "1" and inside):
                     break
                 stripped = more.lstrip(" \t")
                 indents.append(more[: len(more) - len(stripped)])
@@ -229,6 +240,8 @@ def template(chapter: Path) -> list[polib.POEntry]:
 
 
 def read_catalog(path: Path, lang: str = "zh_CN") -> polib.POFile:
+    if not path.exists():
+        raise DtfkitError(f"{path}: no catalog yet; python -m dtfkit translations extract writes it")
     return polib.pofile(str(path), wrapwidth=0)
 
 
@@ -260,12 +273,14 @@ def merge(old: polib.POFile | None, fresh: list[polib.POEntry], header: str, lan
     previous = [e for e in old if not e.obsolete] if old is not None else []
     long_gone = [e for e in old if e.obsolete] if old is not None else []
     by_key = {(e.msgctxt, e.msgid): e for e in previous}
+    # An obsolete unit whose English came back gets its translation back, as msgmerge does it.
+    revived = {(e.msgctxt, e.msgid): e for e in long_gone if e.msgstr and "fuzzy" not in e.flags}
     fresh_keys = {(e.msgctxt, e.msgid) for e in fresh}
     used: set[int] = set()
     for entry in fresh:
-        known = by_key.get((entry.msgctxt, entry.msgid))
+        known = by_key.get((entry.msgctxt, entry.msgid)) or revived.get((entry.msgctxt, entry.msgid))
         if known is not None:
-            entry.msgstr, entry.flags = known.msgstr, list(known.flags)
+            entry.msgstr, entry.flags, entry.tcomment = known.msgstr, list(known.flags), known.tcomment
             entry.previous_msgid, entry.previous_msgctxt = known.previous_msgid, known.previous_msgctxt
             used.add(id(known))
         else:
@@ -273,7 +288,7 @@ def merge(old: polib.POFile | None, fresh: list[polib.POEntry], header: str, lan
                 entry, [e for e in previous if (e.msgctxt, e.msgid) not in fresh_keys and e.msgstr]
             )
             if source is not None:
-                entry.msgstr, entry.flags = source.msgstr, ["fuzzy"]
+                entry.msgstr, entry.flags, entry.tcomment = source.msgstr, ["fuzzy"], source.tcomment
                 entry.previous_msgid = source.msgid
                 entry.previous_msgctxt = source.msgctxt if source.msgctxt != entry.msgctxt else None
                 used.add(id(source))
@@ -337,6 +352,15 @@ def translate_markdown(
             missing.append(key)
         out.append(piece.render(entry.msgstr if key and key not in missing else None))
     return "\n".join(out), missing
+
+
+def _one_folder_down(path: str) -> str:
+    """A chapter's link target as seen from ``notebooks/<lang>/``: a sibling chapter is translated
+    too (same name), anything else is one folder up."""
+    bare = path.removeprefix("./")
+    if re.fullmatch(r"\d\d_[\w-]+\.ipynb", bare.split("#")[0]):
+        return bare
+    return f"../{bare}"
 
 
 def build_notebook(chapter: Path, lang: str) -> tuple[dict, list[str]]:
@@ -442,7 +466,7 @@ def _relink(text: str, target) -> str:
 
     def swap(match: re.Match) -> str:
         path = match.group(2)
-        if re.match(r"^([a-z][a-z0-9+.-]*:|#|/)", path):
+        if re.match(r"^([a-z][a-z0-9+.-]*:|#|/)", path, re.I):
             return match.group(0)
         return match.group(1) + target(path)
 
@@ -503,6 +527,30 @@ def has_prose(text: str) -> bool:
     return len(re.findall(r"[A-Za-z]{2,}", _NOT_PROSE.sub(" ", text))) >= 2
 
 
+_CODE_SPAN = re.compile(r"`[^`]+`")
+_LINK_TARGET = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def markup_lost(english: str, translation: str) -> list[str]:
+    """What of the English unit's code spans and link targets its translation does not have (each as
+    often; a line break inside a code span counts as a space).
+
+    Example::
+
+        >>> markup_lost("Call `run()` ([docs](a.md)).", "调用 `run()`（[文档](b.md)）。")
+        ['link target a.md is missing']
+    """
+    found = []
+    for what, pattern in (("code span", _CODE_SPAN), ("link target", _LINK_TARGET)):
+        ours = [" ".join(x.split()) for x in pattern.findall(translation)]
+        for item in [" ".join(x.split()) for x in pattern.findall(english)]:
+            if item in ours:
+                ours.remove(item)
+            else:
+                found.append(f"{what} {item} is missing")
+    return found
+
+
 def problems(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> list[str]:
     """What is not in step between the English sources, the catalogs and the built translations."""
     _check_lang(lang)
@@ -522,8 +570,12 @@ def problems(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> list[str]:
                 found.append(f"{where}: untranslated")
             elif "fuzzy" in message.flags:
                 found.append(f"{where}: fuzzy (the English changed)")
-            elif has_prose(message.msgid) and not _CJK.search(message.msgstr):
-                found.append(f"{where}: the translation has no Chinese")
+            elif has_prose(message.msgid) and not set(_CJK.findall(message.msgstr)) - set(
+                _CJK.findall(message.msgid)
+            ):
+                found.append(f"{where}: the translation has no Chinese of its own")
+            else:
+                found += [f"{where}: {line}" for line in markup_lost(message.msgid, message.msgstr)]
         expected, _ = _built_text(source, lang)
         if not source.built.exists():
             found.append(f"{source.name}: not built ({source.built.relative_to(repo)}); run build")
