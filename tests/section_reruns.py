@@ -21,8 +21,10 @@ Example::
 from __future__ import annotations
 
 import copy
+import json
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from notebook_sections import exercises_start, section_span
@@ -74,7 +76,7 @@ def insert_reruns(items: list[Any]) -> None:
     for notebook, indices in by_notebook.items():
         cells = notebook.nb.cells
         position = {id(cell): i for i, cell in enumerate(cells)}
-        for start, end in rerun_spans(notebook.path.name, cells):
+        for start, end in rerun_spans(notebook.path.name, _english_cells(notebook.path, cells)):
             section = [i for i in indices if start <= position[id(items[i].cell)] < end]
             if not section:
                 raise ValueError(f"{notebook.path.name}: no code cell between cells {start} and {end}")
@@ -82,6 +84,15 @@ def insert_reruns(items: list[Any]) -> None:
             inserts.append((section[-1] + 1, copies))
     for at, copies in sorted(inserts, key=lambda insert: insert[0], reverse=True):
         items[at:at] = copies
+
+
+def _english_cells(path: Path, cells: Sequence[Any]) -> Sequence[Any]:
+    """The cells whose headings name the sections: a translated chapter (``notebooks/zh_CN/``) has the
+    English chapter's cells one for one (``tests/test_translations.py``), with its headings translated."""
+    english = Path(path).parent.parent / Path(path).name
+    if Path(path).parent.name != "notebooks" and english.exists():
+        return json.loads(english.read_text(encoding="utf-8"))["cells"]
+    return cells
 
 
 def _again(item: Any) -> Any:
