@@ -24,6 +24,7 @@ from dtfkit.errors import (
     TaskNotRunning,
     TaskTimeout,
 )
+from dtfkit.i18n import set_language
 from dtfkit.lazy import lazy_attributes
 from dtfkit.taskapi import TaskContext, report, this_task
 
@@ -43,6 +44,7 @@ __all__ = [
     "diagnose",
     "launch",
     "report",
+    "set_language",
     "this_task",
 ]
 

@@ -288,3 +288,18 @@ def test_the_figures_check_finds_a_changed_number():
     changed = polib.POEntry(msgid="about 30 s on 2 cores", msgstr="在 2 核上大约 40 s", msgctxt="c")
     assert figures_lost([kept]) == []
     assert figures_lost([changed]) == ["[c] ['30']: '在 2 核上大约 40 s'"]
+
+
+def test_check_finds_an_untranslated_word_of_the_library(tmp_path, monkeypatch):
+    import polib
+
+    from dtfkit import i18n
+
+    catalog = polib.pofile(str(i18n.catalog_path("zh_CN")))
+    catalog.find("Run").msgstr = ""
+    path = tmp_path / "dtfkit.po"
+    catalog.save(str(path))
+    monkeypatch.setattr(translate, "_library_catalog", lambda lang: path)
+    assert [line for line in translate.problems("zh_CN") if line.startswith("dtfkit ")] == [
+        "dtfkit [] 'Run': untranslated"
+    ]

@@ -302,13 +302,47 @@ def merge(old: polib.POFile | None, fresh: list[polib.POEntry], header: str, lan
 
 
 def _closest(entry: polib.POEntry, candidates: list[polib.POEntry]) -> polib.POEntry | None:
-    cell = entry.msgctxt.split("#")[0]
-    for pool in ([c for c in candidates if c.msgctxt.split("#")[0] == cell], candidates):
+    cell = (entry.msgctxt or "").split("#")[0]
+    for pool in ([c for c in candidates if (c.msgctxt or "").split("#")[0] == cell], candidates):
         texts = [c.msgid for c in pool]
         match = difflib.get_close_matches(entry.msgid, texts, n=1, cutoff=0.6)
         if match:
             return pool[texts.index(match[0])]
     return None
+
+
+LIBRARY = "dtfkit"  # the name of the library's own catalog (dtfkit/locale/<lang>/LC_MESSAGES/dtfkit.po)
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def library_template() -> list[polib.POEntry]:
+    """Every string dtfkit marks for translation (``_("...")``, ``dtfkit.i18n``), once, in source order."""
+    import ast
+
+    found: dict[str, polib.POEntry] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "_"
+                and len(node.args) == 1
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                where = (path.relative_to(PACKAGE.parent).as_posix(), str(node.lineno))
+                entry = found.setdefault(
+                    node.args[0].value, polib.POEntry(msgid=node.args[0].value, msgstr="")
+                )
+                entry.occurrences.append(where)
+    return list(found.values())
+
+
+def _library_catalog(lang: str) -> Path:
+    from dtfkit import i18n
+
+    return i18n.catalog_path(lang)
 
 
 def extract(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> dict[str, tuple[int, int, int]]:
@@ -322,6 +356,15 @@ def extract(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> dict[str, tuple
         catalog = merge(old, _entries(source), header, lang)
         write_catalog(catalog, source.catalog)
         counts[source.name] = _counts(catalog)
+    if notebooks == NOTEBOOKS:  # the library's words, with the course's own chapters only
+        path = _library_catalog(lang)
+        old = read_catalog(path, lang) if path.exists() else None
+        header = HEADER.format(
+            language=LANGUAGES[lang], chapter="the library's words (dtfkit.i18n)", lang=lang
+        )
+        catalog = merge(old, library_template(), header, lang)
+        write_catalog(catalog, path)
+        counts[LIBRARY] = _counts(catalog)
     return counts
 
 
@@ -511,13 +554,19 @@ def _built_text(source: Source, lang: str) -> tuple[str, list[str]]:
     return build_document(source, lang)
 
 
+def _catalog_of(name: str, lang: str, notebooks: Path) -> Path:
+    """The catalog of a chapter or document, or the library's own (``dtfkit``)."""
+    return _library_catalog(lang) if name == LIBRARY else _find(name, lang, notebooks).catalog
+
+
 def _find(name: str, lang: str, notebooks: Path) -> Source:
     everything = sources(lang, notebooks)
     found = [s for s in everything if s.name == name or s.name.startswith(f"{name}_")]
     if len(found) != 1:
         names = ", ".join(s.name for s in everything)
         raise DtfkitError(
-            f"no chapter or document {name!r}: name one of {names} (or a chapter's number, 01 to 12)"
+            f"no chapter or document {name!r}: name one of {names}, {LIBRARY} (the library's words), "
+            "or a chapter's number, 01 to 12"
         )
     return found[0]
 
@@ -564,18 +613,7 @@ def problems(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> list[str]:
         stale = _keys(_entries(source)) - _keys(_messages(catalog))
         if stale:
             found.append(f"{source.name}: {len(stale)} unit(s) not in the catalog; run extract")
-        for message in _messages(catalog):
-            where = f"{source.name} [{message.msgctxt}] {message.msgid[:60]!r}"
-            if not message.msgstr:
-                found.append(f"{where}: untranslated")
-            elif "fuzzy" in message.flags:
-                found.append(f"{where}: fuzzy (the English changed)")
-            elif has_prose(message.msgid) and not set(_CJK.findall(message.msgstr)) - set(
-                _CJK.findall(message.msgid)
-            ):
-                found.append(f"{where}: the translation has no Chinese of its own")
-            else:
-                found += [f"{where}: {line}" for line in markup_lost(message.msgid, message.msgstr)]
+        found += _message_problems(source.name, catalog)
         expected, _ = _built_text(source, lang)
         if not source.built.exists():
             found.append(f"{source.name}: not built ({source.built.relative_to(repo)}); run build")
@@ -583,6 +621,33 @@ def problems(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> list[str]:
             found.append(
                 f"{source.name}: {source.built.relative_to(repo)} differs from what build writes; run build"
             )
+    if notebooks == NOTEBOOKS:
+        path = _library_catalog(lang)
+        if not path.exists():
+            found.append(f"{LIBRARY}: no catalog ({path}); run extract")
+        else:
+            catalog = read_catalog(path, lang)
+            stale = {m.msgid for m in library_template()} - {m.msgid for m in _messages(catalog)}
+            if stale:
+                found.append(f"{LIBRARY}: {len(stale)} string(s) not in the catalog; run extract")
+            found += _message_problems(LIBRARY, catalog)
+    return found
+
+
+def _message_problems(name: str, catalog: polib.POFile) -> list[str]:
+    found = []
+    for message in _messages(catalog):
+        where = f"{name} [{message.msgctxt or ''}] {message.msgid[:60]!r}"
+        if not message.msgstr:
+            found.append(f"{where}: untranslated")
+        elif "fuzzy" in message.flags:
+            found.append(f"{where}: fuzzy (the English changed)")
+        elif has_prose(message.msgid) and not set(_CJK.findall(message.msgstr)) - set(
+            _CJK.findall(message.msgid)
+        ):
+            found.append(f"{where}: the translation has no Chinese of its own")
+        else:
+            found += [f"{where}: {line}" for line in markup_lost(message.msgid, message.msgstr)]
     return found
 
 
@@ -597,8 +662,7 @@ def todo(
     English), ``kind``, ``previous`` (a fuzzy unit's old English) and ``string`` (its translation
     so far). A translator (or a tool) fills ``string`` and hands the list to ``fill``. ``everything``:
     the translated units too (for a review)."""
-    source = _find(chapter_stem, lang, notebooks)
-    catalog = read_catalog(source.catalog, lang)
+    catalog = read_catalog(_catalog_of(chapter_stem, lang, notebooks), lang)
     out = []
     for message in _messages(catalog):
         if message.msgstr and "fuzzy" not in message.flags and not everything:
@@ -607,7 +671,7 @@ def todo(
             {
                 "context": message.msgctxt,
                 "id": message.msgid,
-                "kind": message.comment.rsplit(", ", 1)[-1],
+                "kind": message.comment.rsplit(", ", 1)[-1] if message.comment else "word",
                 "previous": [message.previous_msgid] if message.previous_msgid else [],
                 "string": message.msgstr,
             }
@@ -619,8 +683,7 @@ def fill(chapter_stem: str, entries: list[dict], lang: str = "zh_CN", notebooks:
     """Write translations (``todo``'s entries with ``string`` filled) into the chapter's catalog;
     each one written is no longer fuzzy. Returns how many were written; an entry that names no
     unit of the catalog is an error (its English changed since ``todo``: run ``todo`` again)."""
-    source = _find(chapter_stem, lang, notebooks)
-    path = source.catalog
+    path = _catalog_of(chapter_stem, lang, notebooks)
     catalog = read_catalog(path, lang)
     written = 0
     by_key = _lookup(catalog)
@@ -628,10 +691,10 @@ def fill(chapter_stem: str, entries: list[dict], lang: str = "zh_CN", notebooks:
         string = entry.get("string", "")
         if not string:
             continue
-        message = by_key.get((entry["context"], entry["id"]))
+        message = by_key.get((entry["context"] or None, entry["id"]))
         if message is None:
             raise DtfkitError(
-                f"{source.name}: no unit [{entry['context']}] {entry['id'][:60]!r} in {path.name}; "
+                f"{chapter_stem}: no unit [{entry['context']}] {entry['id'][:60]!r} in {path.name}; "
                 "the English changed since: run `translations todo` again"
             )
         message.msgstr = string

@@ -40,12 +40,11 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
+from dtfkit.i18n import _
 from dtfkit.lab import plots
 
 if TYPE_CHECKING:  # the lab makes its panel (Lab.panel()); the panel only drives it
     from dtfkit.lab.runner import Lab, RunRecord
-
-RUNNING = "running…"
 
 
 class Panel:
@@ -67,43 +66,47 @@ class Panel:
         def control(kind, css: str, value, description: str, **limits):
             return _cls(kind(value=value, description=description, style=style, layout=layout, **limits), css)
 
-        self.mode = _cls(w.ToggleButtons(options=["sync", "async"], value=s.mode, description="mode"), "mode")
-        self.workers = control(w.IntSlider, "workers", s.workers, "workers", min=1, max=4)
-        self.ps = control(w.IntSlider, "ps", s.ps, "ps", min=1, max=3)
+        self.mode = _cls(
+            w.ToggleButtons(options=["sync", "async"], value=s.mode, description=_("mode")), "mode"
+        )
+        self.workers = control(w.IntSlider, "workers", s.workers, _("workers"), min=1, max=4)
+        self.ps = control(w.IntSlider, "ps", s.ps, _("ps"), min=1, max=3)
         self.straggler_ms = control(
-            w.IntSlider, "straggler", s.straggler_ms, "straggler ms (last worker)", min=0, max=300, step=10
+            w.IntSlider, "straggler", s.straggler_ms, _("straggler ms (last worker)"), min=0, max=300, step=10
         )
         self.aggregate = control(
             w.IntSlider, "aggregate", s.aggregate, "replicas_to_aggregate", min=1, max=s.workers
         )
         self.learning_rate = control(
-            w.BoundedFloatText, "lr", s.learning_rate, "learning rate", min=0.001, max=2.0, step=0.01
+            w.BoundedFloatText, "lr", s.learning_rate, _("learning rate"), min=0.001, max=2.0, step=0.01
         )
-        self.steps = control(w.BoundedIntText, "steps", s.steps, "steps (global)", min=5, max=2000, step=10)
-        self.run_button = _cls(w.Button(description="Run", button_style="success", icon="play"), "run")
+        self.steps = control(
+            w.BoundedIntText, "steps", s.steps, _("steps (global)"), min=5, max=2000, step=10
+        )
+        self.run_button = _cls(w.Button(description=_("Run"), button_style="success", icon="play"), "run")
         self.stop_button = _cls(
-            w.Button(description="Stop", button_style="danger", icon="stop", disabled=True), "stop"
+            w.Button(description=_("Stop"), button_style="danger", icon="stop", disabled=True), "stop"
         )
-        self.status = _cls(w.Label(value="idle"), "status")
+        self.status = _cls(w.Label(value=_("idle")), "status")
         self.plot = w.Image(format="png", layout=w.Layout(width="100%"))
         self.plot_area = _cls(
-            w.Box([w.HTML("<i>press Run: the plots appear here while the run runs</i>")]), "plot"
+            w.Box([w.HTML(f"<i>{_('press Run: the plots appear here while the run runs')}</i>")]), "plot"
         )
         self.log = _cls(
             w.Output(layout=w.Layout(max_height="160px", overflow="auto", border="1px solid #ddd")), "log"
         )
         self.history = _cls(w.HTML(value=lab.history_html()), "history")
-        self.compare_a = w.Dropdown(description="overlay run", options=[], layout=w.Layout(width="200px"))
-        self.compare_b = w.Dropdown(description="with run", options=[], layout=w.Layout(width="200px"))
-        self.compare_button = w.Button(description="Overlay")
+        self.compare_a = w.Dropdown(description=_("overlay run"), options=[], layout=w.Layout(width="200px"))
+        self.compare_b = w.Dropdown(description=_("with run"), options=[], layout=w.Layout(width="200px"))
+        self.compare_button = w.Button(description=_("Overlay"))
         self.compare_plot = w.Image(format="png", layout=w.Layout(width="100%"))
         self.compare_area = _cls(w.Box([]), "compare")
 
         self.workers.observe(self._workers_changed, "value")
         self.mode.observe(self._mode_changed, "value")
-        self.run_button.on_click(lambda _: self.press_run())
-        self.stop_button.on_click(lambda _: self.press_stop())
-        self.compare_button.on_click(lambda _: self.overlay())
+        self.run_button.on_click(lambda _button: self.press_run())
+        self.stop_button.on_click(lambda _button: self.press_stop())
+        self.compare_button.on_click(lambda _button: self.overlay())
         lab.listeners.append(self._on_event)
         self._mode_changed()
         self._refresh_history()
@@ -123,13 +126,13 @@ class Panel:
         overlay = w.HBox([self.compare_a, self.compare_b, self.compare_button])
         self.widget = w.VBox(
             [
-                w.HTML("<b>dtfkit sync/async lab</b>"),
+                w.HTML(f"<b>{_('dtfkit sync/async lab')}</b>"),
                 controls,
                 buttons,
                 self.plot_area,
-                w.HTML("<b>task output</b>"),
+                w.HTML(f"<b>{_('task output')}</b>"),
                 self.log,
-                w.HTML("<b>history</b> (finished runs)"),
+                w.HTML(f"<b>{_('history')}</b> {_('(finished runs)')}"),
                 self.history,
                 overlay,
                 self.compare_area,
@@ -240,10 +243,10 @@ class Panel:
     def _on_event(self, event: str, record: RunRecord) -> None:
         if event == "started":
             self.run_button.disabled, self.stop_button.disabled = True, False
-            self.status.value = "starting cluster…"
+            self.status.value = _("starting cluster…")
             self._show(plots.waiting(f"run {record.number}: {record.settings.describe()} — starting…"))
         elif event == "progress":
-            self.status.value = RUNNING
+            self.status.value = _("running…")
             # Drawing costs CPU the run needs too: at most every second, less often if slow.
             if record.rows and time.monotonic() >= self._next_draw:
                 began = time.monotonic()

@@ -1,0 +1,80 @@
+"""The language of what dtfkit shows a learner: English, or Simplified Chinese.
+
+``dtfkit.set_language("zh_CN")`` in a notebook (or ``DTFKIT_LANG=zh_CN`` in the kernel's
+environment) switches the words the library shows there; ``set_language(None)`` goes back to
+the environment's choice, English by default. Words are marked in the source with ``_()``; their
+translations are a gettext catalog, ``dtfkit/locale/<lang>/LC_MESSAGES/dtfkit.po``, compiled in
+memory when first needed. ``python -m dtfkit translations extract`` adds every ``_()`` string of
+``dtfkit/`` to it, as it does the chapters' prose. What is translated so far: the sync/async lab's
+panel. The engine's errors stay in English, as TensorFlow's do.
+
+Example::
+
+    >>> from dtfkit.i18n import _, set_language
+    >>> set_language("zh_CN")
+    >>> _("Run")
+    '运行'
+    >>> set_language(None)
+    >>> _("Run")
+    'Run'
+"""
+
+from __future__ import annotations
+
+import functools
+import gettext
+import io
+import os
+from pathlib import Path
+
+from dtfkit.errors import DtfkitError
+
+LANGUAGE_ENV = "DTFKIT_LANG"
+LANGUAGES = ("en", "zh_CN")
+LOCALE = Path(__file__).resolve().parent / "locale"
+_chosen: str | None = None
+
+
+def set_language(lang: str | None) -> None:
+    """Show dtfkit's words in ``lang`` ("en" or "zh_CN") in this process; None: as the environment
+    (``DTFKIT_LANG``) says, English when it says nothing.
+
+    Example::
+
+        dtfkit.set_language("zh_CN")     # the first cell of a Chinese chapter
+    """
+    global _chosen
+    if lang is not None and lang not in LANGUAGES:
+        raise DtfkitError(
+            f"dtfkit speaks {' and '.join(LANGUAGES)}, not {lang!r}: set_language('zh_CN'), say"
+        )
+    _chosen = lang
+
+
+def language() -> str:
+    """The language dtfkit's words are shown in now."""
+    lang = _chosen or os.environ.get(LANGUAGE_ENV) or "en"
+    return lang if lang in LANGUAGES else "en"
+
+
+def catalog_path(lang: str) -> Path:
+    return LOCALE / lang / "LC_MESSAGES" / "dtfkit.po"
+
+
+@functools.cache
+def _translations(lang: str) -> gettext.NullTranslations:
+    path = catalog_path(lang)
+    if lang == "en" or not path.exists():
+        return gettext.NullTranslations()
+    import polib
+
+    catalog = polib.pofile(str(path))
+    for entry in catalog:  # a fuzzy translation waits for a translator, as msgfmt leaves it out
+        if "fuzzy" in entry.flags:
+            entry.msgstr = ""
+    return gettext.GNUTranslations(io.BytesIO(catalog.to_binary()))
+
+
+def _(message: str) -> str:
+    """``message`` in the language dtfkit speaks now (itself where it has no translation)."""
+    return _translations(language()).gettext(message)
