@@ -357,9 +357,10 @@ class LabPage:
             self.page.locator(current).first.click()
             self.page.wait_for_selector(current, state="detached")
 
-    def run_all_cells(self) -> None:
-        """Run > Run All Cells, through the menu bar as a person would."""
-        self.page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    def run_all_cells(self, menu: str = "Run") -> None:
+        """Run > Run All Cells, through the menu bar as a person would (``menu``: the Run menu's
+        label in the interface's language, "运行" in Chinese)."""
+        self.page.locator(".lm-MenuBar-itemLabel", has_text=menu).first.click()
         self.page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
 
     def prompts(self) -> list[str]:

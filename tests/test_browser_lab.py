@@ -7,12 +7,18 @@ Screenshots go to ``test-artifacts/`` (or ``$DTFKIT_ARTIFACTS``); on failure als
 browser console and the server log. With ``DTFKIT_UPDATE_SCREENSHOTS=1`` the panel's screenshot after the run
 also replaces the committed ``notebooks/images/08_lab_panel.png`` (shown in chapter 8 for readers on GitHub and
 nbviewer, where widgets do not render); otherwise the test checks that the committed one is a sane PNG.
+
+A second test opens the Chinese chapter 8 in JupyterLab set to Chinese (its language pack), the kernel
+started with ``DTFKIT_LANG=zh_CN``, and checks that the menus, the prose and the lab panel's words are
+Chinese (screenshots ``lab-08-zh_CN-*.png``).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -156,3 +162,72 @@ def test_lab_panel_async_run_in_chromium(tmp_path, capsys):
     problem = screenshot_problem(COMMITTED_SCREENSHOT)
     assert problem is None, problem
     print("panel screenshot:", png_size(panel_shot), "committed:", png_size(COMMITTED_SCREENSHOT))
+
+
+ZH_NOTEBOOK = REPO / "notebooks" / "zh_CN" / "08_sync_async_lab.ipynb"
+ZH_PREFIX = "lab-08-zh_CN"
+# JupyterLab's own interface in Chinese: its language pack (the notebooks and test extras install it).
+ZH_LAB_SETTINGS = ("@jupyterlab/translation-extension/plugin.jupyterlab-settings", {"locale": "zh_CN"})
+
+
+def test_the_chinese_chapter_and_its_lab_panel_in_a_chinese_jupyterlab(tmp_path, capsys):
+    """The Chinese chapter 8 in JupyterLab set to Chinese, its kernel started with ``DTFKIT_LANG=zh_CN``:
+    JupyterLab's menus, the chapter's prose and the lab panel's words are Chinese (screenshots in the
+    artifacts, ``lab-08-zh_CN-*.png``)."""
+    chromium = require_browser()
+    from playwright.sync_api import sync_playwright
+
+    fonts = subprocess.run(["fc-list", ":lang=zh"], capture_output=True, text=True, check=False).stdout
+    assert fonts.strip(), (
+        "no font with Chinese: the screenshots would show boxes; apt-get install fonts-wqy-microhei"
+    )
+    served = tmp_path / "notebooks"
+    served.mkdir()
+    code_cells = strip_outputs(ZH_NOTEBOOK, served / ZH_NOTEBOOK.name)
+    folder = artifacts_dir()
+    env = subprocess_env()
+    env["DTFKIT_LANG"] = "zh_CN"
+    lab = JupyterLab(served, tmp_path / "jupyter", env)
+    name, value = ZH_LAB_SETTINGS
+    settings = Path(lab.env["JUPYTERLAB_SETTINGS_DIR"]) / name
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    settings.write_text(json.dumps(value))
+
+    with lab, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 2000})
+            nb = LabPage(page, lab.url(f"lab/tree/{ZH_NOTEBOOK.name}"))
+            try:
+                nb.open(lab)
+                nb.hide_left_sidebar()
+                menus = [text.strip() for text in page.locator(".lm-MenuBar-itemLabel").all_inner_texts()]
+                assert "文件" in menus, f"JupyterLab's menus are not in Chinese: {menus}"
+                nb.run_all_cells(menu="运行")
+                nb.wait_all_cells_ran(code_cells, RUN_ALL_TIMEOUT)
+                panel = (
+                    page.locator(".jp-OutputArea-output").filter(has=page.locator(".dtfkit-lab-run")).first
+                )
+                panel.wait_for(timeout=PANEL_TIMEOUT * 1000)
+                words = {
+                    "run": panel.locator(".dtfkit-lab-run").inner_text().strip(),
+                    "stop": panel.locator(".dtfkit-lab-stop").inner_text().strip(),
+                }
+                assert words == {"run": "运行", "stop": "停止"}, words
+                text = panel.inner_text()
+                assert "dtfkit 同步/异步实验" in text and "学习率" in text and "任务输出" in text, text
+                assert "学习目标" in page.locator(".jp-Notebook").inner_text()
+                panel.scroll_into_view_if_needed()
+                shots = [nb.save_screenshot(folder / f"{ZH_PREFIX}-page.png")]
+                panel.screenshot(path=str(folder / f"{ZH_PREFIX}-panel.png"))
+                shots.append(folder / f"{ZH_PREFIX}-panel.png")
+            except BaseException:
+                saved = nb.save_failure(folder, ZH_PREFIX, lab)
+                with capsys.disabled():
+                    print("\nbrowser test failed; artifacts:", *saved, sep="\n  ")
+                raise
+        finally:
+            browser.close()
+    with capsys.disabled():
+        print("\nChinese browser test screenshots:", *shots, sep="\n  ")
+    assert screenshot_problem(shots[-1]) is None, screenshot_problem(shots[-1])
