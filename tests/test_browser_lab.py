@@ -15,6 +15,7 @@ Chinese (screenshots ``lab-08-zh_CN-*.png``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -123,9 +124,31 @@ def _async_run(lab: JupyterLab, nb: LabPage, code_cells: int, folder: Path) -> t
     return shots, timings
 
 
+@contextlib.contextmanager
+def _notebook_page(chromium: str, lab: JupyterLab, name: str, folder: Path, prefix: str, capsys):
+    """A headless Chromium page on notebook ``name`` of ``lab``; on a failure inside the block, the page's
+    artifacts (``prefix``) are saved to ``folder`` and named before the failure goes on."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+        try:
+            # Tall enough that the whole panel fits: element screenshots cannot scroll JupyterLab's panes.
+            page = browser.new_page(viewport={"width": 1400, "height": 2000})
+            nb = LabPage(page, lab.url(f"lab/tree/{name}"))
+            try:
+                yield nb
+            except BaseException:
+                saved = nb.save_failure(folder, prefix, lab)
+                with capsys.disabled():
+                    print("\nbrowser test failed; artifacts:", *saved, sep="\n  ")
+                raise
+        finally:
+            browser.close()
+
+
 def test_lab_panel_async_run_in_chromium(tmp_path, capsys):
     chromium = require_browser()
-    from playwright.sync_api import sync_playwright
 
     assert NOTEBOOK.exists(), f"{NOTEBOOK} is missing"
     served = tmp_path / "notebooks"
@@ -133,21 +156,9 @@ def test_lab_panel_async_run_in_chromium(tmp_path, capsys):
     code_cells = strip_outputs(NOTEBOOK, served / NOTEBOOK.name)
     folder = artifacts_dir()
 
-    with JupyterLab(served, tmp_path / "jupyter", subprocess_env()) as lab, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
-        try:
-            # Tall enough that the whole panel fits: element screenshots cannot scroll JupyterLab's panes.
-            page = browser.new_page(viewport={"width": 1400, "height": 2000})
-            nb = LabPage(page, lab.url(f"lab/tree/{NOTEBOOK.name}"))
-            try:
-                shots, timings = _async_run(lab, nb, code_cells, folder)
-            except BaseException:
-                saved = nb.save_failure(folder, PREFIX, lab)
-                with capsys.disabled():
-                    print("\nbrowser test failed; artifacts:", *saved, sep="\n  ")
-                raise
-        finally:
-            browser.close()
+    with JupyterLab(served, tmp_path / "jupyter", subprocess_env()) as lab:
+        with _notebook_page(chromium, lab, NOTEBOOK.name, folder, PREFIX, capsys) as nb:
+            shots, timings = _async_run(lab, nb, code_cells, folder)
         t_stop = time.monotonic()
     panel_shot = shots[-1]
     if update_screenshots():
@@ -175,7 +186,6 @@ def test_the_chinese_chapter_and_its_lab_panel_in_a_chinese_jupyterlab(tmp_path,
     JupyterLab's menus, the chapter's prose and the lab panel's words are Chinese (screenshots in the
     artifacts, ``lab-08-zh_CN-*.png``)."""
     chromium = require_browser()
-    from playwright.sync_api import sync_playwright
 
     fonts = subprocess.run(["fc-list", ":lang=zh"], capture_output=True, text=True, check=False).stdout
     assert fonts.strip(), (
@@ -193,41 +203,28 @@ def test_the_chinese_chapter_and_its_lab_panel_in_a_chinese_jupyterlab(tmp_path,
     settings.parent.mkdir(parents=True, exist_ok=True)
     settings.write_text(json.dumps(value))
 
-    with lab, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 2000})
-            nb = LabPage(page, lab.url(f"lab/tree/{ZH_NOTEBOOK.name}"))
-            try:
-                nb.open(lab)
-                nb.hide_left_sidebar()
-                menus = [text.strip() for text in page.locator(".lm-MenuBar-itemLabel").all_inner_texts()]
-                assert "文件" in menus, f"JupyterLab's menus are not in Chinese: {menus}"
-                nb.run_all_cells(menu="运行")
-                nb.wait_all_cells_ran(code_cells, RUN_ALL_TIMEOUT)
-                panel = (
-                    page.locator(".jp-OutputArea-output").filter(has=page.locator(".dtfkit-lab-run")).first
-                )
-                panel.wait_for(timeout=PANEL_TIMEOUT * 1000)
-                words = {
-                    "run": panel.locator(".dtfkit-lab-run").inner_text().strip(),
-                    "stop": panel.locator(".dtfkit-lab-stop").inner_text().strip(),
-                }
-                assert words == {"run": "运行", "stop": "停止"}, words
-                text = panel.inner_text()
-                assert "dtfkit 同步/异步实验" in text and "学习率" in text and "任务输出" in text, text
-                assert "学习目标" in page.locator(".jp-Notebook").inner_text()
-                panel.scroll_into_view_if_needed()
-                shots = [nb.save_screenshot(folder / f"{ZH_PREFIX}-page.png")]
-                panel.screenshot(path=str(folder / f"{ZH_PREFIX}-panel.png"))
-                shots.append(folder / f"{ZH_PREFIX}-panel.png")
-            except BaseException:
-                saved = nb.save_failure(folder, ZH_PREFIX, lab)
-                with capsys.disabled():
-                    print("\nbrowser test failed; artifacts:", *saved, sep="\n  ")
-                raise
-        finally:
-            browser.close()
+    with lab, _notebook_page(chromium, lab, ZH_NOTEBOOK.name, folder, ZH_PREFIX, capsys) as nb:
+        page = nb.page
+        nb.open(lab)
+        nb.hide_left_sidebar()
+        menus = [text.strip() for text in page.locator(".lm-MenuBar-itemLabel").all_inner_texts()]
+        assert "文件" in menus, f"JupyterLab's menus are not in Chinese: {menus}"
+        nb.run_all_cells(menu="运行")
+        nb.wait_all_cells_ran(code_cells, RUN_ALL_TIMEOUT)
+        panel = page.locator(".jp-OutputArea-output").filter(has=page.locator(".dtfkit-lab-run")).first
+        panel.wait_for(timeout=PANEL_TIMEOUT * 1000)
+        words = {
+            "run": panel.locator(".dtfkit-lab-run").inner_text().strip(),
+            "stop": panel.locator(".dtfkit-lab-stop").inner_text().strip(),
+        }
+        assert words == {"run": "运行", "stop": "停止"}, words
+        text = panel.inner_text()
+        assert "dtfkit 同步/异步实验" in text and "学习率" in text and "任务输出" in text, text
+        assert "学习目标" in page.locator(".jp-Notebook").inner_text()
+        panel.scroll_into_view_if_needed()
+        shots = [nb.save_screenshot(folder / f"{ZH_PREFIX}-page.png")]
+        panel.screenshot(path=str(folder / f"{ZH_PREFIX}-panel.png"))
+        shots.append(folder / f"{ZH_PREFIX}-panel.png")
     with capsys.disabled():
         print("\nChinese browser test screenshots:", *shots, sep="\n  ")
     assert screenshot_problem(shots[-1]) is None, screenshot_problem(shots[-1])
