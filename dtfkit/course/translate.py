@@ -29,7 +29,6 @@ Example::
 
 from __future__ import annotations
 
-import copy
 import difflib
 import json
 import os
@@ -388,12 +387,21 @@ def translate_markdown(
 ) -> tuple[str, list[str]]:
     """The cell in translation (``entries``: a catalog's, by key), and the keys of units that had
     none (left in English)."""
+    return _render(_keyed(split_markdown(source), cell_id), entries)
+
+
+def _render(
+    keyed: list[tuple[str, Piece]], entries: dict[tuple[str, str], polib.POEntry]
+) -> tuple[str, list[str]]:
+    """Keyed pieces as markdown, each unit in its translation, or in English where it has none (or a
+    fuzzy one); and the keys of those left in English."""
     missing, out = [], []
-    for key, piece in _keyed(split_markdown(source), cell_id):
+    for key, piece in keyed:
         entry = entries.get((key, piece.text)) if key else None
-        if key and (entry is None or not entry.msgstr or "fuzzy" in entry.flags):
+        translated = entry is not None and entry.msgstr and "fuzzy" not in entry.flags
+        if key and not translated:
             missing.append(key)
-        out.append(piece.render(entry.msgstr if key and key not in missing else None))
+        out.append(piece.render(entry.msgstr if key and translated else None))
     return "\n".join(out), missing
 
 
@@ -409,17 +417,14 @@ def _one_folder_down(path: str) -> str:
 def build_notebook(chapter: Path, lang: str) -> tuple[dict, list[str]]:
     """The chapter in ``lang`` (its code cells and outputs as they are), and the keys of the units
     left in English."""
-    notebook = json.loads(chapter.read_text(encoding="utf-8"))
+    built = json.loads(chapter.read_text(encoding="utf-8"))
     entries = _lookup(read_catalog(catalog_path(chapter, lang), lang))
-    built = copy.deepcopy(notebook)
     missing: list[str] = []
     for cell in built["cells"]:
         if cell["cell_type"] == "markdown":
             text, left = translate_markdown(_source(cell), cell["id"], entries)
             # One folder down (notebooks/<lang>/): the same chapter names, everything else one level up.
-            text = _relink(
-                text, lambda path: path if path.endswith(".ipynb") and "/" not in path else f"../{path}"
-            )
+            text = _relink(text, _one_folder_down)
             cell["source"] = text.splitlines(keepends=True)
             missing += left
     built["metadata"]["dtfkit_translation"] = {"language": lang, "source": f"../{chapter.name}"}
@@ -452,19 +457,28 @@ class Source:
     catalog: Path
     built: Path
     is_chapter: bool
+    repo: Path  # the folder above notebooks/
 
 
 def sources(lang: str, notebooks: Path = NOTEBOOKS) -> list[Source]:
     """Every chapter, then every document of ``DOCUMENTS`` that the repository has."""
-    found = [Source(c.stem, c, catalog_path(c, lang), built_path(c, lang), True) for c in chapters(notebooks)]
     repo = notebooks.parent
+    found = [
+        Source(c.stem, c, catalog_path(c, lang), built_path(c, lang), True, repo) for c in chapters(notebooks)
+    ]
     for name in DOCUMENTS:
         document = repo / name
         if document.exists():
             catalog = repo / "docs" / "locale" / lang / "LC_MESSAGES" / f"{document.stem}.po"
-            built = document.with_name(f"{document.stem}.{lang.replace('_', '-')}.md")
-            found.append(Source(document.stem, document, catalog, built, False))
+            found.append(
+                Source(document.stem, document, catalog, _translated_document(document, lang), False, repo)
+            )
     return found
+
+
+def _translated_document(document: Path, lang: str) -> Path:
+    """Where a document's translation is built: ``README.md`` → ``README.zh-CN.md``, beside it."""
+    return document.with_name(f"{document.stem}.{lang.replace('_', '-')}.md")
 
 
 def _slug(text: str) -> str:
@@ -520,18 +534,9 @@ def build_document(source: Source, lang: str) -> tuple[str, list[str]]:
     """The document in ``lang``, and the keys of its units left in English. Links to a document
     that is translated too lead to its translation."""
     english = source.english.read_text(encoding="utf-8")
-    entries = _lookup(read_catalog(source.catalog, lang))
-    missing, out = [], []
-    for key, piece in document_units(english):
-        entry = entries.get((key, piece.text)) if key else None
-        if key and (entry is None or not entry.msgstr or "fuzzy" in entry.flags):
-            missing.append(key)
-        out.append(piece.render(entry.msgstr if key and key not in missing else None))
-    repo = source.english.parent if source.english.parent.name != "docs" else source.english.parent.parent
-    translated = {
-        (repo / name).resolve(): (repo / name).with_name(f"{Path(name).stem}.{lang.replace('_', '-')}.md")
-        for name in DOCUMENTS
-    }
+    text, missing = _render(document_units(english), _lookup(read_catalog(source.catalog, lang)))
+    repo = source.repo
+    translated = {(repo / name).resolve(): _translated_document(repo / name, lang) for name in DOCUMENTS}
 
     def target(path: str) -> str:
         bare, _, anchor = path.partition("#")
@@ -544,7 +549,7 @@ def build_document(source: Source, lang: str) -> tuple[str, list[str]]:
         f"<!-- Built by `python -m dtfkit translations build` from {source.english.name} and "
         f"{source.catalog.relative_to(repo).as_posix()}: edit those, not this file. -->\n"
     )
-    return note + _relink("\n".join(out), target), missing
+    return note + _relink(text, target), missing
 
 
 def _built_text(source: Source, lang: str) -> tuple[str, list[str]]:
