@@ -4,9 +4,13 @@
 environment) switches the words the library shows there; ``set_language(None)`` goes back to
 the environment's choice, English by default. Words are marked in the source with ``_()``; their
 translations are a gettext catalog, ``dtfkit/locale/<lang>/LC_MESSAGES/dtfkit.po``, compiled in
-memory when first needed. ``python -m dtfkit translations extract`` adds every ``_()`` string of
-``dtfkit/`` to it, as it does the chapters' prose. What is translated so far: the sync/async lab's
-panel. The engine's errors stay in English, as TensorFlow's do.
+memory when first needed. ``python -m dtfkit translations extract`` adds every ``_()`` and ``N_()``
+string of ``dtfkit/`` (and every exercise's title) to it, as it does the chapters' prose. What is
+translated: what a learner reads from the library (exercise feedback and hints, ``diagnose``'s
+findings, the sync/async lab). The engine's errors stay in English, as TensorFlow's do.
+
+The choice reaches the processes the kernel starts afterwards (a cluster's tasks, where an exercise's
+answer runs): ``set_language`` writes it to ``DTFKIT_LANG`` in this process's environment.
 
 Example::
 
@@ -48,7 +52,24 @@ def set_language(lang: str | None) -> None:
         raise DtfkitError(
             f"dtfkit speaks {' and '.join(LANGUAGES)}, not {lang!r}: set_language('zh_CN'), say"
         )
+    if lang is None and _chosen is not None:
+        _restore_environment()
+    elif lang is not None:
+        if _chosen is None:
+            _environment_before.append(os.environ.get(LANGUAGE_ENV))
+        os.environ[LANGUAGE_ENV] = lang
     _chosen = lang
+
+
+_environment_before: list[str | None] = []  # DTFKIT_LANG as it was before set_language changed it
+
+
+def _restore_environment() -> None:
+    before = _environment_before.pop() if _environment_before else None
+    if before is None:
+        os.environ.pop(LANGUAGE_ENV, None)
+    else:
+        os.environ[LANGUAGE_ENV] = before
 
 
 def language() -> str:
@@ -78,3 +99,8 @@ def _translations(lang: str) -> gettext.NullTranslations:
 def _(message: str) -> str:
     """``message`` in the language dtfkit speaks now (itself where it has no translation)."""
     return _translations(language()).gettext(message)
+
+
+def N_(message: str) -> str:
+    """``message`` itself, marked for the catalog: a constant translated where it is shown, ``_(X)``."""
+    return message

@@ -315,27 +315,35 @@ PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def library_template() -> list[polib.POEntry]:
-    """Every string dtfkit marks for translation (``_("...")``, ``dtfkit.i18n``), once, in source order."""
+    """Every string dtfkit marks for translation, once, in source order: ``_("...")`` and
+    ``N_("...")`` (``dtfkit.i18n``), and each exercise's title (``@exercise("3.1", "Backup workers")``)."""
     import ast
 
     found: dict[str, polib.POEntry] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id == "_"
-                and len(node.args) == 1
-                and isinstance(node.args[0], ast.Constant)
-                and isinstance(node.args[0].value, str)
-            ):
+            message = _marked_message(node)
+            if message is not None:
                 where = (path.relative_to(PACKAGE.parent).as_posix(), str(node.lineno))
-                entry = found.setdefault(
-                    node.args[0].value, polib.POEntry(msgid=node.args[0].value, msgstr="")
-                )
+                entry = found.setdefault(message, polib.POEntry(msgid=message, msgstr=""))
                 entry.occurrences.append(where)
     return list(found.values())
+
+
+def _marked_message(node: object) -> str | None:
+    """The string a call marks for translation: ``_("…")``, ``N_("…")``, or ``exercise(number, "title")``."""
+    import ast
+
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+        return None
+    position = {"_": 0, "N_": 0, "exercise": 1}.get(node.func.id)
+    if position is None or len(node.args) != position + 1:
+        return None
+    argument = node.args[position]
+    if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+        return argument.value
+    return None
 
 
 def _library_catalog(lang: str) -> Path:
@@ -414,11 +422,24 @@ def _one_folder_down(path: str) -> str:
     return f"../{bare}"
 
 
+LANGUAGE_CELL_ID = "dtfkit-language"
+# The first cell of a translated chapter: dtfkit's own words (feedback, findings, the lab) in its language.
+LANGUAGE_CELL = {
+    "zh_CN": "# 本章中 dtfkit 自己的话（练习的反馈与提示、diagnose 的诊断、实验面板）都用中文显示\n"
+    'import dtfkit\n\ndtfkit.set_language("zh_CN")',
+}
+
+
 def build_notebook(chapter: Path, lang: str) -> tuple[dict, list[str]]:
-    """The chapter in ``lang`` (its code cells and outputs as they are), and the keys of the units
-    left in English."""
+    """The chapter in ``lang``, and the keys of the units left in English: its markdown from the
+    catalog, its code the English chapter's, after a first cell that sets dtfkit's language.
+
+    A code cell's outputs are those of the translated notebook already built, where that cell's code
+    is the same (``jupyter nbconvert --execute`` ran it in ``lang``); otherwise the English chapter's,
+    until the translated chapter is executed again."""
     built = json.loads(chapter.read_text(encoding="utf-8"))
     entries = _lookup(read_catalog(catalog_path(chapter, lang), lang))
+    executed = _executed_cells(built_path(chapter, lang))
     missing: list[str] = []
     for cell in built["cells"]:
         if cell["cell_type"] == "markdown":
@@ -427,8 +448,35 @@ def build_notebook(chapter: Path, lang: str) -> tuple[dict, list[str]]:
             text = _relink(text, _one_folder_down)
             cell["source"] = text.splitlines(keepends=True)
             missing += left
+    language_cell = {
+        "cell_type": "code",
+        "execution_count": None,
+        "id": LANGUAGE_CELL_ID,
+        "metadata": {},
+        "outputs": [],
+        "source": LANGUAGE_CELL[lang].splitlines(keepends=True),
+    }
+    built["cells"].insert(0, language_cell)
+    for cell in built["cells"]:
+        ran = executed.get(cell["id"])
+        if cell["cell_type"] == "code" and ran is not None and _source(ran) == _source(cell):
+            cell["outputs"], cell["execution_count"] = ran["outputs"], ran["execution_count"]
+            cell["metadata"] = {**cell["metadata"], **_run_metadata(ran)}
     built["metadata"]["dtfkit_translation"] = {"language": lang, "source": f"../{chapter.name}"}
     return built, missing
+
+
+def _executed_cells(path: Path) -> dict[str, dict]:
+    """The code cells of an already built translation, by id (none when it is not built yet)."""
+    if not path.exists():
+        return {}
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return {c["id"]: c for c in cells if c["cell_type"] == "code"}
+
+
+def _run_metadata(cell: dict) -> dict:
+    """What an execution wrote into a cell's metadata (its timings), kept with its outputs."""
+    return {k: v for k, v in cell.get("metadata", {}).items() if k == "execution"}
 
 
 def notebook_text(notebook: dict) -> str:
@@ -636,6 +684,37 @@ def problems(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> list[str]:
             if stale:
                 found.append(f"{LIBRARY}: {len(stale)} string(s) not in the catalog; run extract")
             found += _message_problems(LIBRARY, catalog)
+            found += _placeholder_problems(LIBRARY, catalog)
+    return found
+
+
+def _placeholders(template: str) -> list[str]:
+    """The ``str.format`` fields of a template, with their conversion and spec: ``["{n}", "{got!r}"]``."""
+    import string
+
+    fields = []
+    for _text, name, spec, conversion in string.Formatter().parse(template):
+        if name is not None:
+            fields.append(
+                "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            )
+    return sorted(fields)
+
+
+def _placeholder_problems(name: str, catalog: polib.POFile) -> list[str]:
+    """The library's translations whose ``{fields}`` are not the English's (the code fills them by name)."""
+    found = []
+    for message in _messages(catalog):
+        if not message.msgstr:
+            continue
+        where = f"{name} {message.msgid[:60]!r}"
+        try:
+            wanted, got = _placeholders(message.msgid), _placeholders(message.msgstr)
+        except ValueError as error:
+            found.append(f"{where}: the translation is not a format template ({error})")
+            continue
+        if wanted != got:
+            found.append(f"{where}: the translation's fields {got} are not the English's {wanted}")
     return found
 
 
