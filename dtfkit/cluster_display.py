@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from dtfkit.engine.launchers.contract import LauncherDescription, PoolStart
 from dtfkit.engine.owner.process import ClusterView
 from dtfkit.htmltable import html_table
+from dtfkit.i18n import _
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def rows(facts: ClusterFacts) -> list[tuple[str, ...]]:
     found = []
     for task in now.layout.tasks:
         proc = now.tasks.get(task)
-        address = now.addresses.get(task, "-") if task.serves else "(no server)"
+        address = now.addresses.get(task, "-") if task.serves else _("(no server)")
         node = (node_of(task.name),) if node_of else ()
         row = (
             task.name,
@@ -117,29 +118,33 @@ def network_words(described: LauncherDescription) -> str:
     """``LauncherDescription``'s network as the cluster's repr says it."""
     network = described.network
     if network == "namespace":
-        return f"isolated network namespace {described.namespace}"
+        return _("isolated network namespace {namespace}").format(namespace=described.namespace)
     if network == "links":
-        return (
-            f"isolated, emulated links: each task its own network namespace, bridged in {described.namespace}"
-        )
+        return _(
+            "isolated, emulated links: each task its own network namespace, bridged in {namespace}"
+        ).format(namespace=described.namespace)
     if network == "host":
-        return "host network (opted out): servers reachable from other machines"
+        return _("host network (opted out): servers reachable from other machines")
     if network == "fallback":
-        return f"NOT isolated: {described.why}; servers reachable from other machines"
+        return _("NOT isolated: {why}; servers reachable from other machines").format(why=described.why)
     if network == "fake":
-        return "fake tasks (no TensorFlow): host network, no servers"
+        return _("fake tasks (no TensorFlow): host network, no servers")
     return ""
 
 
 def pool_words(start: PoolStart) -> str:
     """How a local cluster's tasks started, with a pool to choose from."""
     if start.cold:
-        return f"started cold: {start.cold}"
-    words = f"adopted {start.adopted} warm process(es) from pool {start.pool}"
+        return _("started cold: {cold}").format(cold=start.cold)
+    words = _("adopted {adopted} warm process(es) from pool {pool}").format(
+        adopted=start.adopted, pool=start.pool
+    )
     if start.waited:
-        words += f" ({start.waited} finished importing TensorFlow while the cluster started)"
+        words += _(" ({waited} finished importing TensorFlow while the cluster started)").format(
+            waited=start.waited
+        )
     if start.lost:
-        words += f"; {start.lost} did not get warm and started cold"
+        words += _("; {lost} did not get warm and started cold").format(lost=start.lost)
     return words
 
 
@@ -150,7 +155,7 @@ def link_words(described: LauncherDescription, task: str) -> str:
     from dtfkit.engine.platform import netns
 
     rate = link_rate(described.links, task)
-    words = netns.format_rate(rate) if rate else "no limit"
+    words = netns.format_rate(rate) if rate else _("no limit")
     if described.delays is not None:
         words += f", delay {netns.format_delay(link_delay(described.delays, task))}"
     return words

@@ -2,7 +2,9 @@
 
 English unless ``dtfkit.set_language`` or ``DTFKIT_LANG`` say otherwise; the words come from the
 library's gettext catalog (``dtfkit/locale/zh_CN/LC_MESSAGES/dtfkit.po``), which
-``tests/test_translations.py`` keeps complete. The sync/async lab's panel is the first to speak Chinese.
+``tests/test_translations.py`` keeps complete: the exercises' feedback and hints, ``diagnose``'s findings
+and fixes, the sync/async lab's panel. What the code decides on (a result's status, a finding's code) stays
+English.
 """
 
 from __future__ import annotations
@@ -74,3 +76,72 @@ def test_a_fuzzy_translation_is_not_shown(tmp_path, monkeypatch):
         assert (i18n._("Run"), i18n._("Stop")) == ("运行", "Stop")
     finally:
         i18n._translations.cache_clear()
+
+
+def test_an_exercises_feedback_and_hint_in_chinese_and_unchanged_in_english():
+    from dtfkit.course import check
+
+    def tokens_handed_out(replicas_to_aggregate, total_num_replicas, updates):
+        return replicas_to_aggregate * updates  # forgets the tokens put in at the start
+
+    english = check.ch03.token_count(tokens_handed_out)
+    assert str(english).startswith("✘ exercise 3.2 (Predict the tokens) failed: for replicas_to_aggregate=")
+    dtfkit.set_language("zh_CN")
+    chinese = check.ch03.token_count(tokens_handed_out)
+    assert not chinese.passed and chinese.status == "failed"  # the status stays English for nbgrader
+    headline, hint = str(chinese).splitlines()[:2]
+    assert headline.startswith("✘ 练习 3.2") and translate._CJK.search(chinese.message)
+    assert translate._CJK.search(hint) and "replicas_to_aggregate=2" in chinese.message
+    assert "练习 3.2" in chinese._repr_html_()
+
+
+def test_an_answer_that_calls_dtfkit_is_refused_in_chinese():
+    from dtfkit.course import check
+    from dtfkit.recipes import allreduce
+
+    def ps_bytes_received(n, floats):
+        return allreduce.expected_bytes("ps", n, floats)["ps:0"]["received"]
+
+    dtfkit.set_language("zh_CN")
+    result = check.ch09.ps_bytes(ps_bytes_received)
+    assert not result.passed and "dtfkit" in result.message
+    assert translate._CJK.search(result.message) and translate._CJK.search(result.hint)
+
+
+def test_diagnose_names_the_mistake_and_its_fix_in_chinese():
+    configs = [
+        {"cluster": {"worker": ["localhost:2222", "localhost:2223"]}, "task": {"type": "worker", "index": i}}
+        for i in (0, 0)
+    ]
+    english = str(dtfkit.diagnose(configs))
+    dtfkit.set_language("zh_CN")
+    diagnosis = dtfkit.diagnose(configs)
+    assert "duplicate-task" in diagnosis.codes  # the codes are the same in every language
+    finding = diagnosis.findings[0]
+    assert translate._CJK.search(finding.message) and translate._CJK.search(finding.fix)
+    assert str(diagnosis) != english and "修复" in str(diagnosis) and "任务" in diagnosis._repr_html_()
+    assert translate._CJK.search(str(dtfkit.diagnose([configs[0]])))  # nothing found, said in Chinese
+
+
+def test_the_language_reaches_the_processes_started_afterwards(monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.setenv(i18n.LANGUAGE_ENV, "en")
+    dtfkit.set_language("zh_CN")
+    child = "from dtfkit.i18n import _; print(_('Run'))"
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "运行"
+    dtfkit.set_language(None)  # back to what the environment said before
+    assert os.environ[i18n.LANGUAGE_ENV] == "en"
+
+
+def test_every_translation_keeps_the_englishs_fields():
+    catalog = translate.read_catalog(i18n.catalog_path("zh_CN"))
+    assert translate._placeholder_problems("dtfkit", catalog) == []
+    broken = polib.POFile()
+    broken.append(polib.POEntry(msgid="for {n} workers you said {got!r}", msgstr="{n} 个 worker：你说 {got}"))
+    broken.append(polib.POEntry(msgid="ps:0 receives {want}", msgstr="ps:0 收到 {want"))
+    problems = translate._placeholder_problems("dtfkit", broken)
+    assert len(problems) == 2 and "['{got}', '{n}']" in problems[0] and "not a format template" in problems[1]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from dtfkit.i18n import _
+
 LOOPBACK = {"localhost", "127.0.0.1", "::1", "ip6-localhost"}
 # The "any address" a server listens on: a peer that dials it reaches its own machine.
 WILDCARD = {"0.0.0.0", "::"}
@@ -59,26 +61,36 @@ def address_problem(address: object) -> tuple[str, str] | None:
         # The cluster holds plain gRPC targets; the protocol is the server's (rpc_layer), not the address's.
         return (
             "address-scheme",
-            f"{address[:80]!r} starts with a scheme; cluster addresses are plain host:port",
+            _("{address_80!r} starts with a scheme; cluster addresses are plain host:port").format(
+                address_80=address[:80]
+            ),
         )
     if address != address.strip():
         # gRPC resolves the host as written: " node-a" is no name a resolver knows.
         return (
             "address-not-dialable",
-            f"{address[:80]!r} has spaces around it, which gRPC keeps in the host name",
+            _("{address_80!r} has spaces around it, which gRPC keeps in the host name").format(
+                address_80=address[:80]
+            ),
         )
     if not address.startswith("[") and address.count(":") > 1:
         # gRPC's DoSplitHostPort (src/core/lib/gprpp/host_port.cc): "0 or 2+ colons. Bare hostname or IPv6
         # literal" -- the whole text is the host, and there is no port.
         return (
             "address-not-dialable",
-            f"{address[:80]!r} is an IPv6 address without brackets, which gRPC reads as a host with no port",
+            _(
+                "{address_80!r} is an IPv6 address without brackets, which gRPC reads as a host with no port"
+            ).format(address_80=address[:80]),
         )
     host, port = split(address)
     if port is None or not host:
-        return "address-no-port", f"{address[:80]!r} has no {'host' if port is not None else 'port'}"
+        return "address-no-port", (
+            _("{address!r} has no host") if port is not None else _("{address!r} has no port")
+        ).format(address=address[:80])
     if not (port.isascii() and port.isdigit() and len(port) <= 5) or not 1 <= int(port) <= 65535:
-        return "address-bad-port", f"{address[:80]!r} has port {port[:20]!r}, not a number from 1 to 65535"
+        return "address-bad-port", _(
+            "{address_80!r} has port {port_20!r}, not a number from 1 to 65535"
+        ).format(address_80=address[:80], port_20=port[:20])
     # DoSplitHostPort: "Require all bracketed hosts to contain a colon, because a hostname or IPv4 address
     # should never use brackets."
     bracketed = address.startswith("[")
@@ -86,7 +98,8 @@ def address_problem(address: object) -> tuple[str, str] | None:
     if not valid or len(host) > 253:  # RFC 1035: a name is at most 253 characters written out
         return (
             "address-not-dialable",
-            f"{address[:80]!r} has the host {host[:60]!r}, which is no hostname or IP address a resolver "
-            "knows (hostnames are ASCII letters, digits, '-' and '.')",
+            _(
+                "{address_80!r} has the host {host_60!r}, which is no hostname or IP address a resolver knows (hostnames are ASCII letters, digits, '-' and '.')"
+            ).format(address_80=address[:80], host_60=host[:60]),
         )
     return None

@@ -25,6 +25,7 @@ from typing import Any
 from dtfkit.diagnosis import inputs
 from dtfkit.diagnosis.findings import Finding
 from dtfkit.diagnosis.inputs import a_type, describe
+from dtfkit.i18n import _
 
 # multi_worker_util._validate_cluster_spec: allowed_task_types = ("chief", "worker", "evaluator", "ps", None)
 KNOWN_JOBS = ("chief", "worker", "ps", "evaluator")
@@ -117,12 +118,13 @@ def read_configs(tf_config: Any) -> tuple[Given, list[Finding]]:
 
 def _not_json(label: str, why: str, fix: str) -> Finding:
     # TFConfigClusterResolver._load_tf_config: json.loads(os.environ['TF_CONFIG']) raises here.
-    return Finding("tf-config-not-json", label, f"{label} is not valid JSON ({why}).", fix)
+    return Finding(
+        "tf-config-not-json", label, _("{label} is not valid JSON ({why}).").format(label=label, why=why), fix
+    )
 
 
-_JSON_FIX = (
-    "Build it as a dict and set os.environ['TF_CONFIG'] = json.dumps(config); "
-    "JSON needs double quotes and no trailing commas."
+_JSON_FIX = _(
+    "Build it as a dict and set os.environ['TF_CONFIG'] = json.dumps(config); JSON needs double quotes and no trailing commas."
 )
 
 
@@ -136,8 +138,10 @@ def _parse(item: str | bytes | bytearray, label: str, findings: list[Finding]) -
             findings.append(
                 _not_json(
                     label,
-                    f"its bytes are not UTF-8 text: byte {exc.start} is {item[exc.start]:#04x}",
-                    "Pass the TF_CONFIG as text (str), or bytes encoded as UTF-8; " + _JSON_FIX,
+                    _("its bytes are not UTF-8 text: byte {start} is {byte:#04x}").format(
+                        start=exc.start, byte=item[exc.start]
+                    ),
+                    _("Pass the TF_CONFIG as text (str), or bytes encoded as UTF-8; ") + _JSON_FIX,
                 )
             )
             return _UNREADABLE
@@ -145,10 +149,16 @@ def _parse(item: str | bytes | bytearray, label: str, findings: list[Finding]) -
         return json.loads(item)
     except RecursionError:
         findings.append(
-            _not_json(label, "it nests arrays or objects deeper than Python's json module reads", _JSON_FIX)
+            _not_json(
+                label, _("it nests arrays or objects deeper than Python's json module reads"), _JSON_FIX
+            )
         )
     except ValueError as exc:
-        where = f"{exc.msg} at character {exc.pos}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        where = (
+            _("{msg} at character {pos}").format(msg=exc.msg, pos=exc.pos)
+            if isinstance(exc, json.JSONDecodeError)
+            else str(exc)
+        )
         findings.append(_not_json(label, where, _JSON_FIX))
     return _UNREADABLE
 
@@ -169,8 +179,10 @@ def _read_one(
             Finding(
                 "tf-config-not-dict",
                 label,
-                f"{label} is {a_type(item)} ({describe(item)}), not a JSON object with 'cluster' and 'task'.",
-                'Write {"cluster": {"worker": [...]}, "task": {"type": "worker", "index": 0}}.',
+                _(
+                    "{label} is {a_type_item} ({describe_item}), not a JSON object with 'cluster' and 'task'."
+                ).format(label=label, a_type_item=a_type(item), describe_item=describe(item)),
+                _('Write {"cluster": {"worker": [...]}, "task": {"type": "worker", "index": 0}}.'),
             )
         )
         return None
@@ -184,13 +196,15 @@ def _read_one(
         if "cluster" not in misspelt:
             # tfconfig_cluster_resolver.cluster_spec(): no 'cluster' key gives an empty ClusterSpec,
             # which strategies treat as a single local process.
-            shape = " (it looks like a ClusterSpec: wrap it)" if looks_like_cluster_spec(item) else ""
+            shape = _(" (it looks like a ClusterSpec: wrap it)") if looks_like_cluster_spec(item) else ""
             findings.append(
                 Finding(
                     "missing-cluster",
                     label,
-                    f"{label} has no 'cluster' key{shape}, so TensorFlow sees an empty cluster and runs alone.",
-                    "Put every job's addresses under 'cluster', the same in every process's TF_CONFIG.",
+                    _(
+                        "{label} has no 'cluster' key{shape}, so TensorFlow sees an empty cluster and runs alone."
+                    ).format(label=label, shape=shape),
+                    _("Put every job's addresses under 'cluster', the same in every process's TF_CONFIG."),
                 )
             )
         cluster = None
@@ -227,9 +241,12 @@ def _misspelt_keys(
             Finding(
                 "misspelt-key",
                 label,
-                f"{label}{where} has the key {describe(key)}, which TensorFlow does not read: it reads "
-                f"{guess[0]!r}, and that key is missing, so TensorFlow acts as if it were not set.",
-                f"Rename {describe(key)} to {guess[0]!r}.",
+                _(
+                    "{label}{where} has the key {describe_key}, which TensorFlow does not read: it reads {guess_0!r}, and that key is missing, so TensorFlow acts as if it were not set."
+                ).format(label=label, where=where, describe_key=describe(key), guess_0=guess[0]),
+                _("Rename {describe_key} to {guess_0!r}.").format(
+                    describe_key=describe(key), guess_0=guess[0]
+                ),
             ),
         )
     return found
@@ -255,8 +272,10 @@ def _task_of(
             Finding(
                 "missing-task",
                 label,
-                f"{label} has {missing}, so the process does not know which task of the cluster it is.",
-                'Add "task": {"type": "worker", "index": N}, different in every process.',
+                _(
+                    "{label} has {missing}, so the process does not know which task of the cluster it is."
+                ).format(label=label, missing=missing),
+                _('Add "task": {"type": "worker", "index": N}, different in every process.'),
             )
         )
         return None, None
@@ -266,9 +285,12 @@ def _task_of(
             Finding(
                 "bad-task-type",
                 label,
-                f"{label}'s task type {describe(raw_type)} is not a job name.",
-                "Set task.type to one of the cluster's job names as a string: 'chief', 'worker', 'ps' or "
-                "'evaluator'.",
+                _("{label}'s task type {describe_raw_type} is not a job name.").format(
+                    label=label, describe_raw_type=describe(raw_type)
+                ),
+                _(
+                    "Set task.type to one of the cluster's job names as a string: 'chief', 'worker', 'ps' or 'evaluator'."
+                ),
             )
         )
         return None, None
@@ -278,8 +300,10 @@ def _task_of(
             Finding(
                 "bad-task-index",
                 label,
-                f"{label}'s task index {describe(task['index'])} is not a task number (0, 1, 2, ...).",
-                "Use the task's position in its job's address list, counting from 0.",
+                _("{label}'s task index {describe_task_index} is not a task number (0, 1, 2, ...).").format(
+                    label=label, describe_task_index=describe(task["index"])
+                ),
+                _("Use the task's position in its job's address list, counting from 0."),
             )
         )
         return raw_type, None
@@ -308,12 +332,14 @@ def _cluster_of(
     problem = ""
     jobs: dict[str, Job] = {}
     if not isinstance(cluster, dict) or not cluster:
-        problem = f"its cluster is {describe(cluster)}, not a dict of job names to address lists"
+        problem = _("its cluster is {describe_cluster}, not a dict of job names to address lists").format(
+            describe_cluster=describe(cluster)
+        )
     else:
         size = 0
         for job, tasks in cluster.items():
             if not isinstance(job, str) or not job or len(job) > MAX_NAME:
-                problem = f"the job name {describe(job)} is not a name"
+                problem = _("the job name {describe_job} is not a name").format(describe_job=describe(job))
                 break
             if isinstance(tasks, (list, tuple, dict)):
                 size += max(
@@ -331,18 +357,22 @@ def _cluster_of(
                 # A sparse job {index: address}: only the given indices exist.
                 jobs[job] = {_index_key(k): _address(a) for k, a in tasks.items()}
                 if len(jobs[job]) != len(tasks):
-                    problem = f"job {job!r} gives one index twice ({describe(tasks)})"
+                    problem = _("job {job!r} gives one index twice ({describe_tasks})").format(
+                        job=job, describe_tasks=describe(tasks)
+                    )
                     break
             else:
-                problem = f"job {job!r} is {describe(tasks)}, not a list of 'host:port' addresses"
+                problem = _("job {job!r} is {describe_tasks}, not a list of 'host:port' addresses").format(
+                    job=job, describe_tasks=describe(tasks)
+                )
                 break
     if problem:
         findings.append(
             Finding(
                 "bad-cluster",
                 label,
-                f"In {label}, {problem}.",
-                'Write the cluster as {"worker": ["host1:2222", "host2:2222"], "ps": ["host3:2222"]}.',
+                _("In {label}, {problem}.").format(label=label, problem=problem),
+                _('Write the cluster as {"worker": ["host1:2222", "host2:2222"], "ps": ["host3:2222"]}.'),
             )
         )
         return None

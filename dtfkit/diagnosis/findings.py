@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dtfkit.htmltable import html_table
+from dtfkit.i18n import N_, _
 
-NOTHING_FOUND = "no known mistake found"
+NOTHING_FOUND = N_("no known mistake found")
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,11 @@ class Finding:
     see: str = ""
 
     def __str__(self) -> str:
-        where = self.task or "cluster"
-        see = f" (see {self.see})" if self.see else ""
-        return f"{where} — {self.message}{see} Fix: {self.fix}"
+        where = self.task or _("cluster")
+        see = _(" (see {see})").format(see=self.see) if self.see else ""
+        return _("{where} — {message}{see} Fix: {fix}").format(
+            where=where, message=self.message, see=see, fix=self.fix
+        )
 
 
 @dataclass(frozen=True)
@@ -67,16 +70,18 @@ class Diagnosis:
 
     def __str__(self) -> str:
         if not self.findings:
-            return NOTHING_FOUND
+            return _(NOTHING_FOUND)
         return "\n".join(str(f) for f in self.findings)
 
     def _repr_html_(self) -> str:
         if not self.findings:
-            return f"<p>{NOTHING_FOUND}</p>"
-        rows = [(f.task or "cluster", f.code, f.message, f.fix, f.see) for f in self.findings]
+            return f"<p>{_(NOTHING_FOUND)}</p>"
+        rows = [(f.task or _("cluster"), f.code, f.message, f.fix, f.see) for f in self.findings]
         return html_table(
-            ["task", "code", "what is wrong", "fix", "see"],
+            [_("task"), _("code"), _("what is wrong"), _("fix"), _("see")],
             rows,
-            caption=f"{len(rows)} known mistake{'s' if len(rows) != 1 else ''} found",
+            caption=_("{count} known mistakes found").format(count=len(rows))
+            if len(rows) != 1
+            else _("1 known mistake found"),
             css_class="dtfkit-diagnosis",
         )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dtfkit.diagnosis.findings import Finding
+from dtfkit.i18n import N_, _
 
 
 @dataclass(frozen=True)
@@ -33,19 +34,22 @@ _RULES = (
         "collective-startup",
         # tensorflow/python/eager/context.py, Context.configure_collective_ops (raise RuntimeError).
         re.compile(r"Collective ops must be configured at program startup"),
-        "MultiWorkerMirroredStrategy was created after this process had already run a TensorFlow op, "
-        "and collective ops can only be configured before the first one.",
-        "Create the strategy first thing in the process (right after setting TF_CONFIG), before any tf call; "
-        "on a LocalCluster use start_servers=False and a fresh process.",
+        N_(
+            "MultiWorkerMirroredStrategy was created after this process had already run a TensorFlow op, and collective ops can only be configured before the first one."
+        ),
+        N_(
+            "Create the strategy first thing in the process (right after setting TF_CONFIG), before any tf call; on a LocalCluster use start_servers=False and a fresh process."
+        ),
         "tensorflow/tensorflow#34568, #30551",
     ),
     LogRule(
         "collective-already-configured",
         # tensorflow/python/eager/context.py, Context.configure_collective_ops (raise ValueError).
         re.compile(r"Collective ops are already configured"),
-        "MultiWorkerMirroredStrategy was created a second time in the same process.",
-        "Create the strategy once per process and reuse it; to change it, start the process again "
-        "(cluster.ensure_running(fresh=...)).",
+        N_("MultiWorkerMirroredStrategy was created a second time in the same process."),
+        N_(
+            "Create the strategy once per process and reuse it; to change it, start the process again (cluster.ensure_running(fresh=...))."
+        ),
     ),
     LogRule(
         "address-in-use",
@@ -57,9 +61,10 @@ _RULES = (
             # dtfkit/engine/owner/tasks.py: a restart on a shared network whose port another program holds.
             r"\bPortTaken\b|could not bind its port|another program now holds its old address"
         ),
-        "This task's server could not listen on its port: something else (another task, an old process, "
-        "another program) already holds it.",
-        "End the process that holds the port (an earlier run still alive?) or give the task a free port.",
+        N_(
+            "This task's server could not listen on its port: something else (another task, an old process, another program) already holds it."
+        ),
+        N_("End the process that holds the port (an earlier run still alive?) or give the task a free port."),
         "tensorflow/tensorflow#3517",
     ),
     LogRule(
@@ -67,9 +72,12 @@ _RULES = (
         # A stack (TaskTimeout.stacks) inside tensorflow/python/training/server_lib.py, Server.join: it
         # returns only when the server ends, which a ps or worker server never does by itself.
         re.compile(r'server_lib\.py", line \d+, in join'),
-        "This task is blocked in server.join(), which never returns: the server serves until its process ends.",
-        "Call server.join() only in a process whose sole job is to serve (a ps); to stop it, end the process "
-        "(cluster.kill / restart), or leave join out and let your own loop decide when to stop.",
+        N_(
+            "This task is blocked in server.join(), which never returns: the server serves until its process ends."
+        ),
+        N_(
+            "Call server.join() only in a process whose sole job is to serve (a ps); to stop it, end the process (cluster.kill / restart), or leave join out and let your own loop decide when to stop."
+        ),
     ),
     LogRule(
         "collective-aborted",
@@ -86,13 +94,12 @@ _RULES = (
             r"(?:BaseCollectiveExecutor::StartAbort|Aborting Ring\w+ with) (?:UNAVAILABLE|DEADLINE_EXCEEDED)|"
             r"Collective has timed out during execution|DEADLINE_EXCEEDED|DeadlineExceeded"
         ),
-        "A collective (all-reduce) was aborted: a peer{peer} died or stopped taking part, so this worker's "
-        "step failed, and TensorFlow cannot run collectives again in this process "
-        '("Restart your program to reset").',
-        "Restart every worker, not only the one that failed (cluster.ensure_running(fresh='all')), and let "
-        "all of them resume from the last checkpoint (tf.train.CheckpointManager, or Keras' "
-        "BackupAndRestore); first read the log of the task that died or hung (cluster.status(), "
-        "cluster.logs(task)).",
+        N_(
+            'A collective (all-reduce) was aborted: a peer{peer} died or stopped taking part, so this worker\'s step failed, and TensorFlow cannot run collectives again in this process ("Restart your program to reset").'
+        ),
+        N_(
+            "Restart every worker, not only the one that failed (cluster.ensure_running(fresh='all')), and let all of them resume from the last checkpoint (tf.train.CheckpointManager, or Keras' BackupAndRestore); first read the log of the task that died or hung (cluster.status(), cluster.logs(task))."
+        ),
     ),
     LogRule(
         "tf-config-after-strategy",
@@ -101,11 +108,12 @@ _RULES = (
         # it is created. TensorFlow's logger shows INFO lines in interactive shells, or after
         # tf.get_logger().setLevel("INFO").
         re.compile(r"Single-worker MultiWorkerMirroredStrategy with local_devices"),
-        "This task built MultiWorkerMirroredStrategy as a single worker (TensorFlow logged "
-        '"Single-worker MultiWorkerMirroredStrategy"): TF_CONFIG was not set, or had no cluster, when the '
-        "strategy was created, so the task trains alone instead of with its cluster.",
-        "Set os.environ['TF_CONFIG'] before creating the strategy (the strategy reads it once, when it is "
-        "built), then start the task again.",
+        N_(
+            'This task built MultiWorkerMirroredStrategy as a single worker (TensorFlow logged "Single-worker MultiWorkerMirroredStrategy"): TF_CONFIG was not set, or had no cluster, when the strategy was created, so the task trains alone instead of with its cluster.'
+        ),
+        N_(
+            "Set os.environ['TF_CONFIG'] before creating the strategy (the strategy reads it once, when it is built), then start the task again."
+        ),
         cluster_task_only=True,
     ),
     LogRule(
@@ -118,10 +126,12 @@ _RULES = (
             r"Broken pipe|"
             r"heartbeat timeout|tasks are unhealthy"
         ),
-        "A peer{peer} could not be reached: its process died or was never started, so the call to it failed.",
-        "Look at that task's state and log (cluster.status(), cluster.logs(task)), start it again "
-        "(cluster.restart), and retry the step; ParameterServerStrategy's coordinator retries workers but "
-        "not a lost ps.",
+        N_(
+            "A peer{peer} could not be reached: its process died or was never started, so the call to it failed."
+        ),
+        N_(
+            "Look at that task's state and log (cluster.status(), cluster.logs(task)), start it again (cluster.restart), and retry the step; ParameterServerStrategy's coordinator retries workers but not a lost ps."
+        ),
         "tensorflow/tensorflow#45088",
     ),
 )
@@ -173,8 +183,8 @@ def log_findings(logs: Any) -> list[Finding]:
                 Finding(
                     rule.code,
                     task,
-                    rule.message.format(peer=_peer_near(text, match, task)),
-                    rule.fix,
+                    _(rule.message).format(peer=_peer_near(text, match, task)),
+                    _(rule.fix),
                     rule.see,
                 )
             )
@@ -198,7 +208,7 @@ def _peer_near(text: str, match: re.Match[str], task: str) -> str:
 
 # A MultiWorkerMirroredStrategy cluster cannot take one restarted worker back: the survivors' collectives
 # are aborted for good ("Restart your program to reset"), so every worker restarts from a checkpoint.
-_RESTART_ALL = (
+_RESTART_ALL = N_(
     "Read its log (cluster.logs('{task}')) for the cause, fix it, then restart every worker "
     "(cluster.ensure_running(fresh='all')) so all resume from the last checkpoint: the others' collectives "
     "were aborted and cannot run again in their processes."
@@ -213,16 +223,20 @@ def state_findings(
     found = []
     for task, state in status.items():
         tail = last_lines.get(task, "").strip()
-        said = f" Its last lines: {tail!r}." if tail else " It printed nothing."
+        said = _(" Its last lines: {tail!r}.").format(tail=tail) if tail else _(" It printed nothing.")
         if state == "killed":
             found.append(
                 Finding(
                     "task-died",
                     task,
-                    f"{task} was killed (SIGKILL); tasks that talk to it fail or wait.{said}",
-                    _RESTART_ALL.format(task=task)
+                    _("{task} was killed (SIGKILL); tasks that talk to it fail or wait.{said}").format(
+                        task=task, said=said
+                    ),
+                    _(_RESTART_ALL).format(task=task)
                     if collectives_aborted
-                    else f"Restart it (cluster.restart('{task}')) and let the others resume from a checkpoint.",
+                    else _(
+                        "Restart it (cluster.restart('{task}')) and let the others resume from a checkpoint."
+                    ).format(task=task),
                 )
             )
         elif state.startswith("exited"):
@@ -231,10 +245,14 @@ def state_findings(
                 Finding(
                     "task-died",
                     task,
-                    f"{task}'s process exited with code {code}; tasks that talk to it fail or wait.{said}",
-                    _RESTART_ALL.format(task=task)
+                    _(
+                        "{task}'s process exited with code {code}; tasks that talk to it fail or wait.{said}"
+                    ).format(task=task, code=code, said=said),
+                    _(_RESTART_ALL).format(task=task)
                     if collectives_aborted
-                    else f"Read its log (cluster.logs('{task}')) for the cause, fix it, then cluster.restart('{task}').",
+                    else _(
+                        "Read its log (cluster.logs('{task}')) for the cause, fix it, then cluster.restart('{task}')."
+                    ).format(task=task),
                 )
             )
         elif state == "starting":
@@ -242,8 +260,10 @@ def state_findings(
                 Finding(
                     "task-not-started",
                     task,
-                    f"{task} has not come up yet: its server is not serving.{said}",
-                    "Wait for the start to finish, or read its log for the error that holds it up.",
+                    _("{task} has not come up yet: its server is not serving.{said}").format(
+                        task=task, said=said
+                    ),
+                    _("Wait for the start to finish, or read its log for the error that holds it up."),
                 )
             )
     return found

@@ -17,6 +17,7 @@ from typing import Any
 from dtfkit.diagnosis import addresses, inputs
 from dtfkit.diagnosis.configs import KNOWN_JOBS, Given, Job, Process
 from dtfkit.diagnosis.findings import Finding
+from dtfkit.i18n import N_, _
 
 MWMS = "multi_worker_mirrored"
 PSS = "parameter_server"
@@ -94,14 +95,15 @@ def _task_in_cluster(process: Process) -> list[Finding]:
         if job == "evaluator":
             return []
         near = [j for j in cluster if j.lower().rstrip("s") == job.lower().rstrip("s")]
-        spelled = f" (the cluster spells it {near[0]!r})" if near else ""
+        spelled = _(" (the cluster spells it {near_0!r})").format(near_0=near[0]) if near else ""
         return [
             Finding(
                 "task-type-not-in-cluster",
                 process.label,
-                f"This process says it is a {job!r} task, but the cluster has no {job!r} job{spelled}; "
-                f"its jobs are {', '.join(map(repr, cluster))}.",
-                "Set task.type to one of the cluster's job names, spelled exactly as in 'cluster'.",
+                _(
+                    "This process says it is a {job!r} task, but the cluster has no {job!r} job{spelled}; its jobs are {join_map_repr_cluster}."
+                ).format(job=job, spelled=spelled, join_map_repr_cluster=", ".join(map(repr, cluster))),
+                _("Set task.type to one of the cluster's job names, spelled exactly as in 'cluster'."),
             )
         ]
     # _validate_cluster_spec: "The `task_id` %d exceeds the maximum id of %s." (task_id >= the job's
@@ -111,26 +113,40 @@ def _task_in_cluster(process: Process) -> list[Finding]:
         count = len(tasks)
         dense = set(tasks) == set(range(count))
         which = (
-            f"indices 0 to {count - 1}"
+            _("indices 0 to {count_1}").format(count_1=count - 1)
             if dense
-            else f"{'index' if count == 1 else 'indices'} {_some(sorted(tasks))}"
+            else (_("index {tasks}") if count == 1 else _("indices {tasks}")).format(
+                tasks=_some(sorted(tasks))
+            )
         )
         what = (
-            f"TensorFlow refuses task index {index}: a task's index must be below its job's task count, and "
+            _(
+                "TensorFlow refuses task index {index}: a task's index must be below its job's task count, and "
+            ).format(index=index)
             if index in tasks
-            else f"Task index {index} does not exist: "
+            else _("Task index {index} does not exist: ").format(index=index)
         )
         return [
             Finding(
                 "task-index-out-of-range",
                 process.label,
-                f"{what}job {job!r} has {count} task{'s' if count != 1 else ''} ({which}).",
-                f"Count task indices from 0: {_indices(job, count)}, or add {job} addresses to the cluster."
+                (
+                    _("{what}job {job!r} has {count} tasks ({which}).")
+                    if count != 1
+                    else _("{what}job {job!r} has {count} task ({which}).")
+                ).format(what=what, job=job, count=count, which=which),
+                _("Count task indices from 0: {indices}, or add {job} addresses to the cluster.").format(
+                    indices=_indices(job, count), job=job
+                )
                 if dense
                 else (
-                    f"Number the {job} job's tasks 0 to {count - 1} (or write its addresses as a list)."
+                    _("Number the {job} job's tasks 0 to {last} (or write its addresses as a list).").format(
+                        job=job, last=count - 1
+                    )
                     if count > 1
-                    else f"Give the {job} job's only task the index 0 (or write its address as a list)."
+                    else _(
+                        "Give the {job} job's only task the index 0 (or write its address as a list)."
+                    ).format(job=job)
                 ),
             )
         ]
@@ -144,9 +160,11 @@ def _some(indices: list[int]) -> str:
 
 def _indices(job: str, count: int) -> str:
     return (
-        f"the only {job} is {job}:0"
+        _("the only {job} is {job}:0").format(job=job)
         if count == 1
-        else f"the {count} {job} tasks are {job}:0 to {job}:{count - 1}"
+        else _("the {count} {job} tasks are {job}:0 to {job}:{count_1}").format(
+            count=count, job=job, count_1=count - 1
+        )
     )
 
 
@@ -160,9 +178,10 @@ def _duplicate_tasks(given: Given) -> list[Finding]:
         Finding(
             "duplicate-task",
             _name(job, index),
-            f"{count} processes claim to be {_name(job, index)}: the second cannot bind the task's port, "
-            "and the task it should have been is never launched.",
-            "Give every process its own task type and index (copy the TF_CONFIG, then change 'task').",
+            _(
+                "{count} processes claim to be {name_job_index}: the second cannot bind the task's port, and the task it should have been is never launched."
+            ).format(count=count, name_job_index=_name(job, index)),
+            _("Give every process its own task type and index (copy the TF_CONFIG, then change 'task')."),
         )
         for (job, index), count in claims.items()
         if count > 1
@@ -185,10 +204,14 @@ def _disagreeing_clusters(given: Given) -> list[Finding]:
             Finding(
                 "clusters-disagree",
                 other.label,
-                f"{other.label}'s cluster differs from {first.label}'s "
-                f"({_difference(first.cluster, other.cluster)}): "
-                "the tasks will wait for peers at addresses nobody serves.",
-                "Write the cluster once and give every process the same 'cluster'; only 'task' differs.",
+                _(
+                    "{label}'s cluster differs from {label_2}'s ({difference_first_cluster_oth}): the tasks will wait for peers at addresses nobody serves."
+                ).format(
+                    label=other.label,
+                    label_2=first.label,
+                    difference_first_cluster_oth=_difference(first.cluster, other.cluster),
+                ),
+                _("Write the cluster once and give every process the same 'cluster'; only 'task' differs."),
                 see="tensorflow/tensorflow#31154",
             )
         )
@@ -198,14 +221,18 @@ def _disagreeing_clusters(given: Given) -> list[Finding]:
 def _difference(a: dict[str, Job], b: dict[str, Job]) -> str:
     for job in sorted(set(a) | set(b)):
         if job not in a or job not in b:
-            return f"job {job!r} is in only one of them"
+            return _("job {job!r} is in only one of them").format(job=job)
         if len(a[job]) != len(b[job]):
-            return f"job {job!r} has {len(a[job])} tasks in one and {len(b[job])} in the other"
+            return _("job {job!r} has {len_a_job} tasks in one and {len_b_job} in the other").format(
+                job=job, len_a_job=len(a[job]), len_b_job=len(b[job])
+            )
         for i in sorted(set(a[job]) | set(b[job])):
             x, y = a[job].get(i), b[job].get(i)
             if repr(x) != repr(y):
-                return f"{_name(job, i)} is {_short(x)} in one and {_short(y)} in the other"
-    return "the jobs are in a different order"
+                return _("{name_job_i} is {short_x} in one and {short_y} in the other").format(
+                    name_job_i=_name(job, i), short_x=_short(x), short_y=_short(y)
+                )
+    return _("the jobs are in a different order")
 
 
 def _short(address: Any) -> str:
@@ -219,14 +246,15 @@ def _job_names(cluster: dict[str, Job]) -> list[Finding]:
             continue
         # multi_worker_util._validate_cluster_spec: "Disallowed task type found in cluster spec."
         near = [k for k in KNOWN_JOBS if k == job.lower().rstrip("s") or k == job.lower()]
-        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        hint = _(" (did you mean {near_0!r}?)").format(near_0=near[0]) if near else ""
         found.append(
             Finding(
                 "unknown-job",
                 job[:80],
-                f"Job {inputs.describe(job)} is not one TensorFlow's strategies accept{hint}: they allow chief, worker, ps "
-                "and evaluator.",
-                "Rename the job to 'chief', 'worker', 'ps' or 'evaluator' (lower case).",
+                _(
+                    "Job {inputs_describe_job} is not one TensorFlow's strategies accept{hint}: they allow chief, worker, ps and evaluator."
+                ).format(inputs_describe_job=inputs.describe(job), hint=hint),
+                _("Rename the job to 'chief', 'worker', 'ps' or 'evaluator' (lower case)."),
             )
         )
     if "master" in cluster and "chief" not in cluster:
@@ -234,9 +262,10 @@ def _job_names(cluster: dict[str, Job]) -> list[Finding]:
             Finding(
                 "unknown-job",
                 "master",
-                "Job 'master' is TensorFlow 1's name for the coordinating task; TF 2's strategies refuse it "
-                "(they allow chief, worker, ps and evaluator).",
-                "Rename 'master' to 'chief'.",
+                _(
+                    "Job 'master' is TensorFlow 1's name for the coordinating task; TF 2's strategies refuse it (they allow chief, worker, ps and evaluator)."
+                ),
+                _("Rename 'master' to 'chief'."),
             )
         )
     return found
@@ -249,9 +278,10 @@ def _chiefs(cluster: dict[str, Job]) -> list[Finding]:
             Finding(
                 "chief-and-master",
                 "master",
-                "The cluster has both a 'chief' and a 'master' job: two tasks would each act as the one "
-                "that coordinates, and TF 2's strategies refuse 'master'.",
-                "Keep one coordinating task, named 'chief'; drop the 'master' job.",
+                _(
+                    "The cluster has both a 'chief' and a 'master' job: two tasks would each act as the one that coordinates, and TF 2's strategies refuse 'master'."
+                ),
+                _("Keep one coordinating task, named 'chief'; drop the 'master' job."),
             )
         )
     # _validate_cluster_spec: "There must be at most one 'chief' job." / "... at most one 'evaluator' job."
@@ -261,8 +291,10 @@ def _chiefs(cluster: dict[str, Job]) -> list[Finding]:
                 Finding(
                     code,
                     job,
-                    f"Job {job!r} has {len(cluster[job])} tasks; TensorFlow allows at most one {job}.",
-                    f"Keep one {job} task and make the others workers.",
+                    _("Job {job!r} has {len_cluster_job} tasks; TensorFlow allows at most one {job}.").format(
+                        job=job, len_cluster_job=len(cluster[job])
+                    ),
+                    _("Keep one {job} task and make the others workers.").format(job=job),
                 )
             )
     return found
@@ -278,7 +310,14 @@ def _address_rules(cluster: dict[str, Job], machines: int) -> list[Finding]:
             problem = addresses.address_problem(address)
             if problem is not None:
                 code, what = problem
-                found.append(Finding(code, task, f"{task}'s address {what}.", _ADDRESS_FIX[code]))
+                found.append(
+                    Finding(
+                        code,
+                        task,
+                        _("{task}'s address {what}.").format(task=task, what=what),
+                        _(_ADDRESS_FIX[code]),
+                    )
+                )
                 continue
             good[task] = address
             places.setdefault(addresses.same_place(address), []).append(task)
@@ -287,15 +326,18 @@ def _address_rules(cluster: dict[str, Job], machines: int) -> list[Finding]:
             named = (
                 " and ".join(tasks)
                 if len(tasks) <= 5
-                else f"{', '.join(tasks[:5])} and {len(tasks) - 5} more"
+                else _("{join_tasks_5} and {len_tasks_5} more").format(
+                    join_tasks_5=", ".join(tasks[:5]), len_tasks_5=len(tasks) - 5
+                )
             )
             found.append(
                 Finding(
                     "duplicate-address",
                     tasks[1],
-                    f"{named} have the same address ({good[tasks[0]]}): two servers cannot "
-                    "listen on one port of one machine.",
-                    "Give every task its own host:port.",
+                    _(
+                        "{named} have the same address ({good_tasks_0}): two servers cannot listen on one port of one machine."
+                    ).format(named=named, good_tasks_0=good[tasks[0]]),
+                    _("Give every task its own host:port."),
                 )
             )
     found += _loopback_rules(good, machines)
@@ -303,12 +345,15 @@ def _address_rules(cluster: dict[str, Job], machines: int) -> list[Finding]:
 
 
 _ADDRESS_FIX = {
-    "address-no-port": "Write every address as host:port, e.g. 'worker0.example.com:2222'.",
-    "address-bad-port": "Use a port number from 1 to 65535 after the colon, e.g. 'host:2222'.",
-    "address-scheme": "Drop the 'grpc://' prefix: the cluster holds host:port, and the protocol is set "
-    "separately (rpc_layer).",
-    "address-not-dialable": "Write each address as a string: the exact hostname or IP address and the port "
-    "a peer dials, no spaces, IPv6 in brackets ('[fe80::1]:2222').",
+    "address-no-port": N_("Write every address as host:port, e.g. 'worker0.example.com:2222'."),
+    "address-bad-port": N_("Use a port number from 1 to 65535 after the colon, e.g. 'host:2222'."),
+    "address-scheme": N_(
+        "Drop the 'grpc://' prefix: the cluster holds host:port, and the protocol is set separately (rpc_layer)."
+    ),
+    "address-not-dialable": N_(
+        "Write each address as a string: the exact hostname or IP address and the port "
+        "a peer dials, no spaces, IPv6 in brackets ('[fe80::1]:2222')."
+    ),
 }
 
 
@@ -322,15 +367,26 @@ def _loopback_rules(good: dict[str, str], machines: int) -> list[Finding]:
         return []
     shown = sorted(other_hosts)
     hosts = ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
-    why = f"the cluster spans {machines} machines" if machines > 1 else f"other tasks are on {hosts}"
+    why = (
+        _("the cluster spans {machines} machines").format(machines=machines)
+        if machines > 1
+        else _("other tasks are on {hosts}").format(hosts=hosts)
+    )
     return [
         Finding(
             "localhost-multi-machine",
             task,
-            f"{task}'s address {good[task]} is this machine's "
-            f"{'loopback' if addresses.is_loopback(good[task]) else 'any-address (where a server listens)'}"
-            f", but {why}: a task on another machine that dials it reaches itself, not this task.",
-            "Use each machine's hostname or network IP in the cluster (the same list on every machine).",
+            _(
+                "{task}'s address {good_task} is this machine's {loopback_if_addresses_is_loo}, but {why}: a task on another machine that dials it reaches itself, not this task."
+            ).format(
+                task=task,
+                good_task=good[task],
+                loopback_if_addresses_is_loo="loopback"
+                if addresses.is_loopback(good[task])
+                else _("any-address (where a server listens)"),
+                why=why,
+            ),
+            _("Use each machine's hostname or network IP in the cluster (the same list on every machine)."),
             see="tensorflow/tensorflow#57372",
         )
         for task in loopback
@@ -345,10 +401,10 @@ def _strategy_rules(cluster: dict[str, Job], strategy: str | None) -> list[Findi
             Finding(
                 "mwms-with-ps",
                 "ps",
-                "MultiWorkerMirroredStrategy has no parameter servers: every worker keeps its own copy of "
-                "the variables, and a ps process that builds the strategy fails with "
-                "\"Unexpected `task_type` 'ps'\".",
-                "Drop the 'ps' job from the cluster (or use ParameterServerStrategy).",
+                _(
+                    "MultiWorkerMirroredStrategy has no parameter servers: every worker keeps its own copy of the variables, and a ps process that builds the strategy fails with \"Unexpected `task_type` 'ps'\"."
+                ),
+                _("Drop the 'ps' job from the cluster (or use ParameterServerStrategy)."),
             )
         ]
     if strategy == PSS:
@@ -358,8 +414,10 @@ def _strategy_rules(cluster: dict[str, Job], strategy: str | None) -> list[Findi
             Finding(
                 f"pss-needs-{job}",
                 job,
-                f"ParameterServerStrategy needs at least one {job} task and the cluster has none.",
-                f"Add a '{job}' job to the cluster.",
+                _("ParameterServerStrategy needs at least one {job} task and the cluster has none.").format(
+                    job=job
+                ),
+                _("Add a '{job}' job to the cluster.").format(job=job),
             )
             for job in ("ps", "worker")
             if not cluster.get(job)
@@ -387,10 +445,12 @@ def _never_launched(given: Given) -> list[Finding]:
         Finding(
             "never-launched",
             task,
-            f"{task} is in the cluster but none of the {len(given.processes)} TF_CONFIGs runs it: the "
-            "others will wait for it for ever.",
-            f"Start a process whose TF_CONFIG says task {{'type': '{task.split(':')[0]}', "
-            f"'index': {task.split(':')[1]}}}, or remove it from the cluster.",
+            _(
+                "{task} is in the cluster but none of the {len_given_processes} TF_CONFIGs runs it: the others will wait for it for ever."
+            ).format(task=task, len_given_processes=len(given.processes)),
+            _(
+                "Start a process whose TF_CONFIG says task {{'type': '{task_split_0}', 'index': {task_split_1}}}, or remove it from the cluster."
+            ).format(task_split_0=task.split(":")[0], task_split_1=task.split(":")[1]),
             see="tensorflow/tensorflow#39922",
         )
         for task in missing

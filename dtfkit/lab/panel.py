@@ -163,7 +163,7 @@ class Panel:
     def press_run(self) -> RunRecord | None:
         """What the Run button does: start a run with the controls' values (in the background)."""
         if self.lab.running:
-            self.status.value = "a run is in progress: press Stop first"
+            self.status.value = _("a run is in progress: press Stop first")
             return None
         self.lab.echo = self._echo
         self.log.outputs = ()
@@ -204,10 +204,10 @@ class Panel:
             >>> Lab().panel().summary()  # doctest: +SKIP
             'dtfkit sync/async lab panel (a live widget: run the notebook in Jupyter to use it); no run yet'
         """
-        text = "dtfkit sync/async lab panel (a live widget: run the notebook in Jupyter to use it)"
+        text = _("dtfkit sync/async lab panel (a live widget: run the notebook in Jupyter to use it)")
         runs = self.lab.runs
         if not runs:
-            return text + "; no run yet"
+            return text + _("; no run yet")
         finished = len(self.lab.history)
         return f"{text}; {finished} finished run{'s' if finished != 1 else ''}, last: {runs[-1].describe()}"
 

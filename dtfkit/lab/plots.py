@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dtfkit.engine.platform import notebook
+from dtfkit.i18n import _, language
 from dtfkit.recipes import analysis
 
 if TYPE_CHECKING:
@@ -33,7 +34,51 @@ def _figure(width: float, height: float):
     from matplotlib.figure import Figure
 
     _show_as_png_in_ipython(Figure)
+    if language() != "en":
+        _fall_back_on_a_font_for(language())
     return Figure(figsize=(width, height), layout="constrained")
+
+
+def _add_system_fonts(font_manager, names: Sequence[str]) -> set[str]:
+    """Add the system's fonts named ``names`` to matplotlib's list (its cache predates a font installed
+    after matplotlib first ran); the names added."""
+    added = set()
+    for path in font_manager.findSystemFonts():
+        try:
+            name = font_manager.get_font(path).family_name
+        except (OSError, RuntimeError):
+            continue
+        if name in names:
+            font_manager.fontManager.addfont(path)
+            added.add(name)
+    return added
+
+
+# Fonts with Chinese glyphs, in the order tried (matplotlib's own DejaVu Sans has none).
+CHINESE_FONTS = (
+    "Noto Sans CJK SC",
+    "Source Han Sans SC",
+    "WenQuanYi Micro Hei",
+    "WenQuanYi Zen Hei",
+    "SimHei",
+)
+
+
+def _fall_back_on_a_font_for(lang: str) -> None:
+    """Let matplotlib draw the titles of ``lang`` with an installed font that has its glyphs, after
+    its default font (for each character it lacks); none installed: the text shows as boxes, as before."""
+    import matplotlib
+    from matplotlib import font_manager
+
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    if not installed & set(CHINESE_FONTS):
+        installed |= _add_system_fonts(font_manager, CHINESE_FONTS)
+    fallback = [name for name in CHINESE_FONTS if name in installed]
+    # A family after the first in font.family is where matplotlib looks for a glyph the first lacks.
+    families = list(matplotlib.rcParams["font.family"])
+    missing = [name for name in fallback if name not in families]
+    if missing:
+        matplotlib.rcParams["font.family"] = [*families, *missing]
 
 
 def _show_as_png_in_ipython(figure_class) -> None:
@@ -73,7 +118,7 @@ def plot_loss(record: RunRecord, ax, x: str = "step", label: str = "", **line) -
         rows = [r for r in _rows(record) if r["task"] == task]
         xs = [r["step"] if x == "step" else r["time"] - t0 for r in rows]
         ax.plot(xs, [r["loss"] for r in rows], label=f"{label}{task}", **line)
-    ax.set_xlabel("global step" if x == "step" else "wall time (s) from every worker's first step")
+    ax.set_xlabel(_("global step") if x == "step" else _("wall time (s) from every worker's first step"))
     ax.set_ylabel("loss")
 
 
@@ -101,8 +146,8 @@ def plot_timeline(record: RunRecord, ax) -> None:
             )
     ax.set_yticks(range(len(record.workers)), record.workers)
     ax.invert_yaxis()
-    ax.set_xlabel("wall time (s)")
-    ax.set_title("step timeline", fontsize="medium")
+    ax.set_xlabel(_("wall time (s)"))
+    ax.set_title(_("step timeline"), fontsize="medium")
 
 
 def zoomed_timeline(record: RunRecord, updates: int = 8, title: str = ""):
@@ -120,8 +165,17 @@ def zoomed_timeline(record: RunRecord, updates: int = 8, title: str = ""):
         ax.set_xlim(*analysis.update_window(numbered, first + 2, first + updates + 1, origin=t0, pad=0.02))
         for t in times[first : first + updates + 1]:
             ax.axvline(t - t0, color="0.6", lw=0.8, zorder=0)
-        ax.set_xlabel(f"wall time (s); grey lines: updates {first + 1}–{first + updates + 1}")
-    ax.set_title(title or f"run {record.number} — {record.settings.describe()}: {updates} updates, zoomed in")
+        ax.set_xlabel(
+            _("wall time (s); grey lines: updates {first_1}–{first_updates_1}").format(
+                first_1=first + 1, first_updates_1=first + updates + 1
+            )
+        )
+    ax.set_title(
+        title
+        or _("run {number} — {record_settings_describe}: {updates} updates, zoomed in").format(
+            number=record.number, record_settings_describe=record.settings.describe(), updates=updates
+        )
+    )
     return fig
 
 
@@ -137,8 +191,8 @@ def plot_throughput(record: RunRecord, ax, label: str = "", **line) -> None:
         label=label or None,
         **line,
     )
-    ax.set_xlabel("wall time (s) from every worker's first step")
-    ax.set_ylabel("global step")
+    ax.set_xlabel(_("wall time (s) from every worker's first step"))
+    ax.set_ylabel(_("global step"))
     rate = record.steps_per_sec()
     if not label and rate == rate:
         ax.set_title(f"throughput: {rate:.1f} steps/s", fontsize="medium")
@@ -157,8 +211,8 @@ def plot_staleness(record: RunRecord, ax, label: str = "", alpha: float = 1.0) -
         label=label or None,
         rwidth=0.85,
     )
-    ax.set_xlabel("staleness (updates in between)")
-    ax.set_ylabel("fraction of applied gradients")
+    ax.set_xlabel(_("staleness (updates in between)"))
+    ax.set_ylabel(_("fraction of applied gradients"))
     if not label:
         ax.set_title(
             f"staleness: mean {record.mean_staleness():.2f}, max {record.max_staleness()}", fontsize="medium"
@@ -174,7 +228,7 @@ def plot_shares(records: Sequence[RunRecord], ax) -> None:
         ax.bar(xs, [r.shares().get(task, 0.0) for r in records], width=width, label=task)
     ax.set_xticks(range(len(records)), [f"run {r.number}\n{r.settings.mode}" for r in records])
     ax.set_ylim(0, 1)
-    ax.set_ylabel("share of updates")
+    ax.set_ylabel(_("share of updates"))
     ax.legend(fontsize="small")
 
 
@@ -209,16 +263,18 @@ def compare(records: Sequence[RunRecord]):
         axes[0, 1].plot([r["time"] - t0 for r in rows], [r["loss"] for r in rows], ".", ms=3, color=color)
         plot_throughput(record, axes[0, 2], label=name, color=color)
         plot_staleness(record, axes[1, 0], label=name, alpha=0.6)
-    axes[0, 0].set(xlabel="global step", ylabel="loss", title="loss vs global step")
+    axes[0, 0].set(xlabel=_("global step"), ylabel=_("loss"), title=_("loss vs global step"))
     axes[0, 1].set(
-        xlabel="wall time (s) from every worker's first step", ylabel="loss", title="loss vs wall time"
+        xlabel=_("wall time (s) from every worker's first step"),
+        ylabel=_("loss"),
+        title=_("loss vs wall time"),
     )
     axes[0, 2].set_title("throughput (slope)")
     axes[1, 0].set_title("staleness")
     axes[1, 0].legend(fontsize="small")
     axes[0, 0].legend(fontsize="small")
     plot_shares(records, axes[1, 1])
-    axes[1, 1].set_title("share of updates per worker")
+    axes[1, 1].set_title(_("share of updates per worker"))
     # Gradients per second, not steps per second: a sync update averages R gradients (or more).
     names = [f"{r.number}" for r in records]
     rates = [r.gradient_rates() for r in records]
@@ -228,7 +284,7 @@ def compare(records: Sequence[RunRecord]):
         xs + 0.2, [r["applied"] for r in rates], width=0.4, color=[f"C{i}" for i in xs], label="applied"
     )
     axes[1, 2].set_xticks(xs, names)
-    axes[1, 2].set(xlabel="run", ylabel="gradients/s", title="gradients per second (all workers)")
+    axes[1, 2].set(xlabel=_("run"), ylabel=_("gradients/s"), title=_("gradients per second (all workers)"))
     axes[1, 2].legend(fontsize="small")
     return fig
 

@@ -35,8 +35,10 @@ from dtfkit.course.check._guard import (
 )
 from dtfkit.course.student import STUB
 from dtfkit.errors import TaskExited, TaskFailed, TaskTimeout
+from dtfkit.i18n import N_, _
 
-PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted yet"
+# Kept in English in the result (tests and nbgrader read them); shown through _().
+PASSED, FAILED, NOT_ATTEMPTED = N_("passed"), N_("failed"), N_("not attempted yet")
 _MARK = {PASSED: "✔", FAILED: "✘", NOT_ATTEMPTED: "…"}
 _COLOUR = {PASSED: "#2e7d32", FAILED: "#c62828", NOT_ATTEMPTED: "#757575"}
 _RESULTS: list[CheckResult] = []
@@ -72,7 +74,13 @@ class CheckResult:
         return self.passed
 
     def headline(self) -> str:
-        return f"{_MARK[self.status]} exercise {self.exercise} ({self.title}) {self.status}: {self.message}"
+        return _("{mark} exercise {number} ({title}) {status}: {message}").format(
+            mark=_MARK[self.status],
+            number=self.exercise,
+            title=_(self.title),
+            status=_(self.status),
+            message=self.message,
+        )
 
     def __str__(self) -> str:
         lines = [self.headline()]
@@ -85,8 +93,10 @@ class CheckResult:
 
     def _repr_html_(self) -> str:
         colour = _COLOUR[self.status]
-        body = f"<b>{_MARK[self.status]} exercise {html.escape(self.exercise)} — {html.escape(self.title)}: "
-        body += f"{html.escape(self.status)}</b><br>{html.escape(self.message)}"
+        heading = _("{mark} exercise {number} — {title}: {status}").format(
+            mark=_MARK[self.status], number=self.exercise, title=_(self.title), status=_(self.status)
+        )
+        body = f"<b>{html.escape(heading)}</b><br>{html.escape(self.message)}"
         if self.hint:
             body += f"<br>→ {html.escape(self.hint)}"
         if self.details:
@@ -165,7 +175,9 @@ def is_stub(fn: Any) -> bool:
 def _not_attempted(name: str) -> CheckResult:
     return CheckResult(
         NOT_ATTEMPTED,
-        f"replace `raise NotImplementedError()` in {name} with your answer, run that cell, then this one",
+        _(
+            "replace `raise NotImplementedError()` in {name} with your answer, run that cell, then this one"
+        ).format(name=name),
     )
 
 
@@ -175,25 +187,43 @@ def _from_exception(exc: BaseException, name: str) -> CheckResult:
     ):
         return _not_attempted(name)
     if isinstance(exc, AnswerReachedIntoDtfkit):
-        return failed(str(exc), REFUSAL_HINT)
+        return failed(str(exc), _(REFUSAL_HINT))
     if isinstance(exc, TaskFailed) and exc.exc_type == AnswerReachedIntoDtfkit.__name__:
-        return failed(f"in {exc.task}, {exc.remote_message.strip()[:300]}", REFUSAL_HINT)
+        return failed(
+            _("in {task}, {remote_message}").format(
+                task=exc.task, remote_message=exc.remote_message.strip()[:300]
+            ),
+            _(REFUSAL_HINT),
+        )
     if isinstance(exc, TaskFailed):
         tail = [line for line in exc.remote_traceback.strip().splitlines() if line.strip()][-4:]
         return failed(
-            f"{exc.task} raised {exc.exc_type} while running {name}: {exc.remote_message.strip()[:300]}",
-            "read the last lines of the task's traceback below",
+            _("{task} raised {exc_type} while running {name}: {remote_message}").format(
+                task=exc.task,
+                exc_type=exc.exc_type,
+                name=name,
+                remote_message=exc.remote_message.strip()[:300],
+            ),
+            _("read the last lines of the task's traceback below"),
             *tail,
         )
     if isinstance(exc, TaskTimeout):
         first = str(exc).strip().splitlines()[0][:300]
         return failed(
-            f"{name} did not finish in time: {first}", "a task is waiting for something; see its stack"
+            _("{name} did not finish in time: {first}").format(name=name, first=first),
+            _("a task is waiting for something; see its stack"),
         )
     if isinstance(exc, TaskExited):
-        return failed(f"a task exited while running {name}: {str(exc)[:300]}")
+        return failed(
+            _("a task exited while running {name}: {str_exc_300}").format(
+                name=name, str_exc_300=str(exc)[:300]
+            )
+        )
     return failed(
-        f"{name} raised {type(exc).__name__}: {str(exc)[:300]}", "fix the error and run the check again"
+        _("{name} raised {__name__}: {str_exc_300}").format(
+            name=name, __name__=type(exc).__name__, str_exc_300=str(exc)[:300]
+        ),
+        _("fix the error and run the check again"),
     )
 
 
@@ -219,10 +249,11 @@ def exercise(
     def decorate(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
         @functools.wraps(check)
         def run(answer: Any, *args: Any, hidden: bool = False, **kwargs: Any) -> CheckResult:
-            name = f"`{getattr(answer, '__name__', 'your answer')}`"
+            name = f"`{getattr(answer, '__name__', None) or _('your answer')}`"
             if not callable(answer):
                 result = failed(
-                    f"expected a function, got {type(answer).__name__}", "pass the function itself"
+                    _("expected a function, got {__name__}").format(__name__=type(answer).__name__),
+                    _("pass the function itself"),
                 )
             elif is_stub(answer):
                 result = _not_attempted(name)
@@ -252,14 +283,14 @@ def _guarded_check(
     """Run ``check`` on the answer, wrapped so that reaching into dtfkit is refused (see ``_guard``)."""
     refused = refused_names(answer, policy)
     if refused:
-        return failed(refusal(policy.exercise, refused, "uses"), REFUSAL_HINT)
+        return failed(refusal(policy.exercise, refused, "uses"), _(REFUSAL_HINT))
     watched = GuardedAnswer(answer, policy)
     try:
         result = check(watched, *args, hidden=hidden, **kwargs)
     except Exception as exc:  # noqa: BLE001 - every mistake becomes feedback
         result = _from_exception(exc, name)
     if watched.violations:  # even where the check caught what the answer raised
-        return failed(refusal(policy.exercise, watched.violations), REFUSAL_HINT)
+        return failed(refusal(policy.exercise, watched.violations), _(REFUSAL_HINT))
     return result
 
 
@@ -307,12 +338,17 @@ def ignores(fn: Any, names: tuple[str | None, ...], role: str) -> CheckResult | 
     unread = [n for n in unread_parameters(fn, names) if n not in ("tf", None)]
     if not unread:
         return None
-    name = getattr(fn, "__name__", "your answer")
-    listed = " and ".join(f"`{n}`" for n in unread)
+    name = getattr(fn, "__name__", None) or _("your answer")
+    listed = _(" and ").join(f"`{n}`" for n in unread)
     return failed(
-        f"{name} never reads {listed}: the check calls it with {role} the text does not name, "
-        "so an answer written for the text's example alone gives a wrong result there",
-        f"use the argument{'s' if len(unread) > 1 else ''} {listed} instead of fixed values",
+        _(
+            "{name} never reads {listed}: the check calls it with {role} the text does not name, so an answer written for the text's example alone gives a wrong result there"
+        ).format(name=name, listed=listed, role=_(role)),
+        (
+            _("use the arguments {listed} instead of fixed values")
+            if len(unread) > 1
+            else _("use the argument {listed} instead of fixed values")
+        ).format(listed=listed),
     )
 
 

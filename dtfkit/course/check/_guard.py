@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import dtfkit
+from dtfkit.i18n import N_, _
 
 ALWAYS_ALLOWED = (
     "dtfkit.this_task",
@@ -436,11 +437,17 @@ def refusal(exercise: str, names: list[str], verb: str = "called") -> str:
 
         refusal("11.2", ["dtfkit.recipes.alpha_beta.alpha_beta_time"])
     """
-    shown = " and ".join(_public_name(n) for n in names[:2])
-    more = f" (and {len(names) - 2} more)" if len(names) > 2 else ""
-    return (
-        f"your answer {verb} {shown}{more}: dtfkit's own code is not part of an answer to exercise {exercise}"
-    )
+    shown = _(" and ").join(_public_name(n) for n in names[:2])
+    more = _(" (and {count} more)").format(count=len(names) - 2) if len(names) > 2 else ""
+    return _(_REFUSALS[verb]).format(names=shown + more, exercise=exercise)
+
+
+_REFUSALS = {
+    "called": N_(
+        "your answer called {names}: dtfkit's own code is not part of an answer to exercise {exercise}"
+    ),
+    "uses": N_("your answer uses {names}: dtfkit's own code is not part of an answer to exercise {exercise}"),
+}
 
 
 def _public_name(name: str) -> str:
@@ -450,7 +457,7 @@ def _public_name(name: str) -> str:
     return name
 
 
-REFUSAL_HINT = (
+REFUSAL_HINT = N_(
     "write it yourself from the chapter's text: recipes, checks and diagnose are dtfkit's answers, not yours"
 )
 

@@ -19,6 +19,7 @@ from dtfkit.course.task_side.ch01 import (
     _trace_builds,
     _trace_layers,
 )
+from dtfkit.i18n import N_, _
 from dtfkit.recipes import placement
 
 W0, W1 = "/job:worker/task:0", "/job:worker/task:1"
@@ -58,7 +59,7 @@ def variables_on_worker(build: Callable, *, hidden: bool = False) -> CheckResult
 
         check.ch01.variables_on_worker(build)
     """
-    problem = ignores(build, ("tf", "variables_on", "compute_on"), "devices")
+    problem = ignores(build, ("tf", "variables_on", "compute_on"), N_("devices"))
     if problem is not None:
         return problem
     cases = BUILD_CASES + (BUILD_HIDDEN if hidden else ())
@@ -66,37 +67,51 @@ def variables_on_worker(build: Callable, *, hidden: bool = False) -> CheckResult
         (runs,) = c.run(_trace_builds, args=(build, cases), on="client", timeout=120).values()
     for (variables_on, compute_on), traced in zip(cases, runs, strict=True):
         want_vars, want_z = task_of(variables_on), task_of(compute_on)
-        case = f"with variables_on={variables_on!r} and compute_on={compute_on!r}"
+        case = _("with variables_on={variables_on!r} and compute_on={compute_on!r}").format(
+            variables_on=variables_on, compute_on=compute_on
+        )
         value = np.asarray(traced["value"])
         if value.shape != (2, 2) or not np.allclose(value, 7.0):
             return failed(
-                f"{case}, z came out as {value.tolist()}, not [[7, 7], [7, 7]]",
-                "z = x + y with x all 3s and y all 4s",
+                _("{case}, z came out as {value_tolist}, not [[7, 7], [7, 7]]").format(
+                    case=case, value_tolist=value.tolist()
+                ),
+                _("z = x + y with x all 3s and y all 4s"),
             )
         wrong = [
-            f"{v['variable']} on {v['task'] or 'no device'}"
+            _("{variable} on {task}").format(variable=v["variable"], task=v["task"] or _("no device"))
             for v in traced["variables"]
             if v["task"] != want_vars
         ]
         if not traced["variables"] or wrong:
             return failed(
-                f"{case}, the variables are not all on {want_vars}: {', '.join(wrong) or 'no variable created'}",
-                "a variable lives on the device scope it is created in",
+                _("{case}, the variables are not all on {want_vars}: {wrong_variables}").format(
+                    case=case,
+                    want_vars=want_vars,
+                    wrong_variables=_(", ").join(wrong) or _("no variable created"),
+                ),
+                _("a variable lives on the device scope it is created in"),
             )
         ran = placement.by_task(traced["ops"])
         if ran.get("ps:0"):
             return failed(
-                f"{case}, ps:0 still ran {sorted(ran['ps:0'])}", "nothing should be placed on /job:ps"
+                _("{case}, ps:0 still ran {sorted_ran_ps_0}").format(
+                    case=case, sorted_ran_ps_0=sorted(ran["ps:0"])
+                ),
+                _("nothing should be placed on /job:ps"),
             )
         z_task = next((r["task"] for r in traced["ops"] if r["op"] == traced["z_op"]), None)
         if z_task != want_z:
             return failed(
-                f"{case}, z was computed on {z_task}, not {want_z}",
-                "an op runs on the device scope it is created in, whatever its inputs",
+                _("{case}, z was computed on {z_task}, not {want_z}").format(
+                    case=case, z_task=z_task, want_z=want_z
+                ),
+                _("an op runs on the device scope it is created in, whatever its inputs"),
             )
     return passed(
-        "x and y lived where variables_on said and z was computed where compute_on said, for the text's "
-        "devices and for others; ps:0 ran nothing"
+        _(
+            "x and y lived where variables_on said and z was computed where compute_on said, for the text's devices and for others; ps:0 ran nothing"
+        )
     )
 
 
@@ -109,34 +124,45 @@ def model_parallel(place_layers: Callable, *, hidden: bool = False) -> CheckResu
 
         check.ch01.model_parallel(place_layers)
     """
-    problem = ignores(place_layers, ("tf", "images", "devices", "units"), "devices and layer sizes")
+    problem = ignores(place_layers, ("tf", "images", "devices", "units"), N_("devices and layer sizes"))
     if problem is not None:
         return problem
     cases = LAYER_CASES + (LAYER_HIDDEN + _fresh_layers() if hidden else ())
     with cluster(ps=1, workers=2) as c:
         (runs,) = c.run(_trace_layers, args=(place_layers, cases), on="client", timeout=150).values()
     for (devices, units), traced in zip(cases, runs, strict=True):
-        case = f"with devices={list(devices)} and units={list(units)}"
+        case = _("with devices={list_devices} and units={list_units}").format(
+            list_devices=list(devices), list_units=list(units)
+        )
         rows = traced["variables"]
         for i, (device, size) in enumerate(zip(devices, units, strict=True)):
             fan_in = 64 if i == 0 else units[i - 1]
             kernel = [v for v in rows if v["shape"] == [fan_in, size]]
             if not kernel:
                 return failed(
-                    f"{case}, no {fan_in} x {size} kernel for layer {i + 1}",
-                    "layer i has units[i] units and reads the layer before it",
+                    _("{case}, no {fan_in} x {size} kernel for layer {i_1}").format(
+                        case=case, fan_in=fan_in, size=size, i_1=i + 1
+                    ),
+                    _("layer i has units[i] units and reads the layer before it"),
                 )
             mine = [v for v in rows if v["shape"] in ([fan_in, size], [size])]
             wrong = [
-                f"{v['variable']} on {v['task'] or 'no device'}" for v in mine if v["task"] != task_of(device)
+                _("{variable} on {task}").format(variable=v["variable"], task=v["task"] or _("no device"))
+                for v in mine
+                if v["task"] != task_of(device)
             ]
             if wrong:
                 return failed(
-                    f"{case}, layer {i + 1}'s variables should be on {task_of(device)}: {', '.join(wrong)}",
-                    "build each layer inside the device scope of its device",
+                    _("{case}, layer {i_1}'s variables should be on {task_of_device}: {join_wrong}").format(
+                        case=case, i_1=i + 1, task_of_device=task_of(device), join_wrong=", ".join(wrong)
+                    ),
+                    _("build each layer inside the device scope of its device"),
                 )
         if traced["layer_ops"] is None:
-            return failed(f"{case}, a layer's kernel could not be found", "one dense layer per device")
+            return failed(
+                _("{case}, a layer's kernel could not be found").format(case=case),
+                _("one dense layer per device"),
+            )
         for i, (device, names) in enumerate(zip(devices, traced["layer_ops"], strict=True)):
             work = [
                 r
@@ -146,10 +172,14 @@ def model_parallel(place_layers: Callable, *, hidden: bool = False) -> CheckResu
             elsewhere = sorted({r["task"] for r in work} - {task_of(device)})
             if not work or elsewhere:
                 return failed(
-                    f"{case}, layer {i + 1}'s matmuls ran on {', '.join(elsewhere) or 'no task'}, "
-                    f"not {task_of(device)}",
-                    "put each layer's matmul with its variables, not only the variables",
+                    _("{case}, layer {i_1}'s matmuls ran on {elsewhere}, not {task_of_device}").format(
+                        case=case,
+                        i_1=i + 1,
+                        elsewhere=_(", ").join(elsewhere) or _("no task"),
+                        task_of_device=task_of(device),
+                    ),
+                    _("put each layer's matmul with its variables, not only the variables"),
                 )
     return passed(
-        "each layer trained on its own device, variables and matmuls, for the text's split and for others"
+        _("each layer trained on its own device, variables and matmuls, for the text's split and for others")
     )

@@ -21,6 +21,7 @@ from dtfkit.course.task_side.ch02 import (
     _place,
     _worker,
 )
+from dtfkit.i18n import N_, _
 from dtfkit.recipes.between_graph import UNEVEN_LAYERS, greedy_bytes, layer_variables
 
 
@@ -75,27 +76,33 @@ def _quick_filters_problem(session_config: Callable, workers: int = 4) -> CheckR
             return None
         if not filters:
             return failed(
-                f"{me} gets no device filters: its session needs every task of the cluster, "
-                "so it waits for a worker that has exited",
-                "look at device_filters: which tasks does a worker's session really need?",
+                _(
+                    "{me} gets no device filters: its session needs every task of the cluster, so it waits for a worker that has exited"
+                ).format(me=me),
+                _("look at device_filters: which tasks does a worker's session really need?"),
             )
         seen = [t for t in tasks if any(_matches(f, t) for f in filters)]
         others = [t for t in seen if t.startswith("worker:") and t != me]
         if me not in seen:
             return failed(
-                f"{me}'s device filters {filters} leave out {me} itself: its own ops have nowhere to run",
-                "each worker's filters must name that worker",
+                _(
+                    "{me}'s device filters {filters} leave out {me} itself: its own ops have nowhere to run"
+                ).format(me=me, filters=filters),
+                _("each worker's filters must name that worker"),
             )
         if others:
             return failed(
-                f"{me}'s device filters {filters} also cover {', '.join(others)}: its session would wait "
-                f"for them (the check tries {workers} workers)",
-                "a worker's session should need no other worker",
+                _(
+                    "{me}'s device filters {filters} also cover {join_others}: its session would wait for them (the check tries {workers} workers)"
+                ).format(me=me, filters=filters, join_others=", ".join(others), workers=workers),
+                _("a worker's session should need no other worker"),
             )
         if "ps:0" not in seen:
             return failed(
-                f"{me}'s device filters {filters} leave out the ps, where the variables live",
-                "keep the parameter servers in the filter",
+                _("{me}'s device filters {filters} leave out the ps, where the variables live").format(
+                    me=me, filters=filters
+                ),
+                _("keep the parameter servers in the filter"),
             )
     return None
 
@@ -110,7 +117,7 @@ def device_filters(session_config: Callable, *, hidden: bool = False, rng: Rng =
 
         check.ch02.device_filters(session_config)
     """
-    problem = ignores(session_config, ("tf", None, "task_index"), "other workers")
+    problem = ignores(session_config, ("tf", None, "task_index"), N_("other workers"))
     workers, alone_tasks = hidden_filters_case(rng) if hidden else (4, ["worker:2"])
     if problem is None:
         problem = _quick_filters_problem(session_config)
@@ -139,28 +146,36 @@ def device_filters(session_config: Callable, *, hidden: bool = False, rng: Rng =
                 )[task]
             except dtfkit.TaskTimeout:
                 return failed(
-                    f"{task} never trained: its session waits for worker:0, which has exited "
-                    f"(worker:0's device_filters were {chief['filters'] or 'not set'})",
-                    "look at device_filters: which tasks does a worker's session really need?",
+                    _(
+                        "{task} never trained: its session waits for worker:0, which has exited (worker:0's device_filters were {chief_filters})"
+                    ).format(task=task, chief_filters=chief["filters"] or _("not set")),
+                    _("look at device_filters: which tasks does a worker's session really need?"),
                 )
             filters = alone["filters"]
             if not any(_matches(f, "ps:0") for f in filters):
                 return failed(
-                    f"{task} trained but its filters {filters} leave out the ps", "keep the ps in the filter"
+                    _("{task} trained but its filters {filters} leave out the ps").format(
+                        task=task, filters=filters
+                    ),
+                    _("keep the ps in the filter"),
                 )
             if alone["local_steps"] < 1:
                 return failed(
-                    f"{task} opened its session but took no step", "is StopAtStepHook's last_step reached?"
+                    _("{task} opened its session but took no step").format(task=task),
+                    _("is StopAtStepHook's last_step reached?"),
                 )
     return passed(  # the tasks sorted: the line does not depend on the hidden draw's order
-        f"{' and '.join(sorted(alone_tasks))} trained alone after worker:0 had exited: a worker's session no longer "
-        "waits for other workers"
+        _(
+            "{alone_tasks} trained alone after worker:0 had exited: a worker's session no longer waits for other workers"
+        ).format(alone_tasks=" and ".join(sorted(alone_tasks)))
     )
 
 
 # (layers, num_ps) the text never names, placed with stand-in variables before any cluster starts.
 PLACE_CASES = (((64, 512, 16, 512, 10), 3), ((64, 300, 300, 40, 10), 4), ((64, 128, 1024, 10), 2))
-HINT_BYTES = "count bytes, not variables (bg.variable_bytes(op)): which ps should the next variable go to?"
+HINT_BYTES = N_(
+    "count bytes, not variables (bg.variable_bytes(op)): which ps should the next variable go to?"
+)
 
 
 def _balance_problem(loads: list[int], sizes: list[int], num_ps: int, case: str) -> CheckResult | None:
@@ -169,8 +184,10 @@ def _balance_problem(loads: list[int], sizes: list[int], num_ps: int, case: str)
         return None
     shown = ", ".join(f"ps:{i} {b / 1e3:.0f} kB" for i, b in enumerate(loads))
     return failed(
-        f"{case}: the busiest ps holds {max(loads) / 1e3:.0f} kB, greedy-by-bytes manages {best / 1e3:.0f} kB ({shown})",
-        HINT_BYTES,
+        _(
+            "{case}: the busiest ps holds {max_loads_1e3:.0f} kB, greedy-by-bytes manages {best_1e3:.0f} kB ({shown})"
+        ).format(case=case, max_loads_1e3=max(loads) / 1e3, best_1e3=best / 1e3, shown=shown),
+        _(HINT_BYTES),
     )
 
 
@@ -212,8 +229,10 @@ def _quick_placement_problem(ps_strategy: Callable, rng: random.Random | None = 
         case = f"layers {list(layers)} on {num_ps} ps"
         if not all(isinstance(t, int) and 0 <= t < num_ps for t in tasks):
             return failed(
-                f"{case}: ps_strategy chose {sorted(set(map(repr, tasks)))}",
-                "ps_strategy must return a ps task index (0 .. num_ps - 1)",
+                _("{case}: ps_strategy chose {tasks_named}").format(
+                    case=case, tasks_named=sorted(set(map(repr, tasks)))
+                ),
+                _("ps_strategy must return a ps task index (0 .. num_ps - 1)"),
             )
         loads = [0] * num_ps
         for v, t in zip(variables, tasks, strict=True):
@@ -249,8 +268,8 @@ def greedy_placement(ps_strategy: Callable, *, hidden: bool = False, rng: Rng = 
         for name, size, job, task in got["variables"]:
             if job != "ps" or task is None:
                 return failed(
-                    f"variable {name} was placed on /job:{job}, not on a ps",
-                    "ps_strategy must return a ps task index (0 .. num_ps - 1)",
+                    _("variable {name} was placed on /job:{job}, not on a ps").format(name=name, job=job),
+                    _("ps_strategy must return a ps task index (0 .. num_ps - 1)"),
                 )
             loads[task] += size
         sizes = [size for _, size, _, _ in got["variables"]]
@@ -258,5 +277,7 @@ def greedy_placement(ps_strategy: Callable, *, hidden: bool = False, rng: Rng = 
         if problem is not None:
             return problem
     return passed(
-        "in a worker and for other models on 2 to 4 ps, the busiest ps held no more than greedy-by-bytes gives it"
+        _(
+            "in a worker and for other models on 2 to 4 ps, the busiest ps held no more than greedy-by-bytes gives it"
+        )
     )

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from dtfkit.course import classroom
 from dtfkit.course.check._core import CheckResult, Rng, cluster, exercise, failed, passed
+from dtfkit.i18n import _
 from dtfkit.recipes import sync
 
 # (workers, backups) the chapter never names; each check runs them before any cluster starts.
@@ -40,7 +41,7 @@ def hidden_backup_cases(
     """
     rng = rng if rng is not None else random.Random()
     options = []
-    for _ in range(3):
+    for _draw in range(3):
         n = rng.randint(2, 32)
         options.append((n, rng.randrange(n)))
     size = rng.randint(2, 3)
@@ -80,23 +81,27 @@ def _options_problem(sync_options: Callable, n: int, backups: int) -> CheckResul
     options = sync_options(num_workers=n, num_backups=backups)
     if not isinstance(options, dict) or "replicas_to_aggregate" not in options:
         return failed(
-            f"sync_options(num_workers={n}, num_backups={backups}) returned {options!r}",
-            "return a dict with replicas_to_aggregate and total_num_replicas",
+            _("sync_options(num_workers={n}, num_backups={backups}) returned {options!r}").format(
+                n=n, backups=backups, options=options
+            ),
+            _("return a dict with replicas_to_aggregate and total_num_replicas"),
         )
     # TensorFlow's default, not the kit's: left out, total_num_replicas is replicas_to_aggregate.
     aggregate = options["replicas_to_aggregate"]
     total = options.get("total_num_replicas", aggregate)
     if aggregate != n - backups:
         return failed(
-            f"for {n} workers with {backups} backup(s) you chose replicas_to_aggregate={aggregate!r}: "
-            f"an update would wait for {aggregate!r} gradients, not {n - backups}",
-            "a backup worker is one whose gradient an update does not wait for",
+            _(
+                "for {n} workers with {backups} backup(s) you chose replicas_to_aggregate={aggregate!r}: an update would wait for {aggregate!r} gradients, not {n_backups}"
+            ).format(n=n, backups=backups, aggregate=aggregate, n_backups=n - backups),
+            _("a backup worker is one whose gradient an update does not wait for"),
         )
     if total != n:
         return failed(
-            f"for {n} workers with {backups} backup(s), total_num_replicas is {total!r} "
-            "(left out, it defaults to replicas_to_aggregate), not the number of workers that push gradients",
-            "total_num_replicas counts every worker, backups included (it sizes the token queue)",
+            _(
+                "for {n} workers with {backups} backup(s), total_num_replicas is {total!r} (left out, it defaults to replicas_to_aggregate), not the number of workers that push gradients"
+            ).format(n=n, backups=backups, total=total),
+            _("total_num_replicas counts every worker, backups included (it sizes the token queue)"),
         )
     return None
 
@@ -135,31 +140,39 @@ def backup_workers(sync_options: Callable, *, hidden: bool = False, rng: Rng = N
         # An update averages every gradient accumulated when the chief takes it: at least R, sometimes more.
         if min(run.update_sizes()) < size - spare:
             return failed(
-                f"with {size} workers and {spare} backup(s) an update averaged {min(run.update_sizes())} "
-                f"gradients, fewer than the {size - spare} it should wait for",
-                "replicas_to_aggregate is the number of gradients an update waits for",
+                _(
+                    "with {size} workers and {spare} backup(s) an update averaged {min_run_update_sizes} gradients, fewer than the {size_spare} it should wait for"
+                ).format(
+                    size=size,
+                    spare=spare,
+                    min_run_update_sizes=min(run.update_sizes()),
+                    size_spare=size - spare,
+                ),
+                _("replicas_to_aggregate is the number of gradients an update waits for"),
             )
     shares = runs[0][2].shares()
     # How much the straggler still got in depends on the machine's load: shown, not graded.
     return passed(
-        f"each update needed only {n - backups} of the {n} workers' gradients: none waits for the slowest "
-        "worker; sync_options also fits the other sizes the check tried",
-        f"this run: the straggler worker:2 supplied {shares.get('worker:2', 0):.0%} of the gradients used",
+        _(
+            "each update needed only {n_backups} of the {n} workers' gradients: none waits for the slowest worker; sync_options also fits the other sizes the check tried"
+        ).format(n_backups=n - backups, n=n),
+        _("this run: the straggler worker:2 supplied {straggler_share:.0%} of the gradients used").format(
+            straggler_share=shares.get("worker:2", 0)
+        ),
     )
 
 
 def _token_hint(aggregate: int, total: int, updates: int) -> str:
     """A hint for a wrong token count: which part of the arithmetic it missed (never the formula)."""
     if updates == 0:
-        return "before the first update, the chief has only put in the tokens it starts with"
+        return _("before the first update, the chief has only put in the tokens it starts with")
     if aggregate > total:
-        return (
-            "with fewer workers than replicas_to_aggregate, how many tokens must each update hand out "
-            "for the next update to get its gradients?"
+        return _(
+            "with fewer workers than replicas_to_aggregate, how many tokens must each update hand out for the next update to get its gradients?"
         )
     if aggregate < total:
-        return "how many tokens does the chief put in at the very start, before any update (section 1)?"
-    return "count the tokens the chief puts in at the start, then those each update adds (section 1)"
+        return _("how many tokens does the chief put in at the very start, before any update (section 1)?")
+    return _("count the tokens the chief puts in at the start, then those each update adds (section 1)")
 
 
 @exercise("3.2", "Predict the tokens")
@@ -180,8 +193,9 @@ def token_count(tokens_handed_out: Callable, *, hidden: bool = False, rng: Rng =
         got = tokens_handed_out(aggregate, total, updates)
         if got != want:
             return failed(
-                f"for replicas_to_aggregate={aggregate}, total_num_replicas={total} and {updates} updates "
-                f"you predicted {got!r} tokens; SyncReplicasOptimizer hands out {want}",
+                _(
+                    "for replicas_to_aggregate={aggregate}, total_num_replicas={total} and {updates} updates you predicted {got!r} tokens; SyncReplicasOptimizer hands out {want}"
+                ).format(aggregate=aggregate, total=total, updates=updates, got=got, want=want),
                 _token_hint(aggregate, total, updates),
             )
     settings = [(3, 2)] + ([(hidden_aggregate, 2)] if hidden_aggregate else [])
@@ -206,17 +220,34 @@ def token_count(tokens_handed_out: Callable, *, hidden: bool = False, rng: Rng =
             taken = real - len(run.tokens_left)
             if predicted != real:
                 return failed(
-                    f"with 2 workers, replicas_to_aggregate={aggregate} and total_num_replicas={total}, "
-                    f"{updates} updates handed out {real} tokens ({taken} taken by local steps, "
-                    f"{len(run.tokens_left)} left in the queue); you predicted {predicted!r}",
-                    "count the tokens the chief puts in at the start, then those each update adds",
+                    _(
+                        "with 2 workers, replicas_to_aggregate={aggregate} and total_num_replicas={total}, {updates} updates handed out {real} tokens ({taken} taken by local steps, {len_run_tokens_left} left in the queue); you predicted {predicted!r}"
+                    ).format(
+                        aggregate=aggregate,
+                        total=total,
+                        updates=updates,
+                        real=real,
+                        taken=taken,
+                        len_run_tokens_left=len(run.tokens_left),
+                        predicted=predicted,
+                    ),
+                    _("count the tokens the chief puts in at the start, then those each update adds"),
                 )
             counted.append(
-                f"R={aggregate}, N={total}: {updates} updates, {real} tokens = {taken} local steps "
-                f"+ {len(run.tokens_left)} left in the queue"
+                _(
+                    "R={aggregate}, N={total}: {updates} updates, {real} tokens = {taken} local steps + {len_run_tokens_left} left in the queue"
+                ).format(
+                    aggregate=aggregate,
+                    total=total,
+                    updates=updates,
+                    real=real,
+                    taken=taken,
+                    len_run_tokens_left=len(run.tokens_left),
+                )
             )
     return passed(
-        "your prediction matched the tokens counted one by one in a real run of 2 workers with "
-        "replicas_to_aggregate=3, and TensorFlow's arithmetic for other settings",
+        _(
+            "your prediction matched the tokens counted one by one in a real run of 2 workers with replicas_to_aggregate=3, and TensorFlow's arithmetic for other settings"
+        ),
         *counted,
     )

@@ -23,6 +23,7 @@ from dtfkit.course.check._core import CheckResult, Rng, cluster, exercise, faile
 from dtfkit.course.task_side.ch04 import (
     _train,
 )
+from dtfkit.i18n import N_, _
 
 
 # ------------------------------------------------------------------ 4.1
@@ -81,28 +82,33 @@ def _quick_hooks_problem(make_hooks: Callable, last_steps: tuple[int, ...] = (37
         stops = [h for h in hooks if h.kind == "stop"]
         if not stops:
             return failed(
-                "no hook stops training at a global step", "which hook ends a session at a given step?"
+                _("no hook stops training at a global step"), _("which hook ends a session at a given step?")
             )
         if any(h.last_step is None for h in stops):
             return failed(
-                "StopAtStepHook(num_steps=...) counts steps from the moment each worker's session starts: "
-                "a run restored from a checkpoint, or two workers, go past last_step",
-                "StopAtStepHook has another argument, which counts the shared global step",
+                _(
+                    "StopAtStepHook(num_steps=...) counts steps from the moment each worker's session starts: a run restored from a checkpoint, or two workers, go past last_step"
+                ),
+                _("StopAtStepHook has another argument, which counts the shared global step"),
             )
         if any(h.last_step != last_step for h in stops):
             return failed(
-                f"for last_step={last_step} your StopAtStepHook stops at "
-                f"{', '.join(str(h.last_step) for h in stops)}",
-                "stop at the last_step the function is given",
+                _("for last_step={last_step} your StopAtStepHook stops at {last_steps}").format(
+                    last_step=last_step,
+                    last_steps=", ".join(str(h.last_step) for h in stops),
+                ),
+                _("stop at the last_step the function is given"),
             )
         nans = [h for h in hooks if h.kind == "nan"]
         if not nans:
             return failed(
-                "no hook stops training when the loss becomes NaN (the check makes it NaN in one run)",
-                "tf.compat.v1.train has a hook that watches a tensor for NaN",
+                _("no hook stops training when the loss becomes NaN (the check makes it NaN in one run)"),
+                _("tf.compat.v1.train has a hook that watches a tensor for NaN"),
             )
         if not any(h.tensor is loss for h in nans):
-            return failed("your NaN hook does not watch the loss it is given", "pass it the loss argument")
+            return failed(
+                _("your NaN hook does not watch the loss it is given"), _("pass it the loss argument")
+            )
     return None
 
 
@@ -119,7 +125,7 @@ def stop_hooks(make_hooks: Callable, *, hidden: bool = False, rng: Rng = None) -
     """
     steps = classroom.scaled(60, minimum=20)
     quick_last, hidden_run = hidden_stop_cases(steps, rng) if hidden else (None, None)
-    problem = ignores(make_hooks, ("tf", "last_step", None), "other last steps")
+    problem = ignores(make_hooks, ("tf", "last_step", None), N_("other last steps"))
     if problem is None:
         problem = _quick_hooks_problem(make_hooks, (37, 120) + ((quick_last,) if quick_last else ()))
     if problem is not None:
@@ -134,45 +140,55 @@ def stop_hooks(make_hooks: Callable, *, hidden: bool = False, rng: Rng = None) -
             locals_ = {t: r["local_steps"] for t, r in got.items()}
             if max(locals_.values()) >= 10 * last:
                 return failed(
-                    "training never stopped by itself (the check cut it off)",
-                    "which hook ends a session at a given global step?",
+                    _("training never stopped by itself (the check cut it off)"),
+                    _("which hook ends a session at a given global step?"),
                 )
             if not last <= final <= last + 2:
                 if start and final >= start + last - 1:
                     return failed(
-                        f"training started at global step {start} (as after a restore) and ended at "
-                        f"{final}, not at last_step={last}",
-                        "a hook that counts steps from each session's start overshoots: stop on the global step",
+                        _(
+                            "training started at global step {start} (as after a restore) and ended at {final}, not at last_step={last}"
+                        ).format(start=start, final=final, last=last),
+                        _(
+                            "a hook that counts steps from each session's start overshoots: stop on the global step"
+                        ),
                     )
                 if final > last and min(locals_.values()) >= last:
                     return failed(
-                        f"each worker took {last} steps or more, so the global step reached {final}, not {last}",
-                        "count the shared global step, not each worker's own steps",
+                        _(
+                            "each worker took {last} steps or more, so the global step reached {final}, not {last}"
+                        ).format(last=last, final=final),
+                        _("count the shared global step, not each worker's own steps"),
                     )
                 return failed(
-                    f"training ended at global step {final}, not {last}",
-                    "stop at last_step, the shared global step",
+                    _("training ended at global step {final}, not {last}").format(final=final, last=last),
+                    _("stop at last_step, the shared global step"),
                 )
             if min(locals_.values()) == 0:
                 idle = min(locals_, key=locals_.get)
-                return failed(f"{idle} never trained", "both workers should share the steps")
+                return failed(
+                    _("{idle} never trained").format(idle=idle), _("both workers should share the steps")
+                )
         kw = {"run_name": "ex41n", "last_step": nan_from + 40, "nan_from": nan_from, "make_hooks": make_hooks}
         got = c.run(_train, kwargs=kw, timeout=120)
     fed = [r["nan_fed"] for r in got.values() if r["nan_fed"] is not None]
     final = max(r["final_step"] for r in got.values())
     if not fed:
-        return failed("the loss never became NaN: training stopped before the check could make it NaN")
+        return failed(_("the loss never became NaN: training stopped before the check could make it NaN"))
     first = min(fed)
     if final > first + 6:
         went_on = [t for t, r in got.items() if r["nan_fed"] is not None and not r["nan_stop"]]
         return failed(
-            f"the loss turned NaN at global step {first}, but training went on to global step {final}"
-            + (f" ({', '.join(went_on)} kept training)" if went_on else ""),
-            "a hook can watch the loss and stop the session when it is NaN",
+            _(
+                "the loss turned NaN at global step {first}, but training went on to global step {final}"
+            ).format(first=first, final=final)
+            + (_(" ({tasks} kept training)").format(tasks=", ".join(went_on)) if went_on else ""),
+            _("a hook can watch the loss and stop the session when it is NaN"),
         )
     return passed(
-        f"training stopped at last_step={steps} though it started at global step {steps // 2 + 3}, "
-        "and stopped within a few steps of the loss turning NaN"
+        _(
+            "training stopped at last_step={steps} though it started at global step {steps_2_3}, and stopped within a few steps of the loss turning NaN"
+        ).format(steps=steps, steps_2_3=steps // 2 + 3)
     )
 
 
@@ -223,35 +239,42 @@ def _quick_options_problem(
         where = f"session_options(checkpoint_dir, max_lost_steps={max_lost})"
         if not isinstance(options, dict):
             return failed(
-                f"{where} returned {options!r}", "return a dict of MonitoredTrainingSession arguments"
+                _("{where} returned {options!r}").format(where=where, options=options),
+                _("return a dict of MonitoredTrainingSession arguments"),
             )
         if options.get("checkpoint_dir") is None:
             return failed(
-                f"{where} gives no checkpoint_dir: the chief neither saves nor restores",
-                "MonitoredTrainingSession restores from and saves into its checkpoint_dir",
+                _("{where} gives no checkpoint_dir: the chief neither saves nor restores").format(
+                    where=where
+                ),
+                _("MonitoredTrainingSession restores from and saves into its checkpoint_dir"),
             )
         if options.get("save_checkpoint_secs") is not None:
             return failed(
-                f"{where} saves every {options['save_checkpoint_secs']} seconds: how many steps that is "
-                "depends on the machine's speed, so no number of seconds bounds the steps lost",
-                "count the interval in global steps (and turn the seconds off)",
+                _(
+                    "{where} saves every {options_save_checkpoint_secs} seconds: how many steps that is depends on the machine's speed, so no number of seconds bounds the steps lost"
+                ).format(where=where, options_save_checkpoint_secs=options["save_checkpoint_secs"]),
+                _("count the interval in global steps (and turn the seconds off)"),
             )
         every = options.get("save_checkpoint_steps")
         if every is None:
             return failed(
-                f"{where} leaves the interval to TensorFlow's default: a checkpoint every 600 seconds, "
-                "however many steps that is",
-                "MonitoredTrainingSession can count the interval between checkpoints in global steps",
+                _(
+                    "{where} leaves the interval to TensorFlow's default: a checkpoint every 600 seconds, however many steps that is"
+                ).format(where=where),
+                _("MonitoredTrainingSession can count the interval between checkpoints in global steps"),
             )
         # The chief's CheckpointSaverHook saves in after_run, once a step's update is on the ps
         # (basic_session_run_hooks.py): a ps that dies after the update of global step
         # last_save + every and before that save rolls back `every` steps, so every <= max_lost.
         if not isinstance(every, int) or every < 1 or every > max_lost:
             return failed(
-                f"{where} saves every {every!r} global steps: a ps that dies at the worst moment "
-                f"would lose more than {max_lost} steps",
-                "the chief saves after a step's update has reached the ps: how many steps are "
-                "on the ps, but not in the last checkpoint, at the worst moment?",
+                _(
+                    "{where} saves every {every!r} global steps: a ps that dies at the worst moment would lose more than {max_lost} steps"
+                ).format(where=where, every=every, max_lost=max_lost),
+                _(
+                    "the chief saves after a step's update has reached the ps: how many steps are on the ps, but not in the last checkpoint, at the worst moment?"
+                ),
             )
     return None
 
@@ -276,7 +299,7 @@ def restore_after_ps_crash(
         check.ch04.restore_after_ps_crash(session_options)
     """
     quick_lost, second_lost = hidden_lost_cases(rng) if hidden else (None, None)
-    problem = ignores(session_options, ("checkpoint_dir", "max_lost_steps"), "other folders and limits")
+    problem = ignores(session_options, ("checkpoint_dir", "max_lost_steps"), N_("other folders and limits"))
     if problem is None:
         problem = _quick_options_problem(session_options, LOST_CASES + ((quick_lost,) if quick_lost else ()))
     if problem is not None:
@@ -307,9 +330,10 @@ def restore_after_ps_crash(
                 paused = _wait_for_pause(c, handle)
                 if paused is None:
                     return failed(
-                        f"worker:0 (the chief) stopped training before global step {crash}, where the check "
-                        "kills ps:0",
-                        "return only checkpoint options: training should run until the check stops it",
+                        _(
+                            "worker:0 (the chief) stopped training before global step {crash}, where the check kills ps:0"
+                        ).format(crash=crash),
+                        _("return only checkpoint options: training should run until the check stops it"),
                     )
                 c.kill("ps", 0)  # a crash: the model in ps:0's memory is gone, no final save
                 c.restart("ps", 0)
@@ -318,28 +342,36 @@ def restore_after_ps_crash(
                 at, sessions = paused["paused"], got["sessions"]
                 if sessions[0] != start:
                     return failed(
-                        f"the run started at global step {sessions[0]}, not at the last checkpoint's {start}",
-                        "the chief restores from checkpoint_dir when a session starts",
+                        _(
+                            "the run started at global step {sessions_0}, not at the last checkpoint's {start}"
+                        ).format(sessions_0=sessions[0], start=start),
+                        _("the chief restores from checkpoint_dir when a session starts"),
                     )
                 if len(sessions) < 2:
                     return failed(
-                        "worker:0 (the chief) never created a new session after ps:0 was killed and restarted"
+                        _(
+                            "worker:0 (the chief) never created a new session after ps:0 was killed and restarted"
+                        )
                     )
                 back = sessions[1]
                 if at - back > max_lost:
                     return failed(
-                        f"ps:0 was killed at global step {at}; after its restart the chief went on from "
-                        f"global step {back}: {at - back} steps lost, more than max_lost_steps={max_lost}",
-                        "how often does the chief save, counted in global steps?",
+                        _(
+                            "ps:0 was killed at global step {at}; after its restart the chief went on from global step {back}: {at_back} steps lost, more than max_lost_steps={max_lost}"
+                        ).format(at=at, back=back, at_back=at - back, max_lost=max_lost),
+                        _("how often does the chief save, counted in global steps?"),
                     )
                 lines.append(
-                    f"max_lost_steps={max_lost}: ps:0 killed at global step {at}, training went on from {back}"
+                    _(
+                        "max_lost_steps={max_lost}: ps:0 killed at global step {at}, training went on from {back}"
+                    ).format(max_lost=max_lost, at=at, back=back)
                 )
                 start = got["final_step"]  # the chief saved at its clean end: the next run restores it
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return passed(
-        "after ps:0 was killed mid-run and restarted, the chief restored a checkpoint no more than "
-        "max_lost_steps old and trained on",
+        _(
+            "after ps:0 was killed mid-run and restarted, the chief restored a checkpoint no more than max_lost_steps old and trained on"
+        ),
         *lines,
     )

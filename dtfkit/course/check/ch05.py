@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 from dtfkit.course import classroom
 from dtfkit.course.check._core import CheckResult, exercise, failed, passed
+from dtfkit.i18n import _
 
 
 def _strategies():
@@ -43,14 +44,16 @@ class _StandInStrategy:
         self.extended = SimpleNamespace(worker_devices=devices, parameter_devices=devices)
 
     def __repr__(self) -> str:
-        return f"<a stand-in for a {self.num_replicas_in_sync}-replica strategy>"
+        return _("<a stand-in for a {num_replicas_in_sync}-replica strategy>").format(
+            num_replicas_in_sync=self.num_replicas_in_sync
+        )
 
 
 def _describe_strategy(strategy) -> str:
     n = strategy.num_replicas_in_sync
     if isinstance(strategy, _StandInStrategy):
-        return f"a {n}-replica strategy (a stand-in object: this kernel has only 2 devices)"
-    return f"{type(strategy).__name__} ({n} replica(s))"
+        return _("a {n}-replica strategy (a stand-in object: this kernel has only 2 devices)").format(n=n)
+    return _("{__name__} ({n} replica(s))").format(__name__=type(strategy).__name__, n=n)
 
 
 def _fit(strategy, model_fn, batch: int, lr: float | None = None) -> float:
@@ -133,34 +136,36 @@ def scaling_rule(training_setup: Callable, *, hidden: bool = False) -> CheckResu
         where = f"{_describe_strategy(strategy)}, per_replica_batch={per_replica}, base_lr={base:g}"
         if not isinstance(got, dict) or not {"global_batch", "learning_rate"} <= set(got):
             return failed(
-                f"training_setup returned {got!r:.100} for {where}",
-                "return {'global_batch': ..., 'learning_rate': ...}",
+                _("training_setup returned {got!r:.100} for {where}").format(got=got, where=where),
+                _("return {'global_batch': ..., 'learning_rate': ...}"),
             )
         n = strategy.num_replicas_in_sync
         batch, lr = int(got["global_batch"]), float(got["learning_rate"])
         if batch != per_replica * n:
             return failed(
-                f"global batch {batch} for {where}: each replica would get {batch / n:g} examples per step, "
-                f"not {per_replica}",
-                "model.fit splits the batch it is given across the replicas (section 3); the check passes "
-                "strategies with 1, 2 and 4 replicas, of the same class or not: ask the strategy it is "
-                "given how many replicas it runs",
+                _(
+                    "global batch {batch} for {where}: each replica would get {batch_n:g} examples per step, not {per_replica}"
+                ).format(batch=batch, where=where, batch_n=batch / n, per_replica=per_replica),
+                _(
+                    "model.fit splits the batch it is given across the replicas (section 3); the check passes strategies with 1, 2 and 4 replicas, of the same class or not: ask the strategy it is given how many replicas it runs"
+                ),
             )
         if abs(lr - base * n) > 1e-9 * max(1.0, base * n):
             return failed(
-                f"learning rate {lr:g} for {where}",
-                "section 3's rule ties the rate to how much larger the global batch is than one replica's",
+                _("learning rate {lr:g} for {where}").format(lr=lr, where=where),
+                _("section 3's rule ties the rate to how much larger the global batch is than one replica's"),
             )
     got = training_setup(mirrored, per_replica_batch=32, base_lr=0.05)
     batch, lr = int(got["global_batch"]), float(got["learning_rate"])
     loss = _fit(mirrored, _mlp, batch, lr)
     if loss != loss:  # NaN
         return failed(
-            "training with that batch and rate diverged (loss is NaN)", "is the rate far too large?"
+            _("training with that batch and rate diverged (loss is NaN)"), _("is the rate far too large?")
         )
     return passed(
-        f"global batch and learning rate scaled right for {len(cases)} strategy/size combinations, "
-        f"and the model trained with batch {batch} and rate {lr:g} on 2 replicas"
+        _(
+            "global batch and learning rate scaled right for {len_cases} strategy/size combinations, and the model trained with batch {batch} and rate {lr:g} on 2 replicas"
+        ).format(len_cases=len(cases), batch=batch, lr=lr)
     )
 
 
@@ -194,24 +199,33 @@ def model_in_scope(build_and_compile: Callable, *, hidden: bool = False) -> Chec
         model = build_and_compile(strategy)
         if model is None or not hasattr(model, "trainable_variables"):
             return failed(
-                f"build_and_compile returned {model!r:.80} for {label}", "return the compiled Keras model"
+                _("build_and_compile returned {model!r:.80} for {label}").format(model=model, label=label),
+                _("return the compiled Keras model"),
             )
         stray = [v for v in model.trainable_variables if not _mirrored_by(v, strategy)]
         if stray:
             return failed(
-                f"with {label}, the weight {_describe(stray[0])} is not mirrored by the strategy you were given",
-                "a variable is mirrored only when it is created while that strategy is in charge "
-                "(section 2); the check passes other strategies than the chapter's",
+                _(
+                    "with {label}, the weight {describe_stray_0} is not mirrored by the strategy you were given"
+                ).format(label=label, describe_stray_0=_describe(stray[0])),
+                _(
+                    "a variable is mirrored only when it is created while that strategy is in charge (section 2); the check passes other strategies than the chapter's"
+                ),
             )
         optimizer = getattr(model, "optimizer", None)
         if optimizer is None:
-            return failed(f"with {label}, the model was not compiled", "compile it before returning it")
+            return failed(
+                _("with {label}, the model was not compiled").format(label=label),
+                _("compile it before returning it"),
+            )
         if not _mirrored_by(optimizer.iterations, strategy):
             return failed(
-                f"with {label}, the optimizer's step counter {_describe(optimizer.iterations)} is not "
-                "mirrored: the optimizer was created outside the strategy",
-                "an optimizer makes its variables, the momentum slots included, for the strategy that is "
-                "in charge when the optimizer object is created",
+                _(
+                    "with {label}, the optimizer's step counter {iterations} is not mirrored: the optimizer was created outside the strategy"
+                ).format(label=label, iterations=_describe(optimizer.iterations)),
+                _(
+                    "an optimizer makes its variables, the momentum slots included, for the strategy that is in charge when the optimizer object is created"
+                ),
             )
         if not optimizer.built:
             with strategy.scope():
@@ -219,22 +233,30 @@ def model_in_scope(build_and_compile: Callable, *, hidden: bool = False) -> Chec
         slots = [v for v in optimizer.variables if "momentum" in v.path or "velocity" in v.path]
         if len(slots) < len(model.trainable_variables):
             return failed(
-                f"with {label}, the optimizer keeps {len(slots)} slot variable(s) for "
-                f"{len(model.trainable_variables)} weights",
-                "the exercise asks for SGD with momentum: it keeps one momentum slot per weight",
+                _(
+                    "with {label}, the optimizer keeps {len_slots} slot variable(s) for {trainable_count} weights"
+                ).format(
+                    label=label,
+                    len_slots=len(slots),
+                    trainable_count=len(model.trainable_variables),
+                ),
+                _("the exercise asks for SGD with momentum: it keeps one momentum slot per weight"),
             )
         stray = [v for v in optimizer.variables if not _mirrored_by(v, strategy)]
         if stray:
             return failed(
-                f"with {label}, the optimizer variable {_describe(stray[0])} is not mirrored",
-                "every optimizer variable must be created under the strategy you were given",
+                _("with {label}, the optimizer variable {describe_stray_0} is not mirrored").format(
+                    label=label, describe_stray_0=_describe(stray[0])
+                ),
+                _("every optimizer variable must be created under the strategy you were given"),
             )
         models.append(model)
     n = mirrored.num_replicas_in_sync
     loss = _fit(mirrored, lambda: models[0], 32 * n)
     if loss != loss:
-        return failed("training the model gave a NaN loss", "check the learning rate you compiled with")
+        return failed(_("training the model gave a NaN loss"), _("check the learning rate you compiled with"))
     return passed(
-        f"with 2 replicas and with 1, every weight, the step counter and each momentum slot were mirrored "
-        f"by the strategy given, and model.fit trained the {n}-replica model"
+        _(
+            "with 2 replicas and with 1, every weight, the step counter and each momentum slot were mirrored by the strategy given, and model.fit trained the {n}-replica model"
+        ).format(n=n)
     )

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dtfkit.course.check._core import CheckResult, Rng, exercise, failed, passed
+from dtfkit.i18n import _
 
 
 def _setup():
@@ -71,25 +72,33 @@ def _one_step(make_step, strategy, build, x, y, global_batch: int, offset: int) 
     keras.optimizers.SGD(0.1).apply_gradients(zip(grads, single.trainable_variables, strict=True))
     want = single.get_weights()
 
-    setting = f"{n} replica(s), global batch {global_batch}"
+    setting = _("{n} replica(s), global batch {global_batch}").format(n=n, global_batch=global_batch)
     moved, want_moved = _max_diff(after, initial), _max_diff(want, initial)
     if moved < 1e-7:
-        return failed(f"with {setting} the weights did not move", "the step must also apply the gradients")
+        return failed(
+            _("with {setting} the weights did not move").format(setting=setting),
+            _("the step must also apply the gradients"),
+        )
     diff = _max_diff(after, want)
     if diff > 1e-5:
         return failed(
-            f"with {setting}, after one step the weights differ from a single-device step on the same "
-            f"{global_batch} examples by {diff:.1e}; the update was about {moved / want_moved:.2f}x the right size",
-            "the replicas' gradients are summed (section 2): what must each replica divide its summed "
-            "per-example loss by so that the sum is the mean over the whole batch? The check also "
-            "uses other batch sizes and replica counts than the chapter's",
+            _(
+                "with {setting}, after one step the weights differ from a single-device step on the same {global_batch} examples by {diff:.1e}; the update was about {moved_want_moved:.2f}x the right size"
+            ).format(
+                setting=setting, global_batch=global_batch, diff=diff, moved_want_moved=moved / want_moved
+            ),
+            _(
+                "the replicas' gradients are summed (section 2): what must each replica divide its summed per-example loss by so that the sum is the mean over the whole batch? The check also uses other batch sizes and replica counts than the chapter's"
+            ),
         )
     if abs(loss - float(want_loss)) > 1e-4:
         return failed(
-            f"with {setting} the step returned {loss:.4f}, but the mean loss of the global batch is "
-            f"{float(want_loss):.4f}",
-            "each replica returns its part of the global batch's mean loss: how do those parts "
-            "combine into one number?",
+            _(
+                "with {setting} the step returned {loss:.4f}, but the mean loss of the global batch is {float_want_loss:.4f}"
+            ).format(setting=setting, loss=loss, float_want_loss=float(want_loss)),
+            _(
+                "each replica returns its part of the global batch's mean loss: how do those parts combine into one number?"
+            ),
         )
     return None
 
@@ -122,7 +131,7 @@ def distributed_step(make_step: Callable, *, hidden: bool = False, rng: Rng = No
 
         check.ch06.distributed_step(make_step)
     """
-    tf, _, strategy, x, y, build = _setup()
+    tf, _keras, strategy, x, y, build = _setup()
     cases = [(strategy, 64), (strategy, 40)]
     if hidden:
         one, two = hidden_step_batches(rng)
@@ -133,8 +142,9 @@ def distributed_step(make_step: Callable, *, hidden: bool = False, rng: Rng = No
         if problem is not None:
             return problem
     return passed(
-        "each distributed step gave the same weights and loss as one single-device step on the global "
-        f"batch, for {len(cases)} replica/batch combinations"
+        _(
+            "each distributed step gave the same weights and loss as one single-device step on the global batch, for {len_cases} replica/batch combinations"
+        ).format(len_cases=len(cases))
     )
 
 
@@ -152,22 +162,22 @@ def _pipeline_problem(
             num_input_pipelines=pipelines, input_pipeline_id=pipeline, num_replicas_in_sync=pipelines
         )
         ids_read: set[int] = set()
-        for _, batch_ids in dataset_fn(ctx).take(steps):
+        for _step, batch_ids in dataset_fn(ctx).take(steps):
             size = int(batch_ids.shape[0])
             if size != want:
-                return (
-                    f"as pipeline {pipeline} of {pipelines} (one replica each, global batch {global_batch}) it "
-                    f"gave a batch of {size}, not {want}"
+                return _(
+                    "as pipeline {pipeline} of {pipelines} (one replica each, global batch {global_batch}) it gave a batch of {size}, not {want}"
+                ).format(
+                    pipeline=pipeline, pipelines=pipelines, global_batch=global_batch, size=size, want=want
                 )
             ids_read |= {int(i) for i in batch_ids.numpy().ravel()}
         seen.append(ids_read)
     for a in range(pipelines):
         for b in range(a + 1, pipelines):
             if seen[a] & seen[b]:
-                return (
-                    f"pipelines {a} and {b} of {pipelines} read {len(seen[a] & seen[b])} of the same examples "
-                    f"in {steps} steps"
-                )
+                return _(
+                    "pipelines {a} and {b} of {pipelines} read {compared} of the same examples in {steps} steps"
+                ).format(a=a, b=b, pipelines=pipelines, compared=len(seen[a] & seen[b]), steps=steps)
     return None
 
 
@@ -205,7 +215,7 @@ def input_pipeline(make_dataset_fn: Callable, *, hidden: bool = False, rng: Rng 
 
         check.ch06.input_pipeline(make_dataset_fn)
     """
-    tf, _, strategy, x, y, _ = _setup()
+    tf, _keras, strategy, x, y, _build = _setup()
     ids = np.arange(len(x), dtype=np.int64)
     n = strategy.num_replicas_in_sync
     strategy_batch, pipeline_case = hidden_pipeline_cases(len(x), rng) if hidden else (None, None)
@@ -216,19 +226,22 @@ def input_pipeline(make_dataset_fn: Callable, *, hidden: bool = False, rng: Rng 
         shapes = [tuple(v.shape) for v in strategy.experimental_local_results(first[0])]
         if shapes != [(global_batch // n, 64)] * n:
             return failed(
-                f"with global batch {global_batch} the {n} replicas got batches of shapes {shapes}, "
-                f"not {n} x ({global_batch // n}, 64)",
-                "distribute_datasets_from_function does not split your batches: each pipeline must "
-                "batch what one replica takes in a step, for any global batch and replica count",
+                _(
+                    "with global batch {global_batch} the {n} replicas got batches of shapes {shapes}, not {n} x ({global_batch_n}, 64)"
+                ).format(global_batch=global_batch, n=n, shapes=shapes, global_batch_n=global_batch // n),
+                _(
+                    "distribute_datasets_from_function does not split your batches: each pipeline must batch what one replica takes in a step, for any global batch and replica count"
+                ),
             )
     for pipelines, global_batch in [(2, 64), (3, 48)] + ([pipeline_case] if pipeline_case else []):
         problem = _pipeline_problem(make_dataset_fn(x, ids, global_batch), tf, pipelines, global_batch)
         if problem:
             return failed(
                 problem,
-                "with one pipeline per worker, each pipeline must read its own part of the data, and "
-                "the ctx says how many pipelines there are and which one this is (section 1)",
+                _(
+                    "with one pipeline per worker, each pipeline must read its own part of the data, and the ctx says how many pipelines there are and which one this is (section 1)"
+                ),
             )
     return passed(
-        "each replica got its per-replica batch, and the pipelines of 2 and 3 workers read disjoint shards"
+        _("each replica got its per-replica batch, and the pipelines of 2 and 3 workers read disjoint shards")
     )

@@ -20,6 +20,7 @@ from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, pa
 from dtfkit.course.task_side.ch07 import (
     with_own_value,
 )
+from dtfkit.i18n import _
 
 _STARTUP = "configured at program startup"
 
@@ -36,7 +37,10 @@ def _takes_one(fn: Callable, what: str) -> CheckResult | None:
         inspect.signature(fn).bind(1)
     except TypeError:
         return failed(
-            f"{fn.__name__}{inspect.signature(fn)} cannot be called with one argument", f"it gets {what}"
+            _("{__name__}{signature} cannot be called with one argument").format(
+                __name__=fn.__name__, signature=inspect.signature(fn)
+            ),
+            _("it gets {what}").format(what=what),
         )
     except ValueError:  # no signature to read (a builtin): let the real call tell
         pass
@@ -60,9 +64,12 @@ def _all_reduce_once(sum_over_workers: Callable, n: int) -> CheckResult | None:
         except dtfkit.TaskFailed as exc:
             if _STARTUP in exc.remote_message or _STARTUP in exc.remote_traceback:
                 return failed(
-                    f"{exc.task}: collective ops must be configured at program startup, but a TensorFlow "
-                    "op ran before the strategy was created",
-                    "Part 1's start-up rule: what must the task create before anything else touches TensorFlow?",
+                    _(
+                        "{task}: collective ops must be configured at program startup, but a TensorFlow op ran before the strategy was created"
+                    ).format(task=exc.task),
+                    _(
+                        "Part 1's start-up rule: what must the task create before anything else touches TensorFlow?"
+                    ),
                 )
             raise
     for task in sorted(got):
@@ -72,20 +79,27 @@ def _all_reduce_once(sum_over_workers: Callable, n: int) -> CheckResult | None:
         mine = values[task]
         if v is not None and abs(v - mine) < 1e-6:
             return failed(
-                f"{task} returned its own value {v:g}, not the sum {want:g} over the {n} workers "
-                f"(values {sorted(values.values())})",
-                "each worker only knows its own value: the workers must combine their values with "
-                "each other (Part 1), not compute anything alone",
+                _(
+                    "{task} returned its own value {v:g}, not the sum {want:g} over the {n} workers (values {sorted_values_values})"
+                ).format(task=task, v=v, want=want, n=n, sorted_values_values=sorted(values.values())),
+                _(
+                    "each worker only knows its own value: the workers must combine their values with each other (Part 1), not compute anything alone"
+                ),
             )
         if v is not None and abs(v - want / n) <= 1e-6 * want:
             return failed(
-                f"{task} returned {v:g}, the mean of the {n} workers' values, not their sum {want:g}",
-                "which reduction adds the replicas' values up?",
+                _(
+                    "{task} returned {v:g}, the mean of the {n} workers' values, not their sum {want:g}"
+                ).format(task=task, v=v, n=n, want=want),
+                _("which reduction adds the replicas' values up?"),
             )
         return failed(
-            f"{task} returned {got[task]!r:.80}, not the sum {want:g} of the {n} workers' values "
-            f"(each got a random value: {sorted(values.values())})",
-            "every worker must return the same number: the sum of the values all workers were given",
+            _(
+                "{task} returned {got_task!r:.80}, not the sum {want:g} of the {n} workers' values (each got a random value: {sorted_values_values})"
+            ).format(
+                task=task, got_task=got[task], want=want, n=n, sorted_values_values=sorted(values.values())
+            ),
+            _("every worker must return the same number: the sum of the values all workers were given"),
         )
     return None
 
@@ -101,7 +115,7 @@ def all_reduce(sum_over_workers: Callable, *, hidden: bool = False) -> CheckResu
 
         check.ch07.all_reduce(sum_over_workers)
     """
-    problem = _takes_one(sum_over_workers, "one argument: the worker's own value")
+    problem = _takes_one(sum_over_workers, _("one argument: the worker's own value"))
     if problem is not None:
         return problem
     counts = [3] + ([2] if hidden else [])
@@ -111,7 +125,9 @@ def all_reduce(sum_over_workers: Callable, *, hidden: bool = False) -> CheckResu
             return problem
     sizes = " and ".join(str(n) for n in counts)
     return passed(
-        f"with {sizes} workers, each given only its own random value, every worker returned the all-reduced sum"
+        _(
+            "with {sizes} workers, each given only its own random value, every worker returned the all-reduced sum"
+        ).format(sizes=sizes)
     )
 
 
@@ -120,20 +136,26 @@ def _ps_counter_once(count_steps: Callable, steps: int, workers: int) -> CheckRe
         got = c.run(count_steps, args=(steps,), on="chief:0", timeout=120)["chief:0"]
     if not isinstance(got, dict) or not {"count", "device"} <= set(got):
         return failed(
-            f"chief:0: count_steps returned {got!r:.100}", "return {'count': ..., 'device': counter.device}"
+            _("chief:0: count_steps returned {got!r:.100}").format(got=got),
+            _("return {'count': ..., 'device': counter.device}"),
         )
     if "/job:ps" not in str(got["device"]):
         return failed(
-            f"chief:0: the counter lives on {got['device'] or 'the chief'}, not on the ps",
-            "a variable lands on a parameter server only when ParameterServerStrategy places it "
-            "(Part 2): where did you create yours?",
+            _("chief:0: the counter lives on {device}, not on the ps").format(
+                device=got["device"] or _("the chief")
+            ),
+            _(
+                "a variable lands on a parameter server only when ParameterServerStrategy places it (Part 2): where did you create yours?"
+            ),
         )
     if _as_number(got["count"]) != steps:
         return failed(
-            f"chief:0: the counter read {got['count']} after {steps} scheduled steps "
-            f"(the check picks the number of steps at random)",
-            "use the `steps` argument, and read the counter only once every scheduled function has "
-            "run: schedule only queues it (Part 2)",
+            _(
+                "chief:0: the counter read {got_count} after {steps} scheduled steps (the check picks the number of steps at random)"
+            ).format(got_count=got["count"], steps=steps),
+            _(
+                "use the `steps` argument, and read the counter only once every scheduled function has run: schedule only queues it (Part 2)"
+            ),
         )
     return None
 
@@ -152,7 +174,7 @@ def ps_counter(count_steps: Callable, *, hidden: bool = False) -> CheckResult:
 
         check.ch07.ps_counter(count_steps)
     """
-    problem = _takes_one(count_steps, "one argument: the number of steps to schedule")
+    problem = _takes_one(count_steps, _("one argument: the number of steps to schedule"))
     if problem is not None:
         return problem
     rng = random.Random()
@@ -164,5 +186,12 @@ def ps_counter(count_steps: Callable, *, hidden: bool = False) -> CheckResult:
         problem = _ps_counter_once(count_steps, steps, workers)
         if problem is not None:
             return problem
-    done = " and ".join(f"{s} steps on {w} worker{'s' if w > 1 else ''}" for s, w in runs)
-    return passed(f"{done}: every scheduled step ran on a worker and incremented the counter on ps:0")
+    done = _(" and ").join(
+        (_("{s} steps on {w} workers") if w > 1 else _("{s} steps on {w} worker")).format(s=s, w=w)
+        for s, w in runs
+    )
+    return passed(
+        _("{done}: every scheduled step ran on a worker and incremented the counter on ps:0").format(
+            done=done
+        )
+    )

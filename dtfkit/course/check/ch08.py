@@ -19,6 +19,7 @@ from typing import Any
 
 from dtfkit.course import classroom
 from dtfkit.course.check._core import CheckResult, exercise, failed, passed
+from dtfkit.i18n import _
 from dtfkit.lab import Lab
 
 DELAY_MS = 150
@@ -41,7 +42,8 @@ def _prediction_problem(predict: Callable, mode: str, workers: int, steps: int, 
     setting = f"mode={mode!r}, workers={workers}, steps={steps}, replicas_to_aggregate={r}"
     if not isinstance(got, dict) or set(KEYS) - set(got):
         return failed(
-            f"predict({setting}) returned {got!r:.100}", f"return a dict with the keys {list(KEYS)}"
+            _("predict({setting}) returned {got!r:.100}").format(setting=setting, got=got),
+            _("return a dict with the keys {list_keys}").format(list_keys=list(KEYS)),
         )
     want = _least(mode, workers, steps, r)
     wrong = [k for k in KEYS if got[k] != want[k]]
@@ -51,22 +53,27 @@ def _prediction_problem(predict: Callable, mode: str, workers: int, steps: int, 
     value = got[key]
     if key == "global_step":
         hint = (
-            "`steps` is where StopAtStepHook stops: which counter does it watch, and who moves it?"
+            _("`steps` is where StopAtStepHook stops: which counter does it watch, and who moves it?")
             if value in (steps * workers, steps * (r or workers))
-            else "the lab stops a run when its global step reaches `steps`"
+            else _("the lab stops a run when its global step reaches `steps`")
         )
     elif key == "per_update" and mode == "async":
-        hint = "in async mode, what does one update of the parameters on the ps carry?"
+        hint = _("in async mode, what does one update of the parameters on the ps carry?")
     elif key == "per_update":
         hint = (
-            "replicas_to_aggregate counts gradients, not workers (tensorflow#11753); 0 means as many as workers"
+            _(
+                "replicas_to_aggregate counts gradients, not workers (tensorflow#11753); 0 means as many as workers"
+            )
             if r
-            else "in the lab, replicas_to_aggregate=0 means as many as there are workers"
+            else _("in the lab, replicas_to_aggregate=0 means as many as there are workers")
         )
     else:
-        hint = "how many updates does the run make at least, and how many gradients does each one apply?"
+        hint = _("how many updates does the run make at least, and how many gradients does each one apply?")
     return failed(
-        f"for {setting} you predicted {key}={value!r}, which is not the least the ledger can show", hint
+        _("for {setting} you predicted {key}={value!r}, which is not the least the ledger can show").format(
+            setting=setting, key=key, value=value
+        ),
+        hint,
     )
 
 
@@ -123,19 +130,35 @@ def predict_ledger(predict: Callable, *, hidden: bool = False) -> CheckResult:
             below = [k for k in KEYS if facts[k] < predicted[k]]
             if below:
                 return failed(
-                    f"the {run.settings.describe()} run's ledger shows {below[0]}={facts[below[0]]}, less "
-                    f"than your prediction {predicted[below[0]]}",
-                    "your function gave other numbers here than for the same settings before: does it "
-                    "depend on anything but its arguments?",
+                    _(
+                        "the {run_settings_describe} run's ledger shows {below_0}={facts_below_0}, less than your prediction {predicted_below_0}"
+                    ).format(
+                        run_settings_describe=run.settings.describe(),
+                        below_0=below[0],
+                        facts_below_0=facts[below[0]],
+                        predicted_below_0=predicted[below[0]],
+                    ),
+                    _(
+                        "your function gave other numbers here than for the same settings before: does it depend on anything but its arguments?"
+                    ),
                 )
             shown.append(
-                f"{run.settings.describe()}: global step {facts['global_step']}, "
-                f"{facts['applied']} gradients applied, at least {facts['per_update']} per update "
-                f"(predicted at least {predicted['global_step']}, {predicted['applied']}, {predicted['per_update']})"
+                _(
+                    "{run_settings_describe}: global step {facts_global_step}, {facts_applied} gradients applied, at least {facts_per_update} per update (predicted at least {predicted_global_step}, {predicted_applied}, {predicted_per_update})"
+                ).format(
+                    run_settings_describe=run.settings.describe(),
+                    facts_global_step=facts["global_step"],
+                    facts_applied=facts["applied"],
+                    facts_per_update=facts["per_update"],
+                    predicted_global_step=predicted["global_step"],
+                    predicted_applied=predicted["applied"],
+                    predicted_per_update=predicted["per_update"],
+                )
             )
     return passed(
-        f"your predictions hold for {len(settings)} settings, and the ledgers of {len(runs)} real runs "
-        "reached them",
+        _(
+            "your predictions hold for {len_settings} settings, and the ledgers of {len_runs} real runs reached them"
+        ).format(len_settings=len(settings), len_runs=len(runs)),
         *shown,
     )
 
@@ -148,7 +171,7 @@ def _dropped_truth(pushes: dict[str, list], global_step: int) -> dict[int, list[
     gradient no update averaged was dropped when its global step had passed, else it is pending."""
     out: dict[int, list[str]] = {u: [] for u in range(1, global_step + 1)}
     for task, steps in pushes.items():
-        for _, _, read, applied in steps:
+        for _pushed, _worker_step, read, applied in steps:
             if applied is None and read < global_step:
                 out[read + 1].append(task)
     return {u: sorted(tasks) for u, tasks in out.items()}
@@ -179,30 +202,43 @@ def _dropped_problem(
     answer = dropped_gradients({t: list(s) for t, s in pushes.items()}, g)
     if not isinstance(answer, dict):
         return failed(
-            f"{where}: dropped_gradients returned {type(answer).__name__} {answer!r:.80}",
-            "return a dict {update number: [task of each dropped gradient]}",
+            _("{where}: dropped_gradients returned {__name__} {answer!r:.80}").format(
+                where=where, __name__=type(answer).__name__, answer=answer
+            ),
+            _("return a dict {update number: [task of each dropped gradient]}"),
         )
     if any(not isinstance(u, int) for u in answer):
         return failed(
-            f"{where}: the keys of your dict are {sorted(map(repr, answer))[:4]}, not update numbers",
-            "use the update numbers (int, 1 to global_step) as keys",
+            _("{where}: the keys of your dict are {answers}, not update numbers").format(
+                where=where, answers=sorted(map(repr, answer))[:4]
+            ),
+            _("use the update numbers (int, 1 to global_step) as keys"),
         )
     extra = sorted(u for u in answer if u not in want and answer[u])
     if extra:
         return failed(
-            f"{where}: you name update {extra[0]}, but the run made updates 1 to {g} only",
-            "a gradient that no update averaged is dropped only if the update it was meant for was made; "
-            "the others were still waiting when the run ended",
+            _("{where}: you name update {extra_0}, but the run made updates 1 to {g} only").format(
+                where=where, extra_0=extra[0], g=g
+            ),
+            _(
+                "a gradient that no update averaged is dropped only if the update it was meant for was made; the others were still waiting when the run ended"
+            ),
         )
     for u in sorted(want):
         got = sorted(answer.get(u) or [])
         if got != want[u]:
             return failed(
-                f"{where}: for update {u} you say the gradients of {got or 'no worker'} were dropped; "
-                f"the ledger says {want[u] or 'none'}",
-                "which update was a gradient computed at global step `read` meant for? The averaged ones "
-                "show it (compare their read and applied); a worker can have several gradients dropped "
-                "from the same update",
+                _(
+                    "{where}: for update {u} you say the gradients of {got_or_no_worker} were dropped; the ledger says {want_u_or_none}"
+                ).format(
+                    where=where,
+                    u=u,
+                    got_or_no_worker=got or _("no worker"),
+                    want_u_or_none=want[u] or _("none"),
+                ),
+                _(
+                    "which update was a gradient computed at global step `read` meant for? The averaged ones show it (compare their read and applied); a worker can have several gradients dropped from the same update"
+                ),
             )
     return None
 
@@ -225,7 +261,7 @@ def dropped(dropped_gradients: Callable, *, hidden: bool = False) -> CheckResult
         check.ch08.dropped(dropped_gradients)
     """
     for i, (pushes, g) in enumerate(_synthetic(), start=1):
-        problem = _dropped_problem(dropped_gradients, pushes, g, f"in the small example {i}")
+        problem = _dropped_problem(dropped_gradients, pushes, g, _("in the small example {i}").format(i=i))
         if problem is not None:
             return problem
     shown = []
@@ -234,13 +270,23 @@ def dropped(dropped_gradients: Callable, *, hidden: bool = False) -> CheckResult
         for r in [2] + ([1] if hidden else []):
             run = lab.run(mode="sync", workers=3, ps=1, straggler_ms=DELAY_MS, replicas_to_aggregate=r)
             pushes, g = _sync_pushes(run), run.sync.global_step
-            problem = _dropped_problem(dropped_gradients, pushes, g, f"in the {run.settings.describe()} run")
+            problem = _dropped_problem(
+                dropped_gradients,
+                pushes,
+                g,
+                _("in the {run_settings_describe} run").format(run_settings_describe=run.settings.describe()),
+            )
             if problem is not None:
                 return problem
             lost = {t: sum(u.count(t) for u in _dropped_truth(pushes, g).values()) for t in run.sync.workers}
-            shown.append(f"{run.settings.describe()}: dropped gradients per worker {lost} in {g} updates")
+            shown.append(
+                _("{run_settings_describe}: dropped gradients per worker {lost} in {g} updates").format(
+                    run_settings_describe=run.settings.describe(), lost=lost, g=g
+                )
+            )
     return passed(
-        "your dropped gradients match the ledger, update by update, for two small examples and "
-        f"{len(shown)} real sync run(s)",
+        _(
+            "your dropped gradients match the ledger, update by update, for two small examples and {len_shown} real sync run(s)"
+        ).format(len_shown=len(shown)),
         *shown,
     )

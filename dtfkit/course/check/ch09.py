@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
+from dtfkit.i18n import N_, _
 from dtfkit.recipes import allreduce
 
 FLOATS = 1200  # divisible by 2, 3 and 4
@@ -38,15 +39,17 @@ def ps_bytes(ps_bytes_received: Callable, *, hidden: bool = False) -> CheckResul
             continue
         size = 4 * floats
         hints = {
-            n * floats: "you counted floats, not bytes: a float32 is 4 bytes",
-            size: "that is one worker's gradient: how many workers send theirs to the ps?",
-            2 * n * size: "that counts what the ps sends too: only what it receives",
-            n * size // 2: "every worker sends its whole gradient, not half of it",
+            n * floats: _("you counted floats, not bytes: a float32 is 4 bytes"),
+            size: _("that is one worker's gradient: how many workers send theirs to the ps?"),
+            2 * n * size: _("that counts what the ps sends too: only what it receives"),
+            n * size // 2: _("every worker sends its whole gradient, not half of it"),
         }
         return failed(
-            f"for {n} workers and {floats} floats you predicted {got!r} bytes; ps:0 receives {want}",
+            _("for {n} workers and {floats} floats you predicted {got!r} bytes; ps:0 receives {want}").format(
+                n=n, floats=floats, got=got, want=want
+            ),
             hints.get(
-                got, "count what arrives at ps:0 in one synchronisation: who sends, and how much (Part 1)"
+                got, _("count what arrives at ps:0 in one synchronisation: who sends, and how much (Part 1)")
             ),
         )
     n = 4 if hidden else 3
@@ -56,13 +59,15 @@ def ps_bytes(ps_bytes_received: Callable, *, hidden: bool = False) -> CheckResul
     traced = run["bytes"]["ps:0"]["received"]
     if traced != ps_bytes_received(n, FLOATS):
         return failed(
-            f"the trace says ps:0 received {traced} bytes from {n} workers, you predicted "
-            f"{ps_bytes_received(n, FLOATS)}",
-            "does your function depend on anything but n and floats?",
+            _(
+                "the trace says ps:0 received {traced} bytes from {n} workers, you predicted {predicted}"
+            ).format(traced=traced, n=n, predicted=ps_bytes_received(n, FLOATS)),
+            _("does your function depend on anything but n and floats?"),
         )
     return passed(
-        f"your prediction matches the {traced} bytes ps:0 received in a traced run with {n} workers "
-        f"of {FLOATS} floats, and the formula for {len(cases)} sizes"
+        _(
+            "your prediction matches the {traced} bytes ps:0 received in a traced run with {n} workers of {FLOATS} floats, and the formula for {len_cases} sizes"
+        ).format(traced=traced, n=n, FLOATS=FLOATS, len_cases=len(cases))
     )
 
 
@@ -76,11 +81,11 @@ def _direction_problem(src: int, dst: int, n: int) -> str | None:
     if dst == _left(src, n):
         return None
     if dst == (src + 1) % n:
-        return f"worker {src} sends to worker {dst}, its right neighbour"
-    return f"worker {src} sends to worker {dst}, not a neighbour"
+        return _("worker {src} sends to worker {dst}, its right neighbour").format(src=src, dst=dst)
+    return _("worker {src} sends to worker {dst}, not a neighbour").format(src=src, dst=dst)
 
 
-_WRONG_WAY_HINT = (
+_WRONG_WAY_HINT = N_(
     "this ring goes left, as the exercise says: every send of every step goes from worker i to "
     "left[i]; a ring that goes right (like Part 1's) is not the answer"
 )
@@ -89,14 +94,18 @@ _WRONG_WAY_HINT = (
 def _shape_problem(schedule: object, n: int) -> str | None:
     """What is wrong with a schedule's shape (not its direction or sums), or None."""
     if not isinstance(schedule, dict) or set(schedule) != {"reduce_scatter", "all_gather"}:
-        return "return a dict with the keys 'reduce_scatter' and 'all_gather'"
+        return _("return a dict with the keys 'reduce_scatter' and 'all_gather'")
     for phase, steps in schedule.items():
         if len(steps) != n - 1:
-            return f"{phase} has {len(steps)} steps; a ring of {n} needs {n - 1}"
+            return _("{phase} has {len_steps} steps; a ring of {n} needs {n_1}").format(
+                phase=phase, len_steps=len(steps), n=n, n_1=n - 1
+            )
         for s, step in enumerate(steps):
             senders = sorted(src for src, _, _ in step)
             if senders != list(range(n)):
-                return f"in {phase} step {s} the senders are {senders}: every worker sends exactly one chunk"
+                return _(
+                    "in {phase} step {s} the senders are {senders}: every worker sends exactly one chunk"
+                ).format(phase=phase, s=s, senders=senders)
     return None
 
 
@@ -104,10 +113,10 @@ def _schedule_direction_problem(schedule: dict, n: int) -> str | None:
     """The first send of a (well-shaped) schedule that does not go to the sender's left, or None."""
     for phase, steps in schedule.items():
         for s, step in enumerate(steps):
-            for src, dst, _ in step:
+            for src, dst, _size in step:
                 problem = _direction_problem(src, dst, n)
                 if problem:
-                    return f"in {phase} step {s} {problem}"
+                    return _("in {phase} step {s} {problem}").format(phase=phase, s=s, problem=problem)
     return None
 
 
@@ -117,7 +126,7 @@ def _traced_direction_problem(transfers: list[dict], n: int) -> str | None:
         src, dst = (int(row[key].split(":")[1]) for key in ("from", "to"))
         problem = _direction_problem(src, dst, n)
         if problem:
-            return f"the trace shows {problem}"
+            return _("the trace shows {problem}").format(problem=problem)
     return None
 
 
@@ -129,13 +138,18 @@ def _ring_problem(schedule_fn: Callable, sizes: tuple[int, ...]) -> CheckResult 
         problem = _shape_problem(schedule, n)
         if problem:
             return failed(
-                f"the schedule for {n} workers is not a ring: {problem}",
-                f"the check tries rings of {sizes[0]} to {sizes[-1]} workers: build the schedule from n",
+                _("the schedule for {n} workers is not a ring: {problem}").format(n=n, problem=problem),
+                _(
+                    "the check tries rings of {sizes_0} to {sizes_1} workers: build the schedule from n"
+                ).format(sizes_0=sizes[0], sizes_1=sizes[-1]),
             )
         wrong_way = _schedule_direction_problem(schedule, n)
         if wrong_way:
             return failed(
-                f"the schedule for {n} workers is not the left-going ring: {wrong_way}", _WRONG_WAY_HINT
+                _("the schedule for {n} workers is not the left-going ring: {wrong_way}").format(
+                    n=n, wrong_way=wrong_way
+                ),
+                _(_WRONG_WAY_HINT),
             )
     for n, schedule in schedules.items():
         grads = [np.full(FLOATS, 10.0**i) for i in range(n)]
@@ -144,10 +158,12 @@ def _ring_problem(schedule_fn: Callable, sizes: tuple[int, ...]) -> CheckResult 
             bad = [c for c, chunk in enumerate(np.array_split(out, n)) if not np.allclose(chunk, want)]
             if bad:
                 return failed(
-                    f"with {n} workers, worker {i} ends with the wrong value in chunk(s) {bad} (expected "
-                    f"every number to be {want:g})",
-                    "in reduce-scatter a worker must send the chunk it has just added to; "
-                    "follow one chunk round the ring, step by step",
+                    _(
+                        "with {n} workers, worker {i} ends with the wrong value in chunk(s) {bad} (expected every number to be {want:g})"
+                    ).format(n=n, i=i, bad=bad, want=want),
+                    _(
+                        "in reduce-scatter a worker must send the chunk it has just added to; follow one chunk round the ring, step by step"
+                    ),
                 )
     return None
 
@@ -174,24 +190,33 @@ def ring(schedule_fn: Callable, *, hidden: bool = False) -> CheckResult:
         ).values()
     if not run["correct"]:
         return failed(
-            f"in TensorFlow the {n} workers did not all end with the sum (max error {run['max_error']:g})",
-            "the NumPy simulation passed: does your function give the same schedule every time it is called?",
+            _(
+                "in TensorFlow the {n} workers did not all end with the sum (max error {run_max_error:g})"
+            ).format(n=n, run_max_error=run["max_error"]),
+            _(
+                "the NumPy simulation passed: does your function give the same schedule every time it is called?"
+            ),
         )
     wrong_way = _traced_direction_problem(run["transfers"], n)
     if wrong_way:
         return failed(
-            f"in TensorFlow on {n} workers {wrong_way}, though the NumPy runs went left",
-            "does your function give the same schedule every time it is called? " + _WRONG_WAY_HINT,
+            _("in TensorFlow on {n} workers {wrong_way}, though the NumPy runs went left").format(
+                n=n, wrong_way=wrong_way
+            ),
+            _("does your function give the same schedule every time it is called?")
+            + " "
+            + _(_WRONG_WAY_HINT),
         )
     if run["bytes"] != allreduce.expected_bytes("ring", n, FLOATS):
         return failed(
-            f"the traced bytes {run['bytes']} are not what a ring sends",
-            "every worker sends one chunk per step, to its left neighbour",
+            _("the traced bytes {run_bytes} are not what a ring sends").format(run_bytes=run["bytes"]),
+            _("every worker sends one chunk per step, to its left neighbour"),
         )
     per_worker = run["bytes"]["worker:0"]["sent"]
     return passed(
-        f"the schedule summed right on NumPy for {sizes[0]} to {sizes[-1]} workers, every send to the left "
-        f"neighbour; in TensorFlow all {n} workers ended with the sum, every traced transfer went left, "
-        f"and each sent and received {per_worker} bytes "
-        f"= 2 x ({n} - 1) chunks of {4 * FLOATS // n} bytes"
+        _(
+            "the schedule summed right on NumPy for {sizes_0} to {sizes_1} workers, every send to the left neighbour; in TensorFlow all {n} workers ended with the sum, every traced transfer went left, and each sent and received {per_worker} bytes = 2 x ({n} - 1) chunks of {v_4_floats_n} bytes"
+        ).format(
+            sizes_0=sizes[0], sizes_1=sizes[-1], n=n, per_worker=per_worker, v_4_floats_n=4 * FLOATS // n
+        )
     )

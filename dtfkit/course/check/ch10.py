@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dtfkit.course.check._core import CheckResult, exercise, failed, ignores, passed
+from dtfkit.i18n import N_, _
 from dtfkit.kube import controller as operator
 
 
@@ -32,36 +33,36 @@ def _tfjob(job_name: str, namespace: str, replicas: dict[str, int], success_poli
 
 def _config_hint(got: Any, want: dict, replicas: dict[str, int]) -> str:
     if not isinstance(got, dict):
-        return "return the TF_CONFIG as a dict (json.loads of the operator's text), not a string"
+        return _("return the TF_CONFIG as a dict (json.loads of the operator's text), not a string")
     task = got.get("task")
     if isinstance(task, dict) and task.get("type") != want["task"]["type"]:
         if str(task.get("type")).lower() == want["task"]["type"]:
-            return "look at how the task's type is spelled in TF_CONFIG, and in the TFJob's replica names"
-        return "which replica is this TF_CONFIG for? read replica_type and index"
+            return _("look at how the task's type is spelled in TF_CONFIG, and in the TFJob's replica names")
+        return _("which replica is this TF_CONFIG for? read replica_type and index")
     if isinstance(task, dict) and task.get("index") != want["task"]["index"]:
-        return "the task's index comes from the index argument"
+        return _("the task's index comes from the index argument")
     cluster = got.get("cluster")
     if not isinstance(cluster, dict):
-        return "TF_CONFIG has a 'cluster' dict: every job, with the address of each of its tasks"
+        return _("TF_CONFIG has a 'cluster' dict: every job, with the address of each of its tasks")
     if "Evaluator" in replicas and not any(str(j).lower() == "evaluator" for j in cluster):
-        return (
-            "chapter 7's cluster left the evaluator out, but which replica types does the operator list "
-            "in its cluster? (section 5)"
+        return _(
+            "chapter 7's cluster left the evaluator out, but which replica types does the operator list in its cluster? (section 5)"
         )
     if set(cluster) != set(want["cluster"]):
-        return "the cluster's jobs are the TFJob's replica types, in lowercase"
+        return _("the cluster's jobs are the TFJob's replica types, in lowercase")
     for job, hosts in want["cluster"].items():
         have = cluster.get(job)
         if not isinstance(have, list) or len(have) != len(hosts):
-            return f"job {job!r} has one address per replica: how many {job} replicas are there?"
-        if have != hosts:
-            return (
-                f"compare your address {have[0]!r} with the form <job>-<type>-<index>.<namespace>.svc:<port> "
-                "of section 5: every part comes from the arguments"
+            return _("job {job!r} has one address per replica: how many {job} replicas are there?").format(
+                job=job
             )
+        if have != hosts:
+            return _(
+                "compare your address {have_0!r} with the form <job>-<type>-<index>.<namespace>.svc:<port> of section 5: every part comes from the arguments"
+            ).format(have_0=have[0])
     if got.get("environment") != want.get("environment"):
-        return "the operator adds one more key to TF_CONFIG, besides 'cluster' and 'task' (section 5)"
-    return "compare your dict with the operator's TF_CONFIG printed in section 5, key by key"
+        return _("the operator adds one more key to TF_CONFIG, besides 'cluster' and 'task' (section 5)")
+    return _("compare your dict with the operator's TF_CONFIG printed in section 5, key by key")
 
 
 @exercise("10.1", "The operator's TF_CONFIG")
@@ -76,7 +77,7 @@ def tf_config(operator_tf_config: Callable, *, hidden: bool = False) -> CheckRes
     problem = ignores(
         operator_tf_config,
         ("job_name", "namespace", "replicas", "replica_type", "index"),
-        "job names, namespaces and layouts",
+        N_("job names, namespaces and layouts"),
     )
     if problem is not None:
         return problem
@@ -100,13 +101,15 @@ def tf_config(operator_tf_config: Callable, *, hidden: bool = False) -> CheckRes
             continue
         layout = ", ".join(f"{n} {t}" for t, n in replicas.items())
         return failed(
-            f"for replica {rtype} {index} of TFJob {namespace}/{job_name} ({layout}) your TF_CONFIG differs from "
-            "the one the operator writes",
+            _(
+                "for replica {rtype} {index} of TFJob {namespace}/{job_name} ({layout}) your TF_CONFIG differs from the one the operator writes"
+            ).format(rtype=rtype, index=index, namespace=namespace, job_name=job_name, layout=layout),
             _config_hint(got, want, replicas),
         )
     return passed(
-        f"your TF_CONFIG matches the operator's for {len(cases)} replicas of {len(cases)} TFJobs "
-        "(ps, workers, a chief and an evaluator, several namespaces)"
+        _(
+            "your TF_CONFIG matches the operator's for {len_cases} replicas of {len_cases} TFJobs (ps, workers, a chief and an evaluator, several namespaces)"
+        ).format(len_cases=len(cases))
     )
 
 
@@ -116,7 +119,7 @@ _STATES = ("Succeeded", "Failed", "Running")
 def _scenarios(rng: random.Random, count: int) -> list[tuple[dict[str, int], str, dict]]:
     """Random layouts, success policies and replica exit codes (None: still running)."""
     out = []
-    for _ in range(count):
+    for _draw in range(count):
         replicas = {"PS": rng.randint(1, 2), "Worker": rng.randint(1, 4)}
         if rng.random() < 0.35:
             replicas = {"Chief": 1, **replicas}
@@ -152,7 +155,7 @@ def job_state(job_state: Callable, *, hidden: bool = False) -> CheckResult:
 
         check.ch10.job_state(job_state)
     """
-    problem = ignores(job_state, ("replicas", "success_policy", "exit_codes"), "layouts and policies")
+    problem = ignores(job_state, ("replicas", "success_policy", "exit_codes"), N_("layouts and policies"))
     if problem is not None:
         return problem
     two = {"PS": 1, "Worker": 2}
@@ -179,24 +182,38 @@ def job_state(job_state: Callable, *, hidden: bool = False) -> CheckResult:
         if got == want:
             continue
         if got not in _STATES:
-            return failed(f"job_state returned {got!r}", f"return one of {', '.join(map(repr, _STATES))}")
-        shown_policy = repr(policy) if policy else '"" (the default)'
+            return failed(
+                _("job_state returned {got!r}").format(got=got),
+                _("return one of {states}").format(states=", ".join(map(repr, _STATES))),
+            )
+        shown_policy = repr(policy) if policy else _('"" (the default)')
         hint = {
-            ("Running", "Succeeded"): "which replica's success decides the job, with this layout and policy?",
-            ("Succeeded", "Running"): "is the replica whose success ends the job done yet? (with a chief, "
-            "only the chief counts)",
-            ("Failed", "Succeeded"): "a replica that exits non-zero fails the job, whatever the others do",
-            ("Failed", "Running"): "a replica that exits non-zero fails the job, whatever the others do",
+            ("Running", "Succeeded"): _(
+                "which replica's success decides the job, with this layout and policy?"
+            ),
+            ("Succeeded", "Running"): _(
+                "is the replica whose success ends the job done yet? (with a chief, only the chief counts)"
+            ),
+            ("Failed", "Succeeded"): _("a replica that exits non-zero fails the job, whatever the others do"),
+            ("Failed", "Running"): _("a replica that exits non-zero fails the job, whatever the others do"),
         }.get(
             (want, got),
-            "go through the rules of section 5 in order: failures first, then the chief, then the policy",
+            _("go through the rules of section 5 in order: failures first, then the chief, then the policy"),
         )
         return failed(
-            f"with {', '.join(f'{n} {t}' for t, n in replicas.items())}, successPolicy {shown_policy} and "
-            f"{_describe(codes)}, you said {got!r}; the operator says the job is {want!r}",
+            _(
+                "with {replica_list}, successPolicy {shown_policy} and {describe_codes}, you said {got!r}; the operator says the job is {want!r}"
+            ).format(
+                replica_list=", ".join(f"{n} {t}" for t, n in replicas.items()),
+                shown_policy=shown_policy,
+                describe_codes=_describe(codes),
+                got=got,
+                want=want,
+            ),
             hint,
         )
     return passed(
-        f"your job states match the operator's for {len(cases)} layouts and exit histories "
-        f"({len(named)} named, {len(cases) - len(named)} random), with and without a chief"
+        _(
+            "your job states match the operator's for {len_cases} layouts and exit histories ({len_named} named, {len_cases_len_named} random), with and without a chief"
+        ).format(len_cases=len(cases), len_named=len(named), len_cases_len_named=len(cases) - len(named))
     )

@@ -23,6 +23,7 @@ import random
 from collections.abc import Callable
 
 from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, ignores, passed
+from dtfkit.i18n import N_, _
 from dtfkit.recipes import alpha_beta as model
 from dtfkit.recipes import compression
 
@@ -67,34 +68,34 @@ def _ps_ring_crossover(n: int, alpha: float, beta: float) -> float:
 def _bytes_hint(method: str, floats: int, k: int | None, got: object) -> str:
     """What a typical wrong answer forgot, in words (never the formula)."""
     if not isinstance(got, int | float) or isinstance(got, bool):
-        return "return a number of bytes (an int)"
+        return _("return a number of bytes (an int)")
     half, full = 2 * floats, 4 * floats
     if got == floats:
-        return "you counted numbers, not bytes: how many bytes is one number in this format?"
+        return _("you counted numbers, not bytes: how many bytes is one number in this format?")
     if method in ("fp16", "bf16"):
         if got == full:
-            return "that is the float32 gradient: how many bytes does a 16-bit number take?"
-        return "a 16-bit float takes 2 bytes; the worker sends every entry"
+            return _("that is the float32 gradient: how many bytes does a 16-bit number take?")
+        return _("a 16-bit float takes 2 bytes; the worker sends every entry")
     if method == "topk" and k is not None:
         if got == 4 * k:
-            return "top-k sends the k values, but ps:0 must also learn *which* entries they are"
+            return _("top-k sends the k values, but ps:0 must also learn *which* entries they are")
         if got in (full, half, 8 * floats):
-            return "top-k sends only k entries, not the whole gradient"
-        return "top-k sends k values and k positions, each a 4-byte number"
+            return _("top-k sends only k entries, not the whole gradient")
+        return _("top-k sends k values and k positions, each a 4-byte number")
     if method == "sign":
         bits = floats / 8
         if got in (math.floor(bits), math.ceil(bits)):
-            return (
+            return _(
                 "the signs alone lose the gradient's size: the worker sends one float32 number besides them"
             )
         if got in (bits + 4, math.floor(bits) + 4):
-            return "bits travel in whole bytes: 8 signs a byte, and the last byte may be only partly used"
+            return _("bits travel in whole bytes: 8 signs a byte, and the last byte may be only partly used")
         if got in (full, half):
-            return "each entry becomes one bit, packed 8 to a byte"
-        return "one bit per entry, packed 8 to a byte (round up), plus one float32 scale"
+            return _("each entry becomes one bit, packed 8 to a byte")
+        return _("one bit per entry, packed 8 to a byte (round up), plus one float32 scale")
     if method == "none" and got == half:
-        return "method 'none' sends the float32 gradient unchanged"
-    return "look at Section 4's table: what does the worker put on the wire for this method?"
+        return _("method 'none' sends the float32 gradient unchanged")
+    return _("look at Section 4's table: what does the worker put on the wire for this method?")
 
 
 def _cases(rng: random.Random, hidden: bool) -> list[tuple[str, int, int | None]]:
@@ -119,7 +120,7 @@ def compressed_bytes(bytes_to_ps: Callable, *, hidden: bool = False) -> CheckRes
 
         check.ch11.compressed_bytes(bytes_to_ps)
     """
-    problem = ignores(bytes_to_ps, ("method", "floats", "k"), "methods, sizes and k")
+    problem = ignores(bytes_to_ps, ("method", "floats", "k"), N_("methods, sizes and k"))
     if problem is not None:
         return problem
     rng = random.Random()
@@ -130,7 +131,9 @@ def compressed_bytes(bytes_to_ps: Callable, *, hidden: bool = False) -> CheckRes
         if got != want:
             where = f"method {method!r}, {floats} floats" + (f", k={k}" if k is not None else "")
             return failed(
-                f"for {where} you predicted {got!r} bytes; the worker sends {want}",
+                _("for {where} you predicted {got!r} bytes; the worker sends {want}").format(
+                    where=where, got=got, want=want
+                ),
                 _bytes_hint(method, floats, k, got),
             )
     floats = compression.model_floats(HIDDEN_UNITS)
@@ -152,33 +155,52 @@ def compressed_bytes(bytes_to_ps: Callable, *, hidden: bool = False) -> CheckRes
         if traced[run["method"]] != _payload_bytes(run["method"], floats, k_run):
             # TensorFlow moved other tensors than the payload this check counts: the kit is wrong, not you
             return failed(
-                f"the check itself is wrong: the trace says worker:0 sent ps:0 {traced[run['method']]} bytes "
-                f"with {run['method']!r} ({floats} floats, k={k_run}), but the payload's tensors "
-                f"{_payload_tensors(run['method'], floats, k_run)} make "
-                f"{_payload_bytes(run['method'], floats, k_run)} bytes (transfers: {run['transfers']})",
-                "this is not your mistake: report this message to the course's maintainers",
+                _(
+                    "the check itself is wrong: the trace says worker:0 sent ps:0 {traced_run_method} bytes with {run_method!r} ({floats} floats, k={k_run}), but the payload's tensors {payload_tensors} make {payload_bytes} bytes (transfers: {run_transfers})"
+                ).format(
+                    traced_run_method=traced[run["method"]],
+                    run_method=run["method"],
+                    floats=floats,
+                    k_run=k_run,
+                    payload_tensors=_payload_tensors(run["method"], floats, k_run),
+                    payload_bytes=_payload_bytes(run["method"], floats, k_run),
+                    run_transfers=run["transfers"],
+                ),
+                _("this is not your mistake: report this message to the course's maintainers"),
             )
         predicted = bytes_to_ps(run["method"], floats, k_run)
         if predicted != traced[run["method"]]:
             return failed(
-                f"the trace says worker:0 sent ps:0 {traced[run['method']]} bytes with {run['method']!r} "
-                f"({floats} floats), you predicted {predicted!r}",
-                "does your function depend on anything but method, floats and k?",
+                _(
+                    "the trace says worker:0 sent ps:0 {traced_run_method} bytes with {run_method!r} ({floats} floats), you predicted {predicted!r}"
+                ).format(
+                    traced_run_method=traced[run["method"]],
+                    run_method=run["method"],
+                    floats=floats,
+                    predicted=predicted,
+                ),
+                _("does your function depend on anything but method, floats and k?"),
             )
     shown = ", ".join(f"{m} {b} bytes" for m, b in traced.items())
     return passed(
-        f"your formula matches every method for {len(cases) // len(compression.METHODS)} gradient sizes, "
-        f"and a real traced step of {floats} floats (k={k}): {shown}"
+        _(
+            "your formula matches every method for {case_count} gradient sizes, and a real traced step of {floats} floats (k={k}): {shown}"
+        ).format(
+            case_count=len(cases) // len(compression.METHODS),
+            floats=floats,
+            k=k,
+            shown=shown,
+        )
     )
 
 
 def _times_hint(method: str, n: int, size: float, alpha: float, beta: float, got: object) -> str:
     """What a typical wrong α–β time forgot, in words (never the formula)."""
     if not isinstance(got, int | float) or isinstance(got, bool):
-        return "return a time in seconds (a float)"
+        return _("return a time in seconds (a float)")
     want = _model_seconds(method, n, size, alpha, beta)
     if math.isclose(got, 1000 * want, rel_tol=1e-6):
-        return "that is in milliseconds: return seconds"
+        return _("that is in milliseconds: return seconds")
 
     def near(value: float) -> bool:
         return math.isclose(got, value, rel_tol=1e-6)
@@ -186,24 +208,24 @@ def _times_hint(method: str, n: int, size: float, alpha: float, beta: float, got
     rounds = {"ps": 2, "sharded_ps": 2, "ring": 2 * (n - 1)}[method]
     per_link = {"ps": n * size, "sharded_ps": (n - 1) * size / n, "ring": (n - 1) * size / n}[method]
     if near(rounds * alpha + per_link * beta):
-        return "the busiest link carries these bytes twice: once on the way in and once on the way out"
+        return _("the busiest link carries these bytes twice: once on the way in and once on the way out")
     if near(alpha + 2 * per_link * beta) or near(2 * per_link * beta):
-        return "count the rounds of messages that wait for one another: each pays the latency once"
+        return _("count the rounds of messages that wait for one another: each pays the latency once")
     if method == "ring":
         if near(2 * alpha + 2 * per_link * beta):
-            return "the ring's messages wait for one another: how many rounds does it take?"
+            return _("the ring's messages wait for one another: how many rounds does it take?")
         if near(rounds * (alpha + size * beta)):
-            return "each ring message carries one chunk, not the whole gradient"
+            return _("each ring message carries one chunk, not the whole gradient")
     if method == "ps" and near(2 * alpha + 2 * size * beta):
-        return "ps:0's link carries every worker's gradient in and a sum out to every worker"
+        return _("ps:0's link carries every worker's gradient in and a sum out to every worker")
     if method == "sharded_ps":
         if near(2 * (n - 1) * alpha + 2 * per_link * beta):
-            return "the sharded ps sends to every peer at once: its messages take 2 rounds, not the ring's"
+            return _("the sharded ps sends to every peer at once: its messages take 2 rounds, not the ring's")
         if near(2 * alpha + 2 * size * beta) or near(2 * alpha + 2 * n * size * beta):
-            return (
+            return _(
                 "a worker's own shard never leaves its machine: only the other workers' slices cross its link"
             )
-    return "Section 2: the latency once per round of messages, plus the busiest link's bytes times β"
+    return _("Section 2: the latency once per round of messages, plus the busiest link's bytes times β")
 
 
 @exercise("11.2", "The α–β time of a synchronisation")
@@ -217,7 +239,9 @@ def alpha_beta(sync_seconds: Callable, *, hidden: bool = False) -> CheckResult:
         check.ch11.alpha_beta(sync_seconds)
     """
     problem = ignores(
-        sync_seconds, ("method", "n", "size_bytes", "alpha_s", "beta_s_per_byte"), "methods, sizes and links"
+        sync_seconds,
+        ("method", "n", "size_bytes", "alpha_s", "beta_s_per_byte"),
+        N_("methods, sizes and links"),
     )
     if problem is not None:
         return problem
@@ -227,7 +251,7 @@ def alpha_beta(sync_seconds: Callable, *, hidden: bool = False) -> CheckResult:
         ("ring", 3, 120_000, 0.02, 8e-8),
         ("sharded_ps", 3, 120_000, 0.02, 8e-8),
     ]
-    for _ in range(30 if hidden else 12):
+    for _draw in range(30 if hidden else 12):
         n = rng.randint(2, 64 if hidden else 16)
         cases.append(
             (
@@ -248,13 +272,22 @@ def alpha_beta(sync_seconds: Callable, *, hidden: bool = False) -> CheckResult:
         )
         if not ok:
             return failed(
-                f"for {method!r} with n={n}, S={size:,.0f} bytes, α={alpha * 1000:.4g} ms and "
-                f"1/β={1e-6 / beta:.4g} MB/s you predicted {got!r} s; the model gives {want:.6g} s",
+                _(
+                    "for {method!r} with n={n}, S={size:,.0f} bytes, α={alpha_1000:.4g} ms and 1/β={v_1e_6_beta:.4g} MB/s you predicted {got!r} s; the model gives {want:.6g} s"
+                ).format(
+                    method=method,
+                    n=n,
+                    size=size,
+                    alpha_1000=alpha * 1000,
+                    v_1e_6_beta=1e-6 / beta,
+                    got=got,
+                    want=want,
+                ),
                 _times_hint(method, n, size, alpha, beta, got),
             )
     crossover = _ps_ring_crossover(3, 0.02, 8e-8)
     return passed(
-        f"your times match the α–β model in {len(cases)} cases (ps, sharded ps and ring, n up to "
-        f"{max(c[1] for c in cases)}); with them, n=3, α=20 ms and 12.5 MB/s, the ps and the ring "
-        f"take the same time at {crossover:,.0f} bytes"
+        _(
+            "your times match the α–β model in {len_cases} cases (ps, sharded ps and ring, n up to {most_workers}); with them, n=3, α=20 ms and 12.5 MB/s, the ps and the ring take the same time at {crossover:,.0f} bytes"
+        ).format(len_cases=len(cases), most_workers=max(c[1] for c in cases), crossover=crossover)
     )

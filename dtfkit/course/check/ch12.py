@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dtfkit.course.check._core import CheckResult, exercise, failed, ignores, passed
 from dtfkit.course.check.ch12_recovery import check_12_2 as save_interval  # noqa: F401 - exercise 12.2
 from dtfkit.diagnosis import diagnose
+from dtfkit.i18n import N_, _
 
 # The kinds the chapter's text shows; hidden=True adds the others.
 SHOWN = (
@@ -65,24 +66,30 @@ CODES = {
 CASES, HIDDEN_CASES = 12, 62  # drawn fresh every run: no fixed seeds a learner could enumerate
 
 # A question for each mistake that points where to look without naming it.
-_LOOK = {
-    "task-index-out-of-range": "compare each process's task index with the number of addresses its job has",
-    "duplicate-task": "which task does each process say it is? list them side by side",
-    "never-launched": "for every address in the cluster, is there a process that says it is that task?",
-    "clusters-disagree": "put the 'cluster' of each process next to the others': are they all the same?",
-    "address-no-port": "read every address in the cluster: what must follow the host?",
-    "task-type-not-in-cluster": "is each process's task type one of the cluster's job names, spelled the same?",
-    "duplicate-address": "can two servers listen on the same host and port?",
-    "address-scheme": "read every address in the cluster: is it only host and port?",
-    "address-bad-port": "read every address's port: is it a number a port can be?",
-    "several-chiefs": "how many tasks may the coordinating job have?",
-    "localhost-multi-machine": "which machine does each address name, from where it is dialled?",
-    "missing-task": "does every TF_CONFIG have both keys a process needs?",
-    "missing-cluster": "does every TF_CONFIG have both keys a process needs?",
-    "unknown-job": "which job names do TensorFlow's strategies accept?",
-    "chief-and-master": "how many jobs in this cluster coordinate the others?",
-    NO_MISTAKE: "TensorFlow accepts this job: does the rule that made you answer apply to every job, and "
-    "to every way of writing one machine's address?",
+_LOOK = {  # translated where shown: _(_LOOK[kind])
+    "task-index-out-of-range": N_(
+        "compare each process's task index with the number of addresses its job has"
+    ),
+    "duplicate-task": N_("which task does each process say it is? list them side by side"),
+    "never-launched": N_("for every address in the cluster, is there a process that says it is that task?"),
+    "clusters-disagree": N_("put the 'cluster' of each process next to the others': are they all the same?"),
+    "address-no-port": N_("read every address in the cluster: what must follow the host?"),
+    "task-type-not-in-cluster": N_(
+        "is each process's task type one of the cluster's job names, spelled the same?"
+    ),
+    "duplicate-address": N_("can two servers listen on the same host and port?"),
+    "address-scheme": N_("read every address in the cluster: is it only host and port?"),
+    "address-bad-port": N_("read every address's port: is it a number a port can be?"),
+    "several-chiefs": N_("how many tasks may the coordinating job have?"),
+    "localhost-multi-machine": N_("which machine does each address name, from where it is dialled?"),
+    "missing-task": N_("does every TF_CONFIG have both keys a process needs?"),
+    "missing-cluster": N_("does every TF_CONFIG have both keys a process needs?"),
+    "unknown-job": N_("which job names do TensorFlow's strategies accept?"),
+    "chief-and-master": N_("how many jobs in this cluster coordinate the others?"),
+    NO_MISTAKE: N_(
+        "TensorFlow accepts this job: does the rule that made you answer apply to every job, and "
+        "to every way of writing one machine's address?"
+    ),
 }
 
 
@@ -94,7 +101,7 @@ def _layout(rng: random.Random) -> dict[str, list[str]]:
     cluster, k = {}, 0
     for job in jobs:
         cluster[job] = []
-        for _ in range(counts[job]):
+        for _task in range(counts[job]):
             address = f"node-{k}.example.com:{port}" if hosts else f"localhost:{port + k}"
             cluster[job].append(address)
             k += 1
@@ -206,7 +213,7 @@ def _on_loopback(rng: random.Random, cluster: dict[str, list[str]]) -> dict[str,
     out, k = {}, 0
     for job, tasks in cluster.items():
         out[job] = []
-        for _ in tasks:
+        for _task in tasks:
             out[job].append(f"{rng.choice(['localhost', '127.0.0.1'])}:{port + k}")
             k += 1
     flat = [a for tasks in out.values() for a in tasks]
@@ -228,7 +235,7 @@ def broken_clusters(hidden: bool = False, rng: random.Random | None = None) -> l
         kind = kinds[n % len(kinds)]
         code = CODES.get(kind, kind)
         want = {code} if code != NO_MISTAKE else set()
-        for _ in range(20):  # a draw diagnose reads otherwise is the generator's slip: draw again
+        for _attempt in range(20):  # a draw diagnose reads otherwise is the generator's slip: draw again
             configs = _break(kind, rng, _layout(rng))
             codes = diagnose(configs).codes
             if codes == want:
@@ -248,7 +255,7 @@ def broken_config(find_mistake: Callable, *, hidden: bool = False) -> CheckResul
 
         check.ch12.broken_config(find_mistake)
     """
-    problem = ignores(find_mistake, ("tf_configs",), "broken clusters")
+    problem = ignores(find_mistake, ("tf_configs",), N_("broken clusters"))
     if problem is not None:
         return problem
     cases = broken_clusters(hidden)
@@ -259,24 +266,36 @@ def broken_config(find_mistake: Callable, *, hidden: bool = False) -> CheckResul
         shown = [json.dumps(c) for c in configs]
         if not isinstance(got, str):
             return failed(
-                f"find_mistake returned {got!r}, not a code", "return the mistake's code as a string", *shown
+                _("find_mistake returned {got!r}, not a code").format(got=got),
+                _("return the mistake's code as a string"),
+                *shown,
             )
         kinds = (*SHOWN, *HIDDEN, NO_MISTAKE)
         if got not in kinds and got:
             return failed(
-                f"find_mistake returned {got!r}, which is not one of the codes the chapter lists",
-                "return one of the codes of the table in the chapter, spelled as there",
+                _("find_mistake returned {got!r}, which is not one of the codes the chapter lists").format(
+                    got=got
+                ),
+                _("return one of the codes of the table in the chapter, spelled as there"),
                 *shown,
             )
-        verdict = "TensorFlow accepts them" if want == NO_MISTAKE else "that is not their mistake"
+        verdict = _("TensorFlow accepts them") if want == NO_MISTAKE else _("that is not their mistake")
         return failed(
-            f"for these {len(configs)} TF_CONFIGs you said {got!r}, but {verdict}",
-            _LOOK[want],
+            _("for these {len_configs} TF_CONFIGs you said {got!r}, but {verdict}").format(
+                len_configs=len(configs), got=got, verdict=verdict
+            ),
+            _(_LOOK[want]),
             *shown,
         )
     kinds = sorted({kind for _, kind in cases} - {NO_MISTAKE})
     sound = sum(code == NO_MISTAKE for _, code in cases)
     return passed(
-        f"find_mistake named the one mistake in {len(cases) - sound} broken clusters of {len(kinds)} kinds"
-        + (f", with kinds the text never shows, and found none in {sound} sound ones" if hidden else "")
+        _("find_mistake named the one mistake in {broken} broken clusters of {kinds} kinds").format(
+            broken=len(cases) - sound, kinds=len(kinds)
+        )
+        + (
+            _(", with kinds the text never shows, and found none in {sound} sound ones").format(sound=sound)
+            if hidden
+            else ""
+        )
     )

@@ -39,6 +39,7 @@ from collections.abc import Callable
 
 from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, ignores, passed
 from dtfkit.errors import TaskExited
+from dtfkit.i18n import N_, _
 
 TOLERANCE = 0.05
 """An answer may waste up to 5 % more than the best interval (rounding either way near the optimum)."""
@@ -129,29 +130,33 @@ def _grade(choose: Callable, case: Case) -> CheckResult | None:
     got = choose(budget, step, save, mtbf)
     where = f"choose_save_every({_describe(case)})"
     if isinstance(got, bool) or not isinstance(got, int) or got < 1:
-        return failed(f"{where} returned {got!r}", "return a whole number of steps, at least 1")
+        return failed(
+            _("{where} returned {got!r}").format(where=where, got=got),
+            _("return a whole number of steps, at least 1"),
+        )
     if got > budget:
         return failed(
-            f"{where} returned {got}: a crash at the worst moment would lose {got} steps, more than {budget}",
-            "where in an interval is the worst moment for a crash, and how many steps does it lose?",
+            _(
+                "{where} returned {got}: a crash at the worst moment would lose {got} steps, more than {budget}"
+            ).format(where=where, got=got, budget=budget),
+            _("where in an interval is the worst moment for a crash, and how many steps does it lose?"),
         )
     best = best_interval(budget, step, save, mtbf)
     mine, least = waste(got, step, save, mtbf), waste(best, step, save, mtbf)
     if mine <= least * (1 + TOLERANCE):
         return None
     if got < best:
-        hint = (
-            "you save more often than this case needs: what fraction of the run do the saves take, and "
-            "how much does each failure cost, on average, with your interval?"
+        hint = _(
+            "you save more often than this case needs: what fraction of the run do the saves take, and how much does each failure cost, on average, with your interval?"
         )
     else:
-        hint = (
-            "failures come often here: on average a failure costs half an interval of steps; weigh that "
-            "against the time the saves take"
+        hint = _(
+            "failures come often here: on average a failure costs half an interval of steps; weigh that against the time the saves take"
         )
     return failed(
-        f"{where} returned {got}: saves and failures would add {mine:.1%} to the training time; a better interval "
-        f"within the budget adds {least:.1%}",
+        _(
+            "{where} returned {got}: saves and failures would add {mine:.1%} to the training time; a better interval within the budget adds {least:.1%}"
+        ).format(where=where, got=got, mine=mine, least=least),
         hint,
     )
 
@@ -183,8 +188,10 @@ def _real_run(every: int) -> dict | CheckResult:
                     timeout=120,
                 )
                 return failed(
-                    f"the workers trained to the end instead of dying at step {killed_at}",
-                    "this is the check's fault, not yours: run it again",
+                    _("the workers trained to the end instead of dying at step {killed_at}").format(
+                        killed_at=killed_at
+                    ),
+                    _("this is the check's fault, not yours: run it again"),
                 )
             except TaskExited:
                 pass  # both died, as planned
@@ -212,7 +219,7 @@ def check_12_2(choose_save_every: Callable, *, hidden: bool = False) -> CheckRes
     problem = ignores(
         choose_save_every,
         ("max_lost_steps", "seconds_per_step", "seconds_per_save", "mean_seconds_between_failures"),
-        "budgets, step times, save times and failure rates",
+        N_("budgets, step times, save times and failure rates"),
     )
     if problem is not None:
         return problem
@@ -237,21 +244,36 @@ def check_12_2(choose_save_every: Callable, *, hidden: bool = False) -> CheckRes
     # from the checkpoint) and the weights it restored, against what the dead chief reported at its save.
     if lost > REAL_RUN_BUDGET or outcome["first_step"] != resumed_from + 1:
         return failed(
-            f"both workers died right before the save of step {killed_at}; training resumed from step "
-            f"{resumed_from}: {lost} steps lost, more than max_lost_steps={REAL_RUN_BUDGET}",
-            "how many steps lie between the last save and the worst moment for a crash?",
+            _(
+                "both workers died right before the save of step {killed_at}; training resumed from step {resumed_from}: {lost} steps lost, more than max_lost_steps={REAL_RUN_BUDGET}"
+            ).format(
+                killed_at=killed_at, resumed_from=resumed_from, lost=lost, REAL_RUN_BUDGET=REAL_RUN_BUDGET
+            ),
+            _("how many steps lie between the last save and the worst moment for a crash?"),
         )
     if lost != every or not outcome["restored_as_saved"]:
         return failed(
-            f"saving every {every} steps, both workers died right before the save of step {killed_at}, but the "
-            f"new processes resumed from step {resumed_from} with weights that "
-            f"{'match' if outcome['restored_as_saved'] else 'do not match'} those saved at step {every}",
-            "this is not your answer's fault: the checkpoint was not restored as it was saved; run the check "
-            "again, and if it fails again, report it with this message",
+            _(
+                "saving every {every} steps, both workers died right before the save of step {killed_at}, but the new processes resumed from step {resumed_from} with weights that {match} those saved at step {every}"
+            ).format(
+                every=every,
+                killed_at=killed_at,
+                resumed_from=resumed_from,
+                match=_("match") if outcome["restored_as_saved"] else _("do not match"),
+            ),
+            _(
+                "this is not your answer's fault: the checkpoint was not restored as it was saved; run the check again, and if it fails again, report it with this message"
+            ),
         )
     return passed(
-        f"your intervals keep within the loss budget at a cost near the least for {len(variants)} cases; "
-        f"in a real run saving every {every} steps, both workers died right before the save of step "
-        f"{killed_at} and training resumed from step {resumed_from}, with the weights saved there bit for bit: "
-        f"{lost} steps lost, a whole interval (max_lost_steps={REAL_RUN_BUDGET})"
+        _(
+            "your intervals keep within the loss budget at a cost near the least for {len_variants} cases; in a real run saving every {every} steps, both workers died right before the save of step {killed_at} and training resumed from step {resumed_from}, with the weights saved there bit for bit: {lost} steps lost, a whole interval (max_lost_steps={REAL_RUN_BUDGET})"
+        ).format(
+            len_variants=len(variants),
+            every=every,
+            killed_at=killed_at,
+            resumed_from=resumed_from,
+            lost=lost,
+            REAL_RUN_BUDGET=REAL_RUN_BUDGET,
+        )
     )
