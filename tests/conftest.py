@@ -44,6 +44,7 @@ from pathlib import Path
 import psutil
 import pytest
 from section_reruns import insert_reruns
+from translated_exercises import exercise_items
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -393,6 +394,12 @@ def pytest_collection_modifyitems(session, config, items):
     # not in a notebooks/conftest.py: both would be imported as the module "conftest", and the
     # test modules' ``from conftest import ...`` would get whichever pytest loaded last.
     insert_reruns(items)
+    # Of the translated chapters, one runs whole and the others' exercises alone (translated_exercises.py).
+    kept = exercise_items(items)
+    if len(kept) != len(items):
+        kept_ids = {id(item) for item in kept}
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept_ids])
+        items[:] = kept
 
     errors = tier_marker_errors(items)
     if errors:

@@ -76,7 +76,7 @@ def insert_reruns(items: list[Any]) -> None:
     for notebook, indices in by_notebook.items():
         cells = notebook.nb.cells
         position = {id(cell): i for i, cell in enumerate(cells)}
-        for start, end in rerun_spans(notebook.path.name, _english_cells(notebook.path, cells)):
+        for start, end in rerun_spans(notebook.path.name, english_cells(notebook.path, cells)):
             section = [i for i in indices if start <= position[id(items[i].cell)] < end]
             if not section:
                 raise ValueError(f"{notebook.path.name}: no code cell between cells {start} and {end}")
@@ -86,13 +86,15 @@ def insert_reruns(items: list[Any]) -> None:
         items[at:at] = copies
 
 
-def _english_cells(path: Path, cells: Sequence[Any]) -> Sequence[Any]:
-    """The cells whose headings name the sections: a translated chapter (``notebooks/zh_CN/``) has the
-    English chapter's cells one for one (``tests/test_translations.py``), with its headings translated."""
+def english_cells(path: Path, cells: Sequence[Any]) -> Sequence[Any]:
+    """The cells whose headings name the sections, one for each of ``cells``: a translated chapter
+    (``notebooks/zh_CN/``) has the English chapter's cells, by id, with its headings translated, after
+    a first cell of its own that sets dtfkit's language (``tests/test_translations.py``)."""
     english = Path(path).parent.parent / Path(path).name
-    if Path(path).parent.name != "notebooks" and english.exists():
-        return json.loads(english.read_text(encoding="utf-8"))["cells"]
-    return cells
+    if Path(path).parent.name == "notebooks" or not english.exists():
+        return cells
+    by_id = {c["id"]: c for c in json.loads(english.read_text(encoding="utf-8"))["cells"]}
+    return [by_id.get(c.get("id"), c) for c in cells]
 
 
 def _again(item: Any) -> Any:

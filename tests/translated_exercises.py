@@ -1,0 +1,84 @@
+"""The translated chapters under nbval: one whole (chapter 1), and of every other only its exercises.
+
+A translated chapter's lesson runs the English chapter's code line for line (``tests/test_translations.py``
+holds the code identical), so executing it again would repeat the English run; what differs is what the
+library says in the reader's language: the exercises' feedback. ``exercise_items`` keeps, of a translated
+chapter other than those in ``WHOLE``, the cell that sets the language and the exercise cells that stand
+alone: every name they read is bound in the exercises section (or is a builtin). A cell that reads a name
+of the lesson (``cluster.close()`` at the end) belongs to the lesson's cluster, which never started here.
+
+``tests/conftest.py`` calls it from ``pytest_collection_modifyitems``, after the reruns are inserted.
+
+Example::
+
+    $ python -m pytest --collect-only -q tests/conftest.py notebooks/zh_CN/03_sync_replicas_optimizer.ipynb
+    notebooks/zh_CN/03_sync_replicas_optimizer.ipynb::Cell 0
+    notebooks/zh_CN/03_sync_replicas_optimizer.ipynb::Cell 47
+    ...
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from collections import defaultdict
+from typing import Any
+
+from notebook_sections import exercises_start, source
+from section_reruns import english_cells
+
+WHOLE = ("01_",)  # translated chapters executed from the first cell to the last
+LANGUAGE_CELL_ID = "dtfkit-language"
+
+
+def _bound_and_read(code: str) -> tuple[set[str], set[str]]:
+    """The names a cell binds (assignments, defs, imports, loop targets) and those it reads."""
+    tree = ast.parse(code)
+    bound, read = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+            bound.update(a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return bound, read
+
+
+def standalone_exercise_cells(cells: list[Any]) -> list[int]:
+    """The indices of the exercise cells that run without the lesson before them."""
+    start = exercises_start(cells)
+    code = [(i, source(c)) for i, c in enumerate(cells[start:], start) if c["cell_type"] == "code"]
+    bound: set[str] = set(dir(builtins)) | {"get_ipython", "display"}
+    parsed = {}
+    for i, text in code:
+        cell_bound, cell_read = _bound_and_read(text)
+        bound |= cell_bound
+        parsed[i] = cell_read
+    return [i for i, _text in code if parsed[i] <= bound]
+
+
+def exercise_items(items: list[Any]) -> list[Any]:
+    """``items`` without the lesson cells of the translated chapters not in ``WHOLE``."""
+    by_notebook: dict[Any, list[Any]] = defaultdict(list)
+    for item in items:
+        if type(item).__name__ == "IPyNbCell":
+            by_notebook[item.parent].append(item)
+    dropped: set[int] = set()
+    for notebook, cells in by_notebook.items():
+        path = notebook.path
+        if path.parent.name == "notebooks" or path.name.startswith(WHOLE):
+            continue
+        all_cells = notebook.nb.cells
+        # The exercises heading is translated: find the section by the English chapter's cells.
+        keep = {id(all_cells[i]) for i in standalone_exercise_cells(english_cells(path, all_cells))}
+        keep |= {id(c) for c in all_cells if c.get("id") == LANGUAGE_CELL_ID}
+        position = {id(c): i for i, c in enumerate(all_cells)}
+        for item in cells:
+            original = all_cells[position[id(item.cell)]] if id(item.cell) in position else None
+            if original is None or id(original) not in keep:
+                dropped.add(id(item))
+    return [item for item in items if id(item) not in dropped]
