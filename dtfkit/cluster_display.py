@@ -41,7 +41,7 @@ def text(facts: ClusterFacts) -> str:
     """The repr: a heading line, the start note, one line per task, lost log lines if any."""
     lines = [f"{facts.kind} {facts.id}: {counts(facts.snapshot)}; {facts.network_note}"]
     if facts.start_note:
-        lines.append(f"  start: {facts.start_note}")
+        lines.append("  " + _("start: {note}").format(note=facts.start_note))
     names = columns(facts.described)
     for row in rows(facts):
         cells = dict(zip(names, row, strict=True))
@@ -52,7 +52,7 @@ def text(facts: ClusterFacts) -> str:
             + (f"  link {cells['link']}" if "link" in cells else "")
         )
     if facts.dropped_note:
-        lines.append(f"  logs: {facts.dropped_note}")
+        lines.append("  " + _("logs: {note}").format(note=facts.dropped_note))
     return "\n".join(lines)
 
 
@@ -60,16 +60,20 @@ def html_box(facts: ClusterFacts) -> str:
     """The HTML box: heading, network (red when the servers are reachable from outside), the table."""
     warn = not facts.described.isolated and not facts.closed
     style = "color:#b00;font-weight:bold" if warn else "color:#060"
-    start_line = f"<br><span>start: {html.escape(facts.start_note)}</span>" if facts.start_note else ""
+    start_line = (
+        f"<br><span>{html.escape(_('start: {note}').format(note=facts.start_note))}</span>"
+        if facts.start_note
+        else ""
+    )
     dropped = (
         f"<br><span style='color:#b60'>{html.escape(facts.dropped_note)}</span>" if facts.dropped_note else ""
     )
     return (
         f"<div><b>dtfkit.{facts.kind}</b> <code>{html.escape(facts.id)}</code> "
         f"— {html.escape(counts(facts.snapshot))}<br>"
-        f"<span style='{style}'>network: {html.escape(facts.network_note)}</span>{start_line}"
+        f"<span style='{style}'>{html.escape(_('network: {note}').format(note=facts.network_note))}</span>{start_line}"
         f"{html_table(columns(facts.described), rows(facts))}"
-        f"<small>logs: <code>{html.escape(facts.log_dir)}</code>{dropped}</small></div>"
+        f"<small>{html.escape(_('logs:'))} <code>{html.escape(facts.log_dir)}</code>{dropped}</small></div>"
     )
 
 

@@ -98,6 +98,8 @@ def _translations(lang: str) -> gettext.NullTranslations:
 
 def _(message: str) -> str:
     """``message`` in the language dtfkit speaks now (itself where it has no translation)."""
+    if not message:  # gettext("") is the catalog's header
+        return message
     return _translations(language()).gettext(message)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from dtfkit.diagnosis import inputs
 from dtfkit.diagnosis.findings import Finding
 from dtfkit.diagnosis.inputs import a_type, describe
-from dtfkit.i18n import _
+from dtfkit.i18n import N_, _
 
 # multi_worker_util._validate_cluster_spec: allowed_task_types = ("chief", "worker", "evaluator", "ps", None)
 KNOWN_JOBS = ("chief", "worker", "ps", "evaluator")
@@ -123,7 +123,7 @@ def _not_json(label: str, why: str, fix: str) -> Finding:
     )
 
 
-_JSON_FIX = _(
+_JSON_FIX = N_(
     "Build it as a dict and set os.environ['TF_CONFIG'] = json.dumps(config); JSON needs double quotes and no trailing commas."
 )
 
@@ -141,7 +141,7 @@ def _parse(item: str | bytes | bytearray, label: str, findings: list[Finding]) -
                     _("its bytes are not UTF-8 text: byte {start} is {byte:#04x}").format(
                         start=exc.start, byte=item[exc.start]
                     ),
-                    _("Pass the TF_CONFIG as text (str), or bytes encoded as UTF-8; ") + _JSON_FIX,
+                    _("Pass the TF_CONFIG as text (str), or bytes encoded as UTF-8; ") + _(_JSON_FIX),
                 )
             )
             return _UNREADABLE
@@ -150,7 +150,7 @@ def _parse(item: str | bytes | bytearray, label: str, findings: list[Finding]) -
     except RecursionError:
         findings.append(
             _not_json(
-                label, _("it nests arrays or objects deeper than Python's json module reads"), _JSON_FIX
+                label, _("it nests arrays or objects deeper than Python's json module reads"), _(_JSON_FIX)
             )
         )
     except ValueError as exc:
@@ -159,7 +159,7 @@ def _parse(item: str | bytes | bytearray, label: str, findings: list[Finding]) -
             if isinstance(exc, json.JSONDecodeError)
             else str(exc)
         )
-        findings.append(_not_json(label, where, _JSON_FIX))
+        findings.append(_not_json(label, where, _(_JSON_FIX)))
     return _UNREADABLE
 
 

@@ -324,7 +324,7 @@ def _address_rules(cluster: dict[str, Job], machines: int) -> list[Finding]:
     for tasks in places.values():
         if len(tasks) > 1:
             named = (
-                " and ".join(tasks)
+                _(" and ").join(tasks)
                 if len(tasks) <= 5
                 else _("{join_tasks_5} and {len_tasks_5} more").format(
                     join_tasks_5=", ".join(tasks[:5]), len_tasks_5=len(tasks) - 5
@@ -366,7 +366,9 @@ def _loopback_rules(good: dict[str, str], machines: int) -> list[Finding]:
     if not spans:
         return []
     shown = sorted(other_hosts)
-    hosts = ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
+    hosts = ", ".join(shown[:5]) + (
+        _(" and {count} more").format(count=len(shown) - 5) if len(shown) > 5 else ""
+    )
     why = (
         _("the cluster spans {machines} machines").format(machines=machines)
         if machines > 1

@@ -170,12 +170,12 @@ class Panel:
         try:
             return self.lab.start(**self.values())
         except Exception as exc:  # noqa: BLE001 - shown in the panel
-            self.status.value = f"failed: {exc}"
+            self.status.value = _("failed: {error}").format(error=exc)
             return None
 
     def press_stop(self) -> None:
         """What the Stop button does: stop the run and its processes (returns once they are)."""
-        self.status.value = "stopping…"
+        self.status.value = _("stopping…")
         self.lab.stop()
 
     def overlay(self, a: int | None = None, b: int | None = None) -> None:
@@ -209,7 +209,12 @@ class Panel:
         if not runs:
             return text + _("; no run yet")
         finished = len(self.lab.history)
-        return f"{text}; {finished} finished run{'s' if finished != 1 else ''}, last: {runs[-1].describe()}"
+        done = (
+            _("; {count} finished runs, last: {last}")
+            if finished != 1
+            else _("; 1 finished run, last: {last}")
+        )
+        return text + done.format(count=finished, last=runs[-1].describe())
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         # The widget for Jupyter (its renderer outranks text/html); a description instead of
@@ -244,7 +249,13 @@ class Panel:
         if event == "started":
             self.run_button.disabled, self.stop_button.disabled = True, False
             self.status.value = _("starting cluster…")
-            self._show(plots.waiting(f"run {record.number}: {record.settings.describe()} — starting…"))
+            self._show(
+                plots.waiting(
+                    _("run {number}: {settings} — starting…").format(
+                        number=record.number, settings=record.settings.describe()
+                    )
+                )
+            )
         elif event == "progress":
             self.status.value = _("running…")
             # Drawing costs CPU the run needs too: at most every second, less often if slow.

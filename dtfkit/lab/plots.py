@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -64,6 +65,7 @@ CHINESE_FONTS = (
 )
 
 
+@functools.cache
 def _fall_back_on_a_font_for(lang: str) -> None:
     """Let matplotlib draw the titles of ``lang`` with an installed font that has its glyphs, after
     its default font (for each character it lacks); none installed: the text shows as boxes, as before."""
@@ -119,7 +121,7 @@ def plot_loss(record: RunRecord, ax, x: str = "step", label: str = "", **line) -
         xs = [r["step"] if x == "step" else r["time"] - t0 for r in rows]
         ax.plot(xs, [r["loss"] for r in rows], label=f"{label}{task}", **line)
     ax.set_xlabel(_("global step") if x == "step" else _("wall time (s) from every worker's first step"))
-    ax.set_ylabel("loss")
+    ax.set_ylabel(_("loss"))
 
 
 def plot_timeline(record: RunRecord, ax) -> None:
@@ -195,7 +197,7 @@ def plot_throughput(record: RunRecord, ax, label: str = "", **line) -> None:
     ax.set_ylabel(_("global step"))
     rate = record.steps_per_sec()
     if not label and rate == rate:
-        ax.set_title(f"throughput: {rate:.1f} steps/s", fontsize="medium")
+        ax.set_title(_("throughput: {rate:.1f} steps/s").format(rate=rate), fontsize="medium")
 
 
 def plot_staleness(record: RunRecord, ax, label: str = "", alpha: float = 1.0) -> None:
@@ -215,7 +217,10 @@ def plot_staleness(record: RunRecord, ax, label: str = "", alpha: float = 1.0) -
     ax.set_ylabel(_("fraction of applied gradients"))
     if not label:
         ax.set_title(
-            f"staleness: mean {record.mean_staleness():.2f}, max {record.max_staleness()}", fontsize="medium"
+            _("staleness: mean {mean:.2f}, max {most}").format(
+                mean=record.mean_staleness(), most=record.max_staleness()
+            ),
+            fontsize="medium",
         )
 
 
@@ -226,7 +231,10 @@ def plot_shares(records: Sequence[RunRecord], ax) -> None:
     for k, task in enumerate(tasks):
         xs = np.arange(len(records)) + (k - (len(tasks) - 1) / 2) * width
         ax.bar(xs, [r.shares().get(task, 0.0) for r in records], width=width, label=task)
-    ax.set_xticks(range(len(records)), [f"run {r.number}\n{r.settings.mode}" for r in records])
+    ax.set_xticks(
+        range(len(records)),
+        [_("run {number}").format(number=r.number) + f"\n{r.settings.mode}" for r in records],
+    )
     ax.set_ylim(0, 1)
     ax.set_ylabel(_("share of updates"))
     ax.legend(fontsize="small")
@@ -243,7 +251,9 @@ def dashboard(record: RunRecord):
     plot_throughput(record, axes[1, 0])
     plot_staleness(record, axes[1, 1])
     plot_shares([record], axes[1, 2])
-    fig.suptitle(f"run {record.number} — {record.describe()}", fontsize="large")
+    fig.suptitle(
+        _("run {number} — {what}").format(number=record.number, what=record.describe()), fontsize="large"
+    )
     return fig
 
 
@@ -252,7 +262,9 @@ def compare(records: Sequence[RunRecord]):
     fig = _figure(12, 6)
     axes = fig.subplots(2, 3)
     for i, record in enumerate(records):
-        name = f"run {record.number} ({record.settings.describe()})"
+        name = _("run {number} ({settings})").format(
+            number=record.number, settings=record.settings.describe()
+        )
         color = f"C{i}"
         rows = sorted(_rows(record), key=lambda r: r["step"])
         t0 = _t0(record)
@@ -269,8 +281,8 @@ def compare(records: Sequence[RunRecord]):
         ylabel=_("loss"),
         title=_("loss vs wall time"),
     )
-    axes[0, 2].set_title("throughput (slope)")
-    axes[1, 0].set_title("staleness")
+    axes[0, 2].set_title(_("throughput (slope)"))
+    axes[1, 0].set_title(_("staleness"))
     axes[1, 0].legend(fontsize="small")
     axes[0, 0].legend(fontsize="small")
     plot_shares(records, axes[1, 1])
@@ -279,9 +291,9 @@ def compare(records: Sequence[RunRecord]):
     names = [f"{r.number}" for r in records]
     rates = [r.gradient_rates() for r in records]
     xs = np.arange(len(records))
-    axes[1, 2].bar(xs - 0.2, [r["computed"] for r in rates], width=0.4, color="0.7", label="computed")
+    axes[1, 2].bar(xs - 0.2, [r["computed"] for r in rates], width=0.4, color="0.7", label=_("computed"))
     axes[1, 2].bar(
-        xs + 0.2, [r["applied"] for r in rates], width=0.4, color=[f"C{i}" for i in xs], label="applied"
+        xs + 0.2, [r["applied"] for r in rates], width=0.4, color=[f"C{i}" for i in xs], label=_("applied")
     )
     axes[1, 2].set_xticks(xs, names)
     axes[1, 2].set(xlabel=_("run"), ylabel=_("gradients/s"), title=_("gradients per second (all workers)"))

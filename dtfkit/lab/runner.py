@@ -30,6 +30,7 @@ from typing import Any
 
 from dtfkit.errors import DtfkitError
 from dtfkit.htmltable import html_table
+from dtfkit.i18n import _
 from dtfkit.recipes import analysis
 
 MODES = ("sync", "async")
@@ -82,9 +83,11 @@ class Settings:
         return f"worker:{self.workers - 1}" if self.straggler_ms > 0 else None
 
     def describe(self) -> str:
-        text = f"{self.mode}, {self.workers} worker{'s' if self.workers != 1 else ''}"
+        text = (_("{mode}, {count} workers") if self.workers != 1 else _("{mode}, {count} worker")).format(
+            mode=self.mode, count=self.workers
+        )
         if self.mode == "sync" and self.aggregate != self.workers:
-            text += f", aggregate {self.aggregate}"
+            text += _(", aggregate {aggregate}").format(aggregate=self.aggregate)
         if self.straggler:
             text += f", {self.straggler} +{self.straggler_ms} ms"
         return text
@@ -145,7 +148,7 @@ class RunRecord:
         and writing the update (sync: 0 for each aggregated gradient; stale ones are dropped)."""
         out = []
         for steps in self.pushes().values():
-            for _, _, read, applied, fate in steps:
+            for _started, _ended, read, applied, fate in steps:
                 if applied is not None and fate in ("applied", "aggregated"):
                     out.append(analysis.staleness(read, applied))
         return out
@@ -287,7 +290,7 @@ class RunRecord:
         """``"finished: async, 2 workers, 12.3 steps/s"``."""
         text = f"{self.state}: {self.settings.describe()}"
         if self.state == "finished":
-            text += f", {self.steps_per_sec():.1f} steps/s"
+            text += _(", {rate:.1f} steps/s").format(rate=self.steps_per_sec())
         elif self.state == "failed" and self.error:
             text += f" ({self.error.splitlines()[0][:160]})"
         return text

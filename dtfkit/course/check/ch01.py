@@ -154,7 +154,7 @@ def model_parallel(place_layers: Callable, *, hidden: bool = False) -> CheckResu
             if wrong:
                 return failed(
                     _("{case}, layer {i_1}'s variables should be on {task_of_device}: {join_wrong}").format(
-                        case=case, i_1=i + 1, task_of_device=task_of(device), join_wrong=", ".join(wrong)
+                        case=case, i_1=i + 1, task_of_device=task_of(device), join_wrong=_(", ").join(wrong)
                     ),
                     _("build each layer inside the device scope of its device"),
                 )

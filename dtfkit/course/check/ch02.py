@@ -94,7 +94,7 @@ def _quick_filters_problem(session_config: Callable, workers: int = 4) -> CheckR
             return failed(
                 _(
                     "{me}'s device filters {filters} also cover {join_others}: its session would wait for them (the check tries {workers} workers)"
-                ).format(me=me, filters=filters, join_others=", ".join(others), workers=workers),
+                ).format(me=me, filters=filters, join_others=_(", ").join(others), workers=workers),
                 _("a worker's session should need no other worker"),
             )
         if "ps:0" not in seen:
@@ -167,7 +167,7 @@ def device_filters(session_config: Callable, *, hidden: bool = False, rng: Rng =
     return passed(  # the tasks sorted: the line does not depend on the hidden draw's order
         _(
             "{alone_tasks} trained alone after worker:0 had exited: a worker's session no longer waits for other workers"
-        ).format(alone_tasks=" and ".join(sorted(alone_tasks)))
+        ).format(alone_tasks=_(" and ").join(sorted(alone_tasks)))
     )
 
 

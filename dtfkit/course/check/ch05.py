@@ -195,7 +195,7 @@ def model_in_scope(build_and_compile: Callable, *, hidden: bool = False) -> Chec
     models = []
     for strategy in cases:
         n = strategy.num_replicas_in_sync
-        label = f"a {n}-replica MirroredStrategy"
+        label = _("a {n}-replica MirroredStrategy").format(n=n)
         model = build_and_compile(strategy)
         if model is None or not hasattr(model, "trainable_variables"):
             return failed(

@@ -123,7 +123,7 @@ def all_reduce(sum_over_workers: Callable, *, hidden: bool = False) -> CheckResu
         problem = _all_reduce_once(sum_over_workers, n)
         if problem is not None:
             return problem
-    sizes = " and ".join(str(n) for n in counts)
+    sizes = _(" and ").join(str(n) for n in counts)
     return passed(
         _(
             "with {sizes} workers, each given only its own random value, every worker returned the all-reduced sum"

@@ -141,7 +141,7 @@ def _want_state(replicas: dict[str, int], policy: str, codes: dict) -> str:
 
 def _describe(codes: dict) -> str:
     def state(code: int | None) -> str:
-        return "running" if code is None else f"exited {code}"
+        return _("running") if code is None else _("exited {code}").format(code=code)
 
     return ", ".join(f"{t.lower()}-{i} {state(c)}" for (t, i), c in codes.items())
 
