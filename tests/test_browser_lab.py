@@ -181,10 +181,20 @@ ZH_PREFIX = "lab-08-zh_CN"
 ZH_LAB_SETTINGS = ("@jupyterlab/translation-extension/plugin.jupyterlab-settings", {"locale": "zh_CN"})
 
 
+# A wrong answer to exercise 8.1, run at the end of the Chinese chapter: synchronous updates wait for
+# every worker (replicas_to_aggregate ignored). Its check fails before it starts anything.
+WRONG_ANSWER = """# 一个错误的答案：同步模式下，每次更新都等齐所有 worker 的梯度
+def predict(mode, workers, steps, replicas_to_aggregate):
+    return {"global_step": steps, "per_update": workers, "applied": steps * workers}
+
+
+check.ch08.predict_ledger(predict)"""
+
+
 def test_the_chinese_chapter_and_its_lab_panel_in_a_chinese_jupyterlab(tmp_path, capsys):
-    """The Chinese chapter 8 in JupyterLab set to Chinese, its kernel started with ``DTFKIT_LANG=zh_CN``:
-    JupyterLab's menus, the chapter's prose and the lab panel's words are Chinese (screenshots in the
-    artifacts, ``lab-08-zh_CN-*.png``)."""
+    """The Chinese chapter 8 in JupyterLab set to Chinese, as a learner opens it: its first cell sets
+    dtfkit's language. JupyterLab's menus, the chapter's prose, the lab panel's words and the feedback
+    on a wrong answer are Chinese (screenshots in the artifacts, ``lab-08-zh_CN-*.png``)."""
     chromium = require_browser()
 
     fonts = subprocess.run(["fc-list", ":lang=zh"], capture_output=True, text=True, check=False).stdout
@@ -193,10 +203,16 @@ def test_the_chinese_chapter_and_its_lab_panel_in_a_chinese_jupyterlab(tmp_path,
     )
     served = tmp_path / "notebooks"
     served.mkdir()
-    code_cells = strip_outputs(ZH_NOTEBOOK, served / ZH_NOTEBOOK.name)
+    code_cells = strip_outputs(ZH_NOTEBOOK, served / ZH_NOTEBOOK.name) + 1
+    copy = json.loads((served / ZH_NOTEBOOK.name).read_text())
+    copy["cells"].append(
+        {"cell_type": "code", "id": "wrong-answer", "metadata": {}, "execution_count": None, "outputs": []}
+        | {"source": WRONG_ANSWER.splitlines(keepends=True)}
+    )
+    (served / ZH_NOTEBOOK.name).write_text(json.dumps(copy, indent=1))
     folder = artifacts_dir()
     env = subprocess_env()
-    env["DTFKIT_LANG"] = "zh_CN"
+    env.pop("DTFKIT_LANG", None)  # the chapter's first cell chooses the language, not the environment
     lab = JupyterLab(served, tmp_path / "jupyter", env)
     name, value = ZH_LAB_SETTINGS
     settings = Path(lab.env["JUPYTERLAB_SETTINGS_DIR"]) / name
@@ -225,6 +241,14 @@ def test_the_chinese_chapter_and_its_lab_panel_in_a_chinese_jupyterlab(tmp_path,
         shots = [nb.save_screenshot(folder / f"{ZH_PREFIX}-page.png")]
         panel.screenshot(path=str(folder / f"{ZH_PREFIX}-panel.png"))
         shots.append(folder / f"{ZH_PREFIX}-panel.png")
+        feedback = page.locator(".jp-OutputArea-output").filter(has_text="练习 8.1").last
+        feedback.wait_for(timeout=PANEL_TIMEOUT * 1000)
+        said = feedback.inner_text()
+        assert "✘ 练习 8.1" in said and "未通过" in said and "replicas_to_aggregate" in said, said
+        assert "exercise" not in said and "failed" not in said, said
+        feedback.scroll_into_view_if_needed()  # the page around it: the wrong answer's cell and its feedback
+        shots.append(nb.save_screenshot(folder / f"{ZH_PREFIX}-feedback.png"))
     with capsys.disabled():
         print("\nChinese browser test screenshots:", *shots, sep="\n  ")
-    assert screenshot_problem(shots[-1]) is None, screenshot_problem(shots[-1])
+    for shot in shots[1:]:
+        assert screenshot_problem(shot) is None, (shot, screenshot_problem(shot))

@@ -307,3 +307,26 @@ def test_check_finds_an_untranslated_word_of_the_library(tmp_path, monkeypatch):
     assert [line for line in translate.problems("zh_CN") if line.startswith("dtfkit ")] == [
         "dtfkit [] 'Run': untranslated"
     ]
+
+
+def test_a_checked_cell_that_prints_no_chinese_prints_what_the_english_prints():
+    """Where the code prints the same (a checked cell's output has no Chinese: TensorFlow's words, numbers,
+    addresses), the Chinese run shows what the English run shows, after nbval's own replacements."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from notebook_sections import CHECK_MARK, output_text, sanitize, sanitizer
+
+    rules, compared, different = sanitizer(), 0, []
+    for chapter in translate.chapters():
+        english = {c["id"]: c for c in _cells(chapter)}
+        for cell in _cells(translate.built_path(chapter, "zh_CN")):
+            if cell["cell_type"] != "code" or CHECK_MARK not in _source(cell) or cell["id"] not in english:
+                continue
+            ours, theirs = output_text(cell), output_text(english[cell["id"]])
+            if translate._CJK.search(ours):
+                continue
+            compared += 1
+            if sanitize(ours, rules) != sanitize(theirs, rules):
+                different.append(f"{chapter.stem} {cell['id']}: {ours[:80]!r} vs {theirs[:80]!r}")
+    assert compared >= 30 and different == [], different
