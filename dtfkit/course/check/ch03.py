@@ -217,33 +217,20 @@ def token_count(tokens_handed_out: Callable, *, hidden: bool = False, rng: Rng =
             updates = max(counts)
             real = sum(counts.values())
             predicted = tokens_handed_out(aggregate, total, updates)
-            taken = real - len(run.tokens_left)
+            left = len(run.tokens_left)
+            ledger = {"aggregate": aggregate, "total": total, "updates": updates, "real": real, "left": left}
+            ledger["taken"] = real - left
             if predicted != real:
                 return failed(
                     _(
-                        "with 2 workers, replicas_to_aggregate={aggregate} and total_num_replicas={total}, {updates} updates handed out {real} tokens ({taken} taken by local steps, {len_run_tokens_left} left in the queue); you predicted {predicted!r}"
-                    ).format(
-                        aggregate=aggregate,
-                        total=total,
-                        updates=updates,
-                        real=real,
-                        taken=taken,
-                        len_run_tokens_left=len(run.tokens_left),
-                        predicted=predicted,
-                    ),
+                        "with 2 workers, replicas_to_aggregate={aggregate} and total_num_replicas={total}, {updates} updates handed out {real} tokens ({taken} taken by local steps, {left} left in the queue); you predicted {predicted!r}"
+                    ).format(**ledger, predicted=predicted),
                     _("count the tokens the chief puts in at the start, then those each update adds"),
                 )
             counted.append(
                 _(
-                    "R={aggregate}, N={total}: {updates} updates, {real} tokens = {taken} local steps + {len_run_tokens_left} left in the queue"
-                ).format(
-                    aggregate=aggregate,
-                    total=total,
-                    updates=updates,
-                    real=real,
-                    taken=taken,
-                    len_run_tokens_left=len(run.tokens_left),
-                )
+                    "R={aggregate}, N={total}: {updates} updates, {real} tokens = {taken} local steps + {left} left in the queue"
+                ).format(**ledger)
             )
     return passed(
         _(

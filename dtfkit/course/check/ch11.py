@@ -152,15 +152,14 @@ def compressed_bytes(bytes_to_ps: Callable, *, hidden: bool = False) -> CheckRes
     for run in runs:
         k_run = k if run["method"] == "topk" else None
         traced[run["method"]] = run["bytes_to_ps"]["worker:0"]
+        sent = {"traced": traced[run["method"]], "method": run["method"], "floats": floats}
         if traced[run["method"]] != _payload_bytes(run["method"], floats, k_run):
             # TensorFlow moved other tensors than the payload this check counts: the kit is wrong, not you
             return failed(
                 _(
-                    "the check itself is wrong: the trace says worker:0 sent ps:0 {traced_run_method} bytes with {run_method!r} ({floats} floats, k={k_run}), but the payload's tensors {payload_tensors} make {payload_bytes} bytes (transfers: {run_transfers})"
+                    "the check itself is wrong: the trace says worker:0 sent ps:0 {traced} bytes with {method!r} ({floats} floats, k={k_run}), but the payload's tensors {payload_tensors} make {payload_bytes} bytes (transfers: {run_transfers})"
                 ).format(
-                    traced_run_method=traced[run["method"]],
-                    run_method=run["method"],
-                    floats=floats,
+                    **sent,
                     k_run=k_run,
                     payload_tensors=_payload_tensors(run["method"], floats, k_run),
                     payload_bytes=_payload_bytes(run["method"], floats, k_run),
@@ -172,13 +171,8 @@ def compressed_bytes(bytes_to_ps: Callable, *, hidden: bool = False) -> CheckRes
         if predicted != traced[run["method"]]:
             return failed(
                 _(
-                    "the trace says worker:0 sent ps:0 {traced_run_method} bytes with {run_method!r} ({floats} floats), you predicted {predicted!r}"
-                ).format(
-                    traced_run_method=traced[run["method"]],
-                    run_method=run["method"],
-                    floats=floats,
-                    predicted=predicted,
-                ),
+                    "the trace says worker:0 sent ps:0 {traced} bytes with {method!r} ({floats} floats), you predicted {predicted!r}"
+                ).format(**sent, predicted=predicted),
                 _("does your function depend on anything but method, floats and k?"),
             )
     shown = ", ".join(f"{m} {b} bytes" for m, b in traced.items())
