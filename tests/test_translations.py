@@ -97,6 +97,23 @@ def test_the_glossary_terms_are_rendered_the_same_way_in_every_chapter():
     assert found == []
 
 
+# In the library's messages, code is quoted ('cluster'), called (cluster.logs('{task}')) or a {field}.
+_LIBRARY_CODE = re.compile(r"'[\w:./-]+'|\"[^\"]*\"|\b\w+(?:\.\w+)+(?:\([^)]*\))?|\{[^{}]*\}")
+
+
+def test_the_glossary_terms_are_rendered_the_same_way_in_the_librarys_messages():
+    from types import SimpleNamespace
+
+    from dtfkit import i18n
+
+    catalog = translate.read_catalog(i18n.catalog_path("zh_CN"))
+    prose = [
+        SimpleNamespace(msgctxt="dtfkit", msgid=_LIBRARY_CODE.sub(" ", m.msgid), msgstr=m.msgstr)
+        for m in translate._messages(catalog)
+    ]
+    assert len(prose) > 500 and glossary_breaches(prose, glossary()) == []
+
+
 def test_the_glossary_check_finds_a_term_rendered_otherwise():
     import polib
 
