@@ -34,7 +34,7 @@ the chapter's code sets (``straggler_ms=50``, ``{"step_ms": 20}``, ``delay="20ms
 the sentence's own code span sets (``every 1.5 s`` beside ``dump_traceback_later(1.5, ...)``). An ordering ("faster than")
 rests on two times of its sentence, which must not say the opposite, or on a ratio ("1.4× the
 time"), or on a ``shown`` mark. The notices of slow cells ("*The next cell takes about 30 s on 2
-cores.*") are checked against the recorded durations by ``test_notebook_layout.py`` and skipped.
+cores.*", in Chinese "*下一个单元格在 2 核上大约需要 30 s。*") are checked against the recorded durations by ``test_notebook_layout.py`` and skipped.
 
 What this cannot see: a claim made in words alone ("the crossover lies between the sizes where the
 order swaps") and whether a ``cite``/``formula``/``setting`` mark is honest; a reviewer reads those.
@@ -65,18 +65,27 @@ _RATIO_TAIL = (
 )
 FIGURE = re.compile(
     rf"(?<![\w.$/])(?P<first>{_NUMBER})(?:\s*(?:–|-|to|→)\s*(?P<second>{_NUMBER}))?"
-    rf"(?:\s?(?P<unit>{_UNIT})(?![\w/])|\s?(?P<ratio>[×x]){_RATIO_TAIL})"
+    # (a unit ends where a Latin word would go on: Chinese text may follow it directly; 倍 is "×")
+    rf"(?:\s?(?P<unit>{_UNIT})(?![A-Za-z0-9_/])|\s?(?P<ratio>[×x]{_RATIO_TAIL}|倍))"
 )
 OUTPUT_NUMBER = re.compile(rf"(?<![\w.])(?:{_NUMBER})")
 APPROXIMATE = re.compile(
     r"(?:about|around|roughly|nearly|almost|some|over|under|above|below|up to|at least|at most|"
-    r"more than|less than|within|~|≈|<|>|≤|≥)\s*$",
+    r"more than|less than|within|~|≈|<|>|≤|≥|大约|约|近|将近|超过|不到|至少|至多|多于|少于|高于|低于)\s*$",
     re.I,
 )
 ORDERING = re.compile(r"\b(?:faster|slower|quicker)\s+than\b|\d\s?[×x]\s+(?:faster|slower)\b", re.I)
 MARK = re.compile(r"<!--\s*(cite|formula|setting|derived|shown)\b:?\s*(.*?)\s*-->", re.S)
-SLOW_NOTICE = re.compile(r"\btakes about \d+(?:[–-]\d+)? ?(?:s|seconds|min|minutes)\b.*\bon 2 (?:CPU )?cores")
-_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=-->))\s+(?!<!--)(?=[A-Z*_(\[\"'`])")
+SLOW_NOTICE = re.compile(
+    r"\btakes about \d+(?:[–-]\d+)? ?(?:s|seconds|min|minutes)\b.*\bon 2 (?:CPU )?cores"
+    # the Chinese edition's notice: *下一个单元格在 2 核上大约需要 30 s。*
+    r"|2 核[^。]*?约需?要? ?\d+(?:[–-]\d+)? ?(?:s|秒|min|分钟)"
+)
+_SENTENCE_END = re.compile(
+    r"(?:(?<=[.!?])|(?<=-->))\s+(?!<!--)(?=[A-Z*_(\[\"'`])"
+    # a Chinese sentence ends at its full stop (no space follows); a mark right after it is its own
+    r"|(?<=[。！？])(?!\s*<!--)|(?<=-->)(?!\s*<!--)(?=\s*[\u3400-\u9fff])"
+)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -164,6 +173,7 @@ _FAMILY |= {
     "%": "%",
     "×": "x",
     "x": "x",
+    "倍": "x",
 }
 _FAMILY |= {
     "B": "B",

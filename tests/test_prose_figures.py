@@ -2,7 +2,9 @@
 states (a time, a size, a ratio, a percentage, "N× faster") appears in the chapter's outputs, or
 is marked as a citation, a formula or a figure derived from outputs; an ordering ("faster than")
 rests on figures or output text the chapter shows. The rules and the marks are in
-``prose_figures.py`` and ``notebooks/CONVENTIONS.md``. Fast tier: reads the committed notebooks.
+``prose_figures.py`` and ``notebooks/CONVENTIONS.md``. The Chinese chapters (``notebooks/zh_CN``) are
+executed on their own, so their prose states their own run's figures and is held to their own outputs.
+Fast tier: reads the committed notebooks.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ BEING_EDITED: dict[str, str] = {}
 
 
 def _params():
-    for path in chapters():
-        number = path.name[:2]
+    for path in chapters() + sorted((REPO / "notebooks" / "zh_CN").glob("[0-9][0-9]_*.ipynb")):
+        number = path.name[:2] if path.parent.name == "notebooks" else f"{path.parent.name}-{path.name[:2]}"
         marks = (
             [pytest.mark.xfail(reason=BEING_EDITED[number], strict=True)] if number in BEING_EDITED else []
         )
@@ -53,6 +55,19 @@ def test_a_figure_that_no_output_shows_is_found():
     cells = _chapter(["The ring took 310 ms, the ps 1.2 s."], ["ring 310.4 ms\nps 1153.0 ms\n"])
     (finding,) = findings(cells)
     assert "'1.2 s' is in no output" in finding and finding.startswith("cell 0:")
+
+
+def test_a_chinese_sentence_states_its_figures_too():
+    """The Chinese edition runs on its own: its prose must state its own run's figures (a ratio in 倍,
+    a time right before Chinese text, a sentence ended by 。), and its slow-cell notice is left alone."""
+    outputs = ["2 replicas: 115 steps in 1.2x the time\nring 310.4 ms\n"]
+    right = _chapter(["2 个副本用时是 1 个副本的 1.2 倍。环用了 310 ms左右。"], outputs)
+    assert findings(right) == []
+    wrong = _chapter(["2 个副本用时是 1 个副本的 1.4 倍。环用了 310 ms。"], outputs)
+    (finding,) = findings(wrong)
+    assert "'1.4 倍' is in no output" in finding
+    notice = _chapter(["*下一个单元格在 2 核上大约需要 30 s。*"], outputs)
+    assert findings(notice) == []
 
 
 def test_a_figure_the_outputs_print_passes_with_its_rounding_and_separators():

@@ -278,25 +278,42 @@ def test_jupyterlab_can_show_its_own_interface_in_chinese():
 FIGURE = re.compile(r"(?<![A-Za-z0-9_.])\d+(?:[.,]\d+)*")
 
 
-def figures_lost(messages) -> list[str]:
-    """Units whose translation lacks a number the English states (as often as the English states it)."""
+def figures_lost(messages, of_the_english_run=lambda figure: False) -> list[str]:
+    """Units whose translation lacks a number the English states (as often as the English states it),
+    but for a unit that states the English run's figures (``of_the_english_run`` says so of one it lost)."""
     from collections import Counter
 
     found = []
     for message in messages:
         lost = Counter(FIGURE.findall(message.msgid)) - Counter(FIGURE.findall(message.msgstr))
-        if lost:
+        if lost and not any(of_the_english_run(figure) for figure in lost):
             found.append(f"[{message.msgctxt}] {sorted(lost)}: {message.msgstr[:60]!r}")
     return found
 
 
 def test_every_figure_of_the_english_is_in_its_translation():
     """The English chapters' prose states only figures their outputs show (tests/test_prose_figures.py);
-    a translation that keeps every figure of its unit says no other."""
+    a translation keeps every figure of its unit, but for one of the English run: a number the English
+    chapter's outputs show and the Chinese chapter's do not. The Chinese chapter ran on its own, and
+    states its own run's figure there (test_prose_figures.py holds it to the Chinese outputs)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from prose_figures import Outputs
+
     found = []
     for source in translate.sources("zh_CN"):
         catalog = translate.read_catalog(source.catalog, "zh_CN")
-        found += [f"{source.name} {line}" for line in figures_lost(translate._messages(catalog))]
+        english, chinese = (
+            (Outputs(_cells(source.english)), Outputs(_cells(source.built)))
+            if source.is_chapter
+            else (None, None)
+        )
+
+        def run_figure(figure: str, english=english, chinese=chinese) -> bool:
+            return english is not None and english.shows(figure) and not chinese.shows(figure)
+
+        found += [f"{source.name} {line}" for line in figures_lost(translate._messages(catalog), run_figure)]
     assert found == []
 
 
