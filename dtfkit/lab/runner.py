@@ -89,7 +89,7 @@ class Settings:
         if self.mode == "sync" and self.aggregate != self.workers:
             text += _(", aggregate {aggregate}").format(aggregate=self.aggregate)
         if self.straggler:
-            text += f", {self.straggler} +{self.straggler_ms} ms"
+            text += _(", {straggler} +{ms} ms").format(straggler=self.straggler, ms=self.straggler_ms)
         return text
 
 
