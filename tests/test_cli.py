@@ -246,7 +246,9 @@ def test_student_copies_of_the_chinese_edition(tmp_path):
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
         theirs = json.loads((tmp_path / "english" / path.name).read_text(encoding="utf-8"))["cells"]
         code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
-        assert code == ["".join(c["source"]) for c in theirs if c["cell_type"] == "code"], path.name
+        # The Chinese copy opens with the cell that sets dtfkit's language; then the English code, stubbed alike.
+        assert 'dtfkit.set_language("zh_CN")' in code[0], path.name
+        assert code[1:] == ["".join(c["source"]) for c in theirs if c["cell_type"] == "code"], path.name
         assert "学习目标" in "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     assert any("raise NotImplementedError()" in code for code in code)  # solutions stubbed as in English
     graded = run_cli(
