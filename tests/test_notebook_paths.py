@@ -107,7 +107,7 @@ def notebook_findings(path: Path) -> list[str]:
     return findings
 
 
-NOTEBOOK_FILES = sorted(NOTEBOOKS.glob("*.ipynb"))
+NOTEBOOK_FILES = sorted(NOTEBOOKS.glob("*.ipynb")) + sorted((NOTEBOOKS / "zh_CN").glob("*.ipynb"))
 
 
 @pytest.mark.parametrize("path", NOTEBOOK_FILES, ids=[p.stem for p in NOTEBOOK_FILES])
