@@ -16,6 +16,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from notebook_sections import CHECK_MARK, output_text, sanitize, sanitizer
+from prose_figures import Outputs
 
 from dtfkit.course import translate
 
@@ -296,10 +298,6 @@ def test_every_figure_of_the_english_is_in_its_translation():
     a translation keeps every figure of its unit, but for one of the English run: a number the English
     chapter's outputs show and the Chinese chapter's do not. The Chinese chapter ran on its own, and
     states its own run's figure there (test_prose_figures.py holds it to the Chinese outputs)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from prose_figures import Outputs
 
     found = []
     for source in translate.sources("zh_CN"):
@@ -346,10 +344,6 @@ def test_check_finds_an_untranslated_word_of_the_library(tmp_path, monkeypatch):
 def test_a_checked_cell_that_prints_no_chinese_prints_what_the_english_prints():
     """Where the code prints the same (a checked cell's output has no Chinese: TensorFlow's words, numbers,
     addresses), the Chinese run shows what the English run shows, after nbval's own replacements."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from notebook_sections import CHECK_MARK, output_text, sanitize, sanitizer
 
     rules, compared, different = sanitizer(), 0, []
     for chapter in translate.chapters():

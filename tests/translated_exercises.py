@@ -19,46 +19,26 @@ Example::
 
 from __future__ import annotations
 
-import ast
-import builtins
 from collections import defaultdict
 from typing import Any
 
+from checked_cells import upstream_names
 from notebook_sections import exercises_start, source
 from section_reruns import english_cells
 
+from dtfkit.course.translate import LANGUAGE_CELL_ID
+
 WHOLE = ("01_",)  # translated chapters executed from the first cell to the last
-LANGUAGE_CELL_ID = "dtfkit-language"
-
-
-def _bound_and_read(code: str) -> tuple[set[str], set[str]]:
-    """The names a cell binds (assignments, defs, imports, loop targets) and those it reads."""
-    tree = ast.parse(code)
-    bound, read = set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            bound.add(node.name)
-            bound.update(a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg))
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            bound.add(node.name)
-    return bound, read
+KERNEL_NAMES = {"get_ipython", "display"}  # what IPython gives every cell
 
 
 def standalone_exercise_cells(cells: list[Any]) -> list[int]:
-    """The indices of the exercise cells that run without the lesson before them."""
+    """The indices of the exercise cells that run without the lesson before them: none reads a name
+    that only the lesson binds."""
     start = exercises_start(cells)
     code = [(i, source(c)) for i, c in enumerate(cells[start:], start) if c["cell_type"] == "code"]
-    bound: set[str] = set(dir(builtins)) | {"get_ipython", "display"}
-    parsed = {}
-    for i, text in code:
-        cell_bound, cell_read = _bound_and_read(text)
-        bound |= cell_bound
-        parsed[i] = cell_read
-    return [i for i, _text in code if parsed[i] <= bound]
+    from_the_lesson = upstream_names("\n".join(text for _i, text in code)) - KERNEL_NAMES
+    return [i for i, text in code if not upstream_names(text) & from_the_lesson]
 
 
 def exercise_items(items: list[Any]) -> list[Any]:
