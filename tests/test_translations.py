@@ -358,3 +358,16 @@ def test_a_checked_cell_that_prints_no_chinese_prints_what_the_english_prints():
             if sanitize(ours, rules) != sanitize(theirs, rules):
                 different.append(f"{chapter.stem} {cell['id']}: {ours[:80]!r} vs {theirs[:80]!r}")
     assert compared >= 30 and different == [], different
+
+
+def test_a_translation_never_carries_the_english_runs_widget_state():
+    """The saved widget state describes the widgets of one run's outputs: the English run's would stand
+    for widgets the Chinese outputs do not have. A build keeps the translation's own (none until it is
+    executed again with widgets saved)."""
+    carried = []
+    for chapter in translate.chapters():
+        english = json.loads(chapter.read_text(encoding="utf-8"))["metadata"].get("widgets")
+        built, _missing = translate.build_notebook(chapter, "zh_CN")
+        if english and built["metadata"].get("widgets") == english:
+            carried.append(chapter.name)
+    assert carried == []

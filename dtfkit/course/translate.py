@@ -436,10 +436,12 @@ def build_notebook(chapter: Path, lang: str) -> tuple[dict, list[str]]:
 
     A code cell's outputs are those of the translated notebook already built, where that cell's code
     is the same (``jupyter nbconvert --execute`` ran it in ``lang``); otherwise the English chapter's,
-    until the translated chapter is executed again."""
+    until the translated chapter is executed again. The saved widget state is the translation's own
+    run's, if it saved one: the English run's describes other widgets than the translation's outputs."""
     built = json.loads(chapter.read_text(encoding="utf-8"))
     entries = _lookup(read_catalog(catalog_path(chapter, lang), lang))
-    executed = _executed_cells(built_path(chapter, lang))
+    translated = _read_notebook(built_path(chapter, lang))
+    executed = {c["id"]: c for c in translated["cells"] if c["cell_type"] == "code"}
     missing: list[str] = []
     for cell in built["cells"]:
         if cell["cell_type"] == "markdown":
@@ -462,16 +464,18 @@ def build_notebook(chapter: Path, lang: str) -> tuple[dict, list[str]]:
         if cell["cell_type"] == "code" and ran is not None and _source(ran) == _source(cell):
             cell["outputs"], cell["execution_count"] = ran["outputs"], ran["execution_count"]
             cell["metadata"] = {**cell["metadata"], **_run_metadata(ran)}
+    built["metadata"].pop("widgets", None)
+    if "widgets" in translated["metadata"]:
+        built["metadata"]["widgets"] = translated["metadata"]["widgets"]
     built["metadata"]["dtfkit_translation"] = {"language": lang, "source": f"../{chapter.name}"}
     return built, missing
 
 
-def _executed_cells(path: Path) -> dict[str, dict]:
-    """The code cells of an already built translation, by id (none when it is not built yet)."""
+def _read_notebook(path: Path) -> dict:
+    """An already built translation (an empty one when it is not built yet)."""
     if not path.exists():
-        return {}
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    return {c["id"]: c for c in cells if c["cell_type"] == "code"}
+        return {"cells": [], "metadata": {}}
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _run_metadata(cell: dict) -> dict:
