@@ -34,6 +34,7 @@ import sys
 import threading
 import types
 
+from dtfkit.engine.launchers import zygotes
 from dtfkit.engine.launchers.contract import Launcher, LauncherDescription, PoolStart, TaskHandle
 from dtfkit.engine.platform import lifeline, netns, state
 from dtfkit.engine.wire import frames
@@ -430,9 +431,12 @@ class LocalLauncher(Launcher):
             limit where ``link`` names none); only for tasks whose server dtfkit starts.
         cold: why the tasks start cold although a warm pool was asked for (said in
             ``describe().start``); ``""``: no pool was asked for.
+        fork: fork each task from this process's zygote, which imported TensorFlow once
+            (``dtfkit.engine.launchers.zygotes``); where it cannot, or with ``fork=False``, every
+            task is a fresh interpreter.
     """
 
-    def __init__(self, network: str = "auto", link=None, *, delay=None, cold: str = ""):
+    def __init__(self, network: str = "auto", link=None, *, delay=None, cold: str = "", fork: bool = True):
         if network not in NETWORK_MODES:
             raise DtfkitError(f"network must be one of {', '.join(NETWORK_MODES)}, not {network!r}")
         self.network = network
@@ -442,6 +446,8 @@ class LocalLauncher(Launcher):
         if self.delays is not None and self.links is None:
             self.links = LinkPlan()  # a namespace and address per task, no rate limit
         self.cold = cold
+        self.fork = fork
+        self.forked = 0  # tasks forked from a zygote so far (the rest started as fresh interpreters)
         self._net = LauncherDescription(network="pending")  # network, namespace, why
         self._addresses: dict[str, str] = {}  # task name -> its link address (kept on restart)
         self._links_socket: str | None = None
@@ -570,7 +576,14 @@ class LocalLauncher(Launcher):
                 "delays": None if self.delays is None else dict(self.delays),
             }
         config = dataclasses.replace(config, launch={**config.launch, **launch})
-        popen = spawn_task(config, _with_lifeline(config.env), config.cwd, pass_fds=pass_fds)
+        env = _with_lifeline(config.env)
+        if self.fork and config.tensorflow:
+            forked = zygotes.fork_task({**env, CONFIG_ENV: config.to_json()}, config.cwd, launch.get("netns_ready_fd"))
+            if forked is not None:
+                forked.host = host
+                self.forked += 1
+                return forked
+        popen = spawn_task(config, env, config.cwd, pass_fds=pass_fds)
         return LocalProcess(popen, host=host)
 
     def close(self) -> None:
