@@ -185,6 +185,11 @@ def _tracked() -> dict[tuple[int, float], psutil.Process]:
     me = os.getpid()
     candidates = psutil.Process().children(recursive=True)
     shared_ray = _shared_ray_processes()
+    # This process's task zygotes live as long as it does (they end at exit): not a test's leftover.
+    # What they forked is checked as any task is.
+    from dtfkit.engine.launchers import zygotes
+
+    shared_ray |= {zygote.popen.pid for zygote in zygotes.live()}
     for proc in psutil.process_iter():
         # Every process this session starts carries the mark (a superset of the
         # processes with DTFKIT_CLUSTER set), even after it was orphaned.
@@ -503,6 +508,9 @@ def sigint_left_as_found():
 def _session_home():
     """At the end of the session nothing of ours may run; then remove the cluster folders."""
     yield
+    from dtfkit.engine.launchers import zygotes
+
+    zygotes.close_all()  # what atexit would do: the zygotes end with this process
     me = os.getpid()
     leftovers = [
         p

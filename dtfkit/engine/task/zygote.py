@@ -233,13 +233,14 @@ def _become_task(message: dict, given: dict[str, int], keep: set[int], zygote: Z
         config = json.loads(env[CONFIG_ENV])
         config.setdefault("launch", {})["netns_ready_fd"] = ready_fd
         env[CONFIG_ENV] = json.dumps(config)
-    from dtfkit.engine.platform import lifeline
+    from dtfkit.engine.platform import lifeline, state
 
     # The zygote is this process's parent, and it lives as long as the owner: die with it.
     env[lifeline.OWNER_ENV] = str(zygote_pid)
     env[lifeline.PDEATHSIG_ENV] = "1"
     os.environ.clear()  # unsetenv/putenv too: TensorFlow's C++ side reads the environment
     os.environ.update(env)
+    _show_cluster_mark(env.get(state.CLUSTER_ENV, ""))
 
     cwd = message.get("cwd") or os.getcwd()
     os.chdir(cwd)
@@ -257,6 +258,42 @@ def _become_task(message: dict, given: dict[str, int], keep: set[int], zygote: Z
     task_main._PHASES.append(("dtfkit imports", now, time.process_time()))
     task_main.main()
     return 0
+
+
+def _show_cluster_mark(cluster_id: str) -> None:
+    """Make ``/proc/PID/environ`` name this task's cluster, as a fresh interpreter's does.
+
+    That file shows the block the zygote's environment was exec'ed with, whatever ``putenv``
+    changed since; ``dtfkit cleanup`` and the tests find a cluster's processes by the
+    ``DTFKIT_CLUSTER`` there. The zygote's own mark and a cluster's id are made by the same
+    owner (``<owner pid>-<8 hex digits>``), so they have the same length and the new id is
+    written over the old one in place. Nothing reads that block once ``os.environ`` is replaced.
+    """
+    import ctypes
+
+    from dtfkit.engine.platform import state
+
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
+    except (OSError, IndexError, ValueError):
+        return
+    block = ctypes.string_at(start, end - start)
+    prefix = state.CLUSTER_ENV.encode() + b"="
+    if block.startswith(prefix):
+        at = 0
+    else:
+        found = block.find(b"\0" + prefix)
+        if found < 0:
+            return
+        at = found + 1
+    value_at = at + len(prefix)
+    old_end = block.find(b"\0", value_at)
+    new = cluster_id.encode()
+    if old_end - value_at != len(new):
+        return  # not the same length: cleanup finds it by the zygote's mark (its state file says)
+    ctypes.memmove(start + value_at, new, len(new))
 
 
 def _close(fd: int) -> None:
