@@ -58,7 +58,7 @@ def measure(repeat: int, steps: int, log) -> tuple[dict[str, list[dict]], dict[s
     walls: dict[str, float] = {}
     start = time.monotonic()
     with dtfkit.LocalCluster(
-        ps=1, workers=WORKERS, link=RATE, progress=False, pool=False, name=None, start_timeout=180
+        ps=1, workers=WORKERS, link=RATE, progress=False, name=None, start_timeout=180
     ) as cluster:
         walls["cluster start"] = time.monotonic() - start
         for r in range(repeat):

@@ -142,7 +142,7 @@ def measure(repeat: int, log) -> list[dict]:
     for delay in DELAYS:
         d = 0.0 if delay is None else netns.parse_delay(delay)
         with dtfkit.LocalCluster(
-            ps=1, workers=1, link=RATE, delay=delay, progress=False, pool=False, name=None, start_timeout=180
+            ps=1, workers=1, link=RATE, delay=delay, progress=False, name=None, start_timeout=180
         ) as cluster:
             host = cluster.address("ps:0").rpartition(":")[0]
             reads = cluster.run(tf_reads, (list(SIZES), repeat), on="worker:0", timeout=600)["worker:0"]

@@ -1,5 +1,5 @@
 """Start time and memory per task: ``RayCluster(ps=1, workers=2)`` on a simulated 2-node Ray
-cluster beside ``LocalCluster(ps=1, workers=2, pool=False)`` (issue 15).
+cluster beside ``LocalCluster(ps=1, workers=2)`` (issue 15).
 
 Each round, interleaved so that both see the same machine load:
 
@@ -57,7 +57,7 @@ def one_round(log) -> dict[str, float]:
 
     out: dict[str, float] = {}
     t0 = time.monotonic()
-    local = dtfkit.LocalCluster(ps=1, workers=2, pool=False, progress=False, name=None)
+    local = dtfkit.LocalCluster(ps=1, workers=2, progress=False, name=None)
     out["local_start_s"] = time.monotonic() - t0
     out["local_task_mib"], kind = memory_of([psutil.Process(p) for p in local.pids().values()])
     local.close()

@@ -1,8 +1,9 @@
 """dtfkit: local multi-process TensorFlow clusters for teaching and experiments.
 
 ``import dtfkit`` does not import TensorFlow: TensorFlow runs in the tasks. In a
-notebook kernel it starts filling the warm pool in the background
-(``dtfkit.engine.launchers.prewarm``; ``DTFKIT_POOL=0`` turns that off).
+notebook kernel it starts the task zygote in the background, a process that imports
+TensorFlow once and forks every task of the kernel's clusters from there
+(``dtfkit.engine.launchers.zygotes``; ``DTFKIT_ZYGOTE=0`` turns it off).
 
 Example::
 
@@ -68,14 +69,19 @@ __getattr__ = lazy_attributes(
 )
 
 
-def _warm_from_import() -> None:
-    # In a notebook kernel only; returns at once and never raises (see dtfkit.engine.launchers.prewarm).
+def _start_zygote_from_import() -> None:
+    # In a notebook kernel only, where a learner reads before the first cluster: TensorFlow is
+    # imported by then. Returns at once and never raises (see dtfkit.engine.launchers.zygotes).
     try:
-        from dtfkit.engine.launchers import prewarm
+        from dtfkit.engine.platform import notebook
 
-        prewarm.start_on_import()
-    except Exception:  # noqa: BLE001 - `import dtfkit` must not fail for the pool's sake
+        if not notebook.in_kernel() or notebook.in_task():
+            return
+        from dtfkit.engine.launchers import zygotes
+
+        zygotes.prestart_default()
+    except Exception:  # noqa: BLE001 - `import dtfkit` must not fail for the zygote's sake
         pass
 
 
-_warm_from_import()
+_start_zygote_from_import()

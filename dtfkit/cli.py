@@ -157,7 +157,7 @@ def _classroom_bench(ns: argparse.Namespace) -> int:
         raise DtfkitError("classroom-bench cannot run here:\n  - " + "\n  - ".join(problems))
     results, stopped = bench.run_sizes(
         sizes,
-        pool=ns.pool,
+        zygote=not ns.no_zygote,
         mem_limit=ns.mem_limit,
         max_first_cluster=ns.max_first_cluster,
         grade=not ns.no_grade,
@@ -303,7 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--students", default="1,2,4,8", help="class sizes to run, in order (default 1,2,4,8)")
     b.add_argument(
-        "--pool", action="store_true", help="the warm pool on in every student's kernel (DTFKIT_POOL=1)"
+        "--no-zygote",
+        action="store_true",
+        help="start every task as a fresh interpreter (DTFKIT_ZYGOTE=0 in every student's kernel), to compare",
     )
     b.add_argument(
         "--mem-limit", default="3G", help="memory cap per student, as JupyterHub's mem_limit (default 3G)"

@@ -53,8 +53,7 @@ class LocalCluster(RunningCluster):
             ``{"worker:1": "10mbit", "default": "1gbit"}``; a task no key names has no
             limit. A key naming no task or job of this cluster (``"worker:7"`` with two
             workers, ``"evaluator"`` without one, ``"worker:01"``) is refused. Rates as tc writes them (``kbit``, ``mbit``, ``gbit``), 8kbit to 10gbit.
-            A restarted task keeps its address and link. Tasks with
-            links never come from the warm pool. ``None`` (default): every task shares one
+            A restarted task keeps its address and link. ``None`` (default): every task shares one
             namespace over loopback. Refused with ``network="host"`` or where network
             namespaces are unavailable.
         delay: a one-way delay on the links, to make latency visible: ``"20ms"`` holds
@@ -83,11 +82,6 @@ class LocalCluster(RunningCluster):
         progress: show a progress bar while starting.
         name: a cluster started with the name of an open one replaces it. In a
             notebook the default name is the cell's id.
-        pool: take the tasks from a warm pool (processes that imported TensorFlow
-            ahead of need, see ``dtfkit.engine.launchers.pool``). ``None`` (default): on in a Jupyter
-            kernel, off elsewhere, as ``DTFKIT_POOL=0``/``1`` says if set. ``True``:
-            the process-wide pool; ``False``: start every task cold; or a
-            ``TaskPool``. ``cluster.pool_note`` says what happened.
         max_tasks: the most tasks this cluster may have. ``None`` (default): what the
             machine allows (``dtfkit.engine.owner.runtime.task_limit()``: available memory and CPU
             cores; ``DTFKIT_MAX_TASKS`` overrides it). A larger cluster fails at once,
@@ -95,7 +89,9 @@ class LocalCluster(RunningCluster):
         echo: where the tasks' output goes, ``echo(task, line)``; default: printed in
             the cell that waits (``[worker:0] ...``).
         launcher: where the tasks run (``dtfkit.engine.launchers.contract``); default: local
-            processes, from the warm pool when there is one (see ``pool``).
+            processes, each forked from this process's task zygote, which imported TensorFlow
+            once (``dtfkit.engine.launchers.zygotes``; ``DTFKIT_ZYGOTE=0``: fresh interpreters).
+            ``cluster.start_note`` says how they started.
             ``dtfkit.engine.launchers.fake.FakeLauncher()`` runs plain Python tasks without
             TensorFlow, for fast tests of your own.
 
@@ -124,17 +120,15 @@ class LocalCluster(RunningCluster):
         start_timeout: float = 120.0,
         progress: bool = True,
         name: str | None = None,
-        pool: bool | Any | None = None,
         max_tasks: int | None = None,
         echo: Callable[[str, str], None] | None = None,
         launcher: Launcher | None = None,
     ):
         layout = ClusterLayout.from_counts(ps=ps, workers=workers, chief=chief, evaluator=evaluator)
-        check_task_count(len(layout.tasks), max_tasks)  # before anything starts, a pool included
+        check_task_count(len(layout.tasks), max_tasks)  # before anything starts
         chosen = choose_launcher(
             layout,
             network=network,
-            pool=pool,
             link=link,
             delay=delay,
             start_servers=start_servers,

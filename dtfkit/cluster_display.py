@@ -16,7 +16,7 @@ import html
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dtfkit.engine.launchers.contract import LauncherDescription, PoolStart
+from dtfkit.engine.launchers.contract import ForkStart, LauncherDescription
 from dtfkit.engine.owner.process import ClusterView
 from dtfkit.htmltable import html_table
 from dtfkit.i18n import _
@@ -136,19 +136,22 @@ def network_words(described: LauncherDescription) -> str:
     return ""
 
 
-def pool_words(start: PoolStart) -> str:
-    """How a local cluster's tasks started, with a pool to choose from."""
-    if start.cold:
-        return _("started cold: {cold}").format(cold=start.cold)
-    words = _("adopted {adopted} warm process(es) from pool {pool}").format(
-        adopted=start.adopted, pool=start.pool
-    )
-    if start.waited:
-        words += _(" ({waited} finished importing TensorFlow while the cluster started)").format(
-            waited=start.waited
-        )
-    if start.lost:
-        words += _("; {lost} did not get warm and started cold").format(lost=start.lost)
+def start_words(start: ForkStart) -> str:
+    """How a local cluster's task processes started: forked from the task zygote, or fresh
+    interpreters (each importing TensorFlow) and why.
+
+    Example::
+
+        >>> start_words(ForkStart(forked=3, started=3))
+        'forked 3 of 3 task process(es) from the task zygote (TensorFlow imported once)'
+    """
+    if not start.started:
+        return ""
+    words = _(
+        "forked {forked} of {started} task process(es) from the task zygote (TensorFlow imported once)"
+    ).format(forked=start.forked, started=start.started)
+    if start.why:
+        words += _("; the others are fresh interpreters: {why}").format(why=start.why)
     return words
 
 

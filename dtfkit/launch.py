@@ -96,8 +96,8 @@ def launch(
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise DtfkitError(f"timeout must be a positive number of seconds or None, not {timeout!r}")
     layout = ClusterLayout.from_counts(ps=ps, workers=workers, chief=chief, evaluator=evaluator)
-    if ray is None:  # launch() starts its scripts cold, without the warm pool; no launcher= given: a spec
-        launcher = choose_launcher(layout, network=network, pool=False, remember=False).build()
+    if ray is None:  # no launcher= given: a spec
+        launcher = choose_launcher(layout, network=network).build()
     else:
         launcher = _ray_launcher(ray, layout)
     runtime = ClusterRuntime(

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from dtfkit import cluster_display
-from dtfkit.engine.launchers.contract import Launcher, LauncherDescription, LauncherSpec, PoolStart
+from dtfkit.engine.launchers.contract import ForkStart, Launcher, LauncherDescription, LauncherSpec
 from dtfkit.engine.owner.calls import RunHandle, pickled, run_call, submit_call
 from dtfkit.engine.owner.metrics import MetricLog
 from dtfkit.engine.owner.runtime import ClusterRuntime
@@ -161,14 +161,15 @@ class RunningCluster:
         self._rt.set_echo(echo)
 
     @property
-    def pool_note(self) -> str:
-        """Whether the tasks came warm from a pool, or why they started cold."""
-        return self._start_note_of(self._rt.launcher_description) or "no warm pool"
+    def start_note(self) -> str:
+        """How the tasks started: forked from the task zygote, or fresh interpreters and why.
 
-    @property
-    def adopted(self) -> dict[str, bool]:
-        """``{"worker:0": True, ...}``: which tasks were warm pool processes."""
-        return {view.name: view.adopted for view in self._rt.snapshot().tasks.values()}
+        Example::
+
+            >>> cluster.start_note                                            # doctest: +SKIP
+            'forked 3 of 3 task process(es) from the task zygote (TensorFlow imported once)'
+        """
+        return self._start_note_of(self._rt.launcher_description)
 
     def status(self) -> dict[str, str]:
         """``{"worker:0": "running", "ps:0": "killed", ...}``."""
@@ -345,8 +346,8 @@ class RunningCluster:
         return cluster_display.network_words(described)
 
     def _start_note_of(self, described: LauncherDescription) -> str:
-        """How the tasks started (warm from the pool, or cold and why); empty without a pool."""
-        return cluster_display.pool_words(described.start) if isinstance(described.start, PoolStart) else ""
+        """How the tasks started (forked, or fresh interpreters and why); empty for other launchers."""
+        return cluster_display.start_words(described.start) if isinstance(described.start, ForkStart) else ""
 
     def _display(self) -> cluster_display.ClusterFacts:
         described = self._rt.launcher_description

@@ -58,6 +58,9 @@ LEAK_GRACE = 10.0
 # (sockets, logs, state files) in a private, short folder (Unix socket paths are
 # limited to 108 bytes).
 os.environ[SESSION_ENV] = SESSION_ID
+# Kernels the tests start (nbval's, nbgrader's, a grader's) start the task zygote at their first
+# cluster, not at `import dtfkit`: most start none, and a fast test must not import TensorFlow.
+os.environ.setdefault("DTFKIT_ZYGOTE", "lazy")
 _HOME = tempfile.mkdtemp(prefix="dtfk-")
 os.environ["DTFKIT_HOME"] = _HOME
 atexit.register(shutil.rmtree, _HOME, ignore_errors=True)  # also after --collect-only
@@ -163,6 +166,13 @@ def processes_of(pids: Iterable[int]) -> list[psutil.Process]:
     return out
 
 
+def zygote_pids() -> set[int]:
+    """The pids of this process's task zygotes: they live as long as it does, not a test's leftovers."""
+    from dtfkit.engine.launchers import zygotes
+
+    return {zygote.popen.pid for zygote in zygotes.live()}
+
+
 def _environ(proc: psutil.Process) -> dict[str, str]:
     try:
         return proc.environ()
@@ -185,11 +195,7 @@ def _tracked() -> dict[tuple[int, float], psutil.Process]:
     me = os.getpid()
     candidates = psutil.Process().children(recursive=True)
     shared_ray = _shared_ray_processes()
-    # This process's task zygotes live as long as it does (they end at exit): not a test's leftover.
-    # What they forked is checked as any task is.
-    from dtfkit.engine.launchers import zygotes
-
-    shared_ray |= {zygote.popen.pid for zygote in zygotes.live()}
+    shared_ray |= zygote_pids()  # what they forked is checked as any task is
     for proc in psutil.process_iter():
         # Every process this session starts carries the mark (a superset of the
         # processes with DTFKIT_CLUSTER set), even after it was orphaned.

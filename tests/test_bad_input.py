@@ -28,7 +28,7 @@ HUGE = "9" * 10_000_000  # 10 MB: a message quoting it must stay short
 
 
 def _cluster(**options):
-    options = {"ps": 1, "workers": 2, "progress": False, "pool": False, "name": None, **options}
+    options = {"ps": 1, "workers": 2, "progress": False, "name": None, **options}
     return dtfkit.LocalCluster(**options)
 
 
@@ -139,7 +139,7 @@ def test_keys_of_a_launcher_of_yours_are_checked_against_the_cluster_too(monkeyp
     monkeypatch.setattr(netns, "isolation_available", lambda: (True, ""))
     launcher = LocalLauncher(delay={"worker:5": "5ms"})  # it cannot know the cluster's tasks
     with pytest.raises(DtfkitError, match="delay key 'worker:5' names no task of this cluster"):
-        _cluster(launcher=launcher, pool=None)
+        _cluster(launcher=launcher)
     assert launcher.describe().network == "pending"  # refused before it started anything
 
 

@@ -57,14 +57,14 @@ def test_bad_delays_are_value_errors_naming_the_value(bad):
 @pytest.mark.parametrize("bad", ["20 ms", "-5ms", "11s", 20, ""])
 def test_bad_delays_are_refused_before_anything_starts(bad, no_spawn):
     with pytest.raises(DtfkitError) as info:
-        dtfkit.LocalCluster(workers=1, link="100mbit", delay=bad, progress=False, pool=False, name=None)
+        dtfkit.LocalCluster(workers=1, link="100mbit", delay=bad, progress=False, name=None)
     text = str(info.value)
     assert repr(bad) in text
     assert "us, ms or s" in text or "0ms to 10s" in text or "delay must be" in text
     with pytest.raises(DtfkitError, match=r"delay\['ps'\].*'-1ms'.*us, ms or s"):
-        dtfkit.LocalCluster(workers=1, delay={"ps": "-1ms"}, progress=False, pool=False, name=None)
+        dtfkit.LocalCluster(workers=1, delay={"ps": "-1ms"}, progress=False, name=None)
     with pytest.raises(DtfkitError, match="delay key 'workers' names no task"):
-        dtfkit.LocalCluster(workers=1, delay={"workers": "5ms"}, progress=False, pool=False, name=None)
+        dtfkit.LocalCluster(workers=1, delay={"workers": "5ms"}, progress=False, name=None)
     assert no_spawn == []
 
 
@@ -101,20 +101,18 @@ def test_the_cluster_table_shows_rate_and_delay():
 # ------------------------------------------------------------------ refusals
 def test_delay_is_refused_where_it_cannot_work(monkeypatch, no_spawn):
     with pytest.raises(DtfkitError, match="delay= needs each task in a network namespace.*network='host'"):
-        dtfkit.LocalCluster(workers=1, network="host", delay="20ms", progress=False, pool=False, name=None)
+        dtfkit.LocalCluster(workers=1, network="host", delay="20ms", progress=False, name=None)
     with pytest.raises(
         DtfkitError, match=r"delay= is an option of the local launcher.*LocalLauncher\(delay="
     ):
         dtfkit.LocalCluster(workers=1, delay="20ms", launcher=LocalLauncher(network="host"), progress=False)
     with pytest.raises(DtfkitError, match="start_servers=False.*leave delay out"):
-        dtfkit.LocalCluster(
-            workers=1, delay="20ms", start_servers=False, progress=False, pool=False, name=None
-        )
+        dtfkit.LocalCluster(workers=1, delay="20ms", start_servers=False, progress=False, name=None)
     monkeypatch.setattr(netns, "isolation_available", lambda: (False, "user namespaces are off (test)"))
     with pytest.raises(
         DtfkitError, match=r"delay= needs network namespaces.*user namespaces are off.*leave delay"
     ):
-        dtfkit.LocalCluster(workers=1, delay="20ms", progress=False, pool=False, name=None)
+        dtfkit.LocalCluster(workers=1, delay="20ms", progress=False, name=None)
     assert no_spawn == []
 
 
@@ -219,7 +217,7 @@ def delayed():
     """1 ps + 1 worker at 100 mbit/s, 100 ms each way."""
     needs_namespaces()
     cluster = dtfkit.LocalCluster(
-        ps=1, workers=1, link="100mbit", delay=DELAY, progress=False, pool=False, start_timeout=120, name=None
+        ps=1, workers=1, link="100mbit", delay=DELAY, progress=False, start_timeout=120, name=None
     )
     with share_cluster(cluster):
         yield cluster
@@ -259,7 +257,7 @@ def test_a_restarted_task_keeps_its_delay(delayed):
 @pytest.mark.timeout(300)
 def test_close_ends_the_relays():
     needs_namespaces()
-    cluster = dtfkit.LocalCluster(workers=2, delay="1ms", progress=False, pool=False, name=None)
+    cluster = dtfkit.LocalCluster(workers=2, delay="1ms", progress=False, name=None)
     relays = relays_of(cluster)
     assert len(relays) == 2
     assert "no limit, delay 1ms" in repr(cluster)

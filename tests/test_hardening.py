@@ -42,7 +42,7 @@ pytestmark = pytest.mark.timeout(240)
 # --------------------------------------------------------- 1: task-count limit
 def test_500_workers_fail_at_once_without_starting_anything(no_spawn):
     with pytest.raises(DtfkitError) as info:
-        dtfkit.LocalCluster(ps=1, workers=500, start_timeout=40, progress=False, pool=True, name=None)
+        dtfkit.LocalCluster(ps=1, workers=500, start_timeout=40, progress=False, name=None)
     text = str(info.value)
     assert "501 tasks" in text and "max_tasks=501" in text and runtime.MAX_TASKS_ENV in text
     assert no_spawn == []  # refused before a single process was started
@@ -51,12 +51,12 @@ def test_500_workers_fail_at_once_without_starting_anything(no_spawn):
 def test_the_task_limit_comes_from_the_environment_or_the_keyword(no_spawn, monkeypatch):
     monkeypatch.setenv(runtime.MAX_TASKS_ENV, "2")
     with pytest.raises(DtfkitError, match=f"{runtime.MAX_TASKS_ENV}=2"):
-        dtfkit.LocalCluster(ps=1, workers=2, progress=False, pool=False, name=None)
+        dtfkit.LocalCluster(ps=1, workers=2, progress=False, name=None)
     runtime.check_task_count(3, max_tasks=3)  # the keyword overrides the machine's limit
     with pytest.raises(DtfkitError, match="max_tasks=2"):
-        dtfkit.LocalCluster(ps=1, workers=2, progress=False, pool=False, max_tasks=2, name=None)
+        dtfkit.LocalCluster(ps=1, workers=2, progress=False, max_tasks=2, name=None)
     with pytest.raises(DtfkitError, match="max_tasks must be"):
-        dtfkit.LocalCluster(workers=1, progress=False, pool=False, max_tasks=0, name=None)
+        dtfkit.LocalCluster(workers=1, progress=False, max_tasks=0, name=None)
 
 
 def test_the_task_limit_follows_the_available_memory(monkeypatch):
@@ -134,10 +134,10 @@ def test_dtfkit_home_that_is_a_file_or_too_long_is_a_clear_error(tmp_path, monke
     a_file.write_text("")
     monkeypatch.setenv(state.HOME_ENV, str(a_file))
     with pytest.raises(DtfkitError, match="not a folder"):
-        dtfkit.LocalCluster(workers=1, progress=False, pool=False, name=None)
+        dtfkit.LocalCluster(workers=1, progress=False, name=None)
     monkeypatch.setenv(state.HOME_ENV, str(tmp_path / ("x" * 120)))
     with pytest.raises(DtfkitError, match="too long"):
-        dtfkit.LocalCluster(workers=1, progress=False, pool=False, name=None)
+        dtfkit.LocalCluster(workers=1, progress=False, name=None)
 
 
 def test_xdg_runtime_dir_comes_first_when_it_is_private(monkeypatch):
@@ -256,7 +256,7 @@ def test_cleanup_ends_processes_that_escaped_a_closed_cluster(home):
 
 @pytest.mark.slow
 def test_close_ends_what_a_task_started_in_a_session_of_its_own():
-    with dtfkit.LocalCluster(workers=1, progress=False, pool=False, start_timeout=120, name=None) as c:
+    with dtfkit.LocalCluster(workers=1, progress=False, start_timeout=120, name=None) as c:
         pid = c.run(lambda: subprocess.Popen(["sleep", "300"], start_new_session=True).pid)["worker:0"]
         escaped = psutil.Process(pid)
         assert os.getpgid(pid) != os.getpgid(c.pids()["worker:0"])
@@ -344,9 +344,9 @@ def test_parse_done_mark_accepts_only_a_whole_mark():
 # ------------------------------------------------------------ smaller ones
 def test_env_values_must_be_strings(no_spawn):
     with pytest.raises(DtfkitError, match=r"env\['A'\] is None"):
-        dtfkit.LocalCluster(workers=1, env={"A": None}, progress=False, pool=False, name=None)
+        dtfkit.LocalCluster(workers=1, env={"A": None}, progress=False, name=None)
     with pytest.raises(DtfkitError, match="not a valid environment variable name"):
-        dtfkit.LocalCluster(workers=1, env={"A=B": "1"}, progress=False, pool=False, name=None)
+        dtfkit.LocalCluster(workers=1, env={"A=B": "1"}, progress=False, name=None)
 
 
 def test_bad_selectors_are_clear_errors():
@@ -591,7 +591,7 @@ def test_restart_on_a_port_another_program_took_is_a_clear_error_and_leaves_noth
     import socket
 
     with pytest.warns(UserWarning, match="every network interface"):
-        cluster = dtfkit.LocalCluster(workers=1, network="host", progress=False, pool=False, name=None)
+        cluster = dtfkit.LocalCluster(workers=1, network="host", progress=False, name=None)
     with cluster:
         port = int(cluster.address("worker", 0).rsplit(":", 1)[1])
         cluster.kill("worker", 0)

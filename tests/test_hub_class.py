@@ -9,7 +9,7 @@ writable cgroups and the proxy, and fail rather than skip under ``CI=true``.
   first clusters isolated, the check's verdicts and nbgrader's scores (1 and 0) as expected, no port collision,
   and nothing left behind (users, processes, cgroups).
 - ``test_a_student_cannot_reach_another``: student A, from their kernel, goes after student B's running class:
-  B's TensorFlow servers, B's dtfkit files, control sockets and warm pool, B's home, B's processes (signals,
+  B's TensorFlow servers, B's dtfkit files, control sockets and task zygote, B's home, B's processes (signals,
   ``/proc``), B's kernel (unsigned messages on its ports), B's server (A's token), B's cgroups; every attempt
   is refused. Then, while B runs exercise 1.1, A forks in a loop and fills their memory: A's process cap and
   memory cap stop A, and B's check passes.
@@ -25,6 +25,7 @@ import stat
 import threading
 from pathlib import Path
 
+import psutil
 import pytest
 import requests
 import websocket
@@ -235,13 +236,13 @@ def test_a_student_cannot_reach_another(tmp_path):
     # loop must stop here before A's memory cap does (each forked child costs A about 1.6 MiB).
     max_pids = 1280
     try:
-        with Hub(names, password, mem_limit="3G", max_pids=max_pids, pool=True) as hub:
+        with Hub(names, password, mem_limit="3G", max_pids=max_pids) as hub:
             a, b = Student(hub.url, a_name, password), Student(hub.url, b_name, password)
             for s in (a, b):
                 s.login()
                 s.start_server()
                 s.open_kernel()
-            # B's class is running: its first cluster open, its warm pool filling.
+            # B's class is running: its first cluster open, forked from B's task zygote.
             probe = {}
             for code in lesson_cells()[:-1]:  # everything but the closing cluster.close()
                 run = b.execute(code, timeout=600)
@@ -263,7 +264,15 @@ def test_a_student_cannot_reach_another(tmp_path):
             files.append(str(next(home_runtime.glob("kernel-*.json"))))
             b_group = StudentGroup(b_name, memory_bytes=None, max_pids=None)
             b_pids = b_group.pids()
-            assert len(b_pids) >= 5, b_pids  # server, kernel, 3 tasks (and the pool's)
+            assert len(b_pids) >= 6, b_pids  # server, kernel, zygote, 3 tasks
+            # B's zygote forks a process for whoever holds its socket: an unnamed socket pair, which
+            # only B's kernel holds. A tries the way in that is left: the descriptors in /proc.
+            zygotes = [
+                p for p in b_pids if "dtfkit.engine.task.zygote" in " ".join(psutil.Process(p).cmdline())
+            ]
+            assert zygotes, "B's kernel has no task zygote"
+            for pid in zygotes:
+                files += [os.path.join(f"/proc/{pid}/fd", fd) for fd in os.listdir(f"/proc/{pid}/fd")]
             marker = f"/tmp/{prefix}-forged-message-ran"
             target = {
                 "dirs": dirs,

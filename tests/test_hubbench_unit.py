@@ -70,12 +70,12 @@ def test_the_table_and_the_sizing_come_from_the_rows():
         ),
     ]
     result = ClassResult(
-        students=2, pool=False, mem_limit="3G", rows=rows, machine_base=2**30, machine_peak=5 * 2**30
+        students=2, zygote=True, mem_limit="3G", rows=rows, machine_base=2**30, machine_peak=5 * 2**30
     )
     text = table([result])
     row = text.splitlines()[-1]
     assert row.startswith(
-        "| 2 | off | 4.0 / 5.0 | 15.0 / 20.0 / 20.0 | 35.0 / 40.0 / 40.0 | 15 / 25 | 2.00 |"
+        "| 2 | on | 4.0 / 5.0 | 15.0 / 20.0 / 20.0 | 35.0 / 40.0 / 40.0 | 15 / 25 | 2.00 |"
     ), row
     assert "| 1.0 → 5.0 | 30 | 0 | 0 | 0 |" in row
     sized = sizing([result], class_sizes=(30, 100), burst_s=120.0)
@@ -183,7 +183,7 @@ def test_the_plot_reads_the_table_the_bench_writes(tmp_path):
     (parsed,) = read_table(tmp_path / "bench.md")
     assert parsed == {
         "students": 2,
-        "pool": "on",
+        "zygote": "on",
         "first_p50": 15.0,
         "first_max": 20.0,
         "checked_p50": 35.0,
@@ -193,7 +193,7 @@ def test_the_plot_reads_the_table_the_bench_writes(tmp_path):
         "machine_before": 0.0,
         "machine_peak": 3.0,
     }
-    png = draw({"pool on": [parsed]}, tmp_path / "bench.png")
+    png = draw({"zygote on": [parsed]}, tmp_path / "bench.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     (tmp_path / "empty.md").write_text("no table here\n")
     with pytest.raises(ValueError, match="no classroom-bench table"):

@@ -178,7 +178,7 @@ def failing_anchor(monkeypatch):
 def test_without_namespaces_a_failed_anchor_falls_back_to_the_host_network(failing_anchor):
     failing_anchor.setattr(netns, "_probe", lambda: (False, "simulated: no user namespaces"))
     with pytest.warns(UserWarning, match="simulated: no user namespaces"):
-        cluster = dtfkit.LocalCluster(workers=1, progress=False, name=None, pool=False)
+        cluster = dtfkit.LocalCluster(workers=1, progress=False, name=None)
     with cluster:
         assert not cluster.isolated
         assert "NOT isolated" in repr(cluster)
@@ -190,7 +190,7 @@ def test_without_namespaces_a_failed_anchor_falls_back_to_the_host_network(faili
 def test_without_namespaces_network_isolated_refuses(failing_anchor):
     failing_anchor.setattr(netns, "_probe", lambda: (False, "simulated: no user namespaces"))
     with pytest.raises(dtfkit.ClusterStartError, match="network='isolated' was asked for, but simulated"):
-        dtfkit.LocalCluster(workers=1, network="isolated", progress=False, name=None, pool=False)
+        dtfkit.LocalCluster(workers=1, network="isolated", progress=False, name=None)
 
 
 def test_an_anchor_failing_where_namespaces_work_is_an_error(failing_anchor):
@@ -198,4 +198,4 @@ def test_an_anchor_failing_where_namespaces_work_is_an_error(failing_anchor):
     with pytest.raises(
         dtfkit.ClusterStartError, match="could not be created: failed simulated anchor failure"
     ):
-        dtfkit.LocalCluster(workers=1, progress=False, name=None, pool=False)
+        dtfkit.LocalCluster(workers=1, progress=False, name=None)

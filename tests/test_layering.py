@@ -63,7 +63,7 @@ KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 @functools.lru_cache(maxsize=8)
 def module_names(root: Path) -> dict[str, Path]:
-    """``{"dtfkit.engine.launchers.pool": path, "dtfkit": path of __init__.py, ...}`` under ``root``."""
+    """``{"dtfkit.engine.launchers.local": path, "dtfkit": path of __init__.py, ...}`` under ``root``."""
     names = {}
     for path in sorted(root.rglob("*.py")):
         parts = list(path.relative_to(root.parent).with_suffix("").parts)
@@ -103,8 +103,8 @@ def imported_modules(
     ``type_only=False`` leaves out the imports under ``if TYPE_CHECKING:`` (they never run);
     ``at_import=True`` keeps only those that run when ``module`` is imported (not inside functions).
 
-    ``from dtfkit.engine.launchers import pool`` imports the module ``dtfkit.engine.launchers.pool``;
-    ``from dtfkit.engine.launchers.pool import TaskPool`` the module ``dtfkit.engine.launchers.pool`` too.
+    ``from dtfkit.engine.launchers import local`` imports the module ``dtfkit.engine.launchers.local``;
+    ``from dtfkit.engine.launchers.local import LocalLauncher`` the module ``dtfkit.engine.launchers.local`` too.
     """
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
@@ -124,7 +124,7 @@ def imported_modules(
             names.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
     found = set()
     for name in names:
-        while name and name not in modules:  # `import dtfkit.engine.launchers.pool as p`, names of a module
+        while name and name not in modules:  # `import dtfkit.engine.launchers.local as p`, names of a module
             name = name.rpartition(".")[0]
         if name and name != module:
             found.add(name)
@@ -468,7 +468,7 @@ def test_no_import_cycle_between_folders():
 
 
 def test_no_module_cycle_inside_the_engine():
-    assert engine_cycles() == [], "import cycles between engine modules (e.g. pool <-> prewarm)"
+    assert engine_cycles() == [], "import cycles between engine modules (e.g. local <-> zygotes)"
 
 
 def test_the_engine_imports_nothing_above_it():
@@ -480,10 +480,6 @@ def test_the_engine_imports_nothing_above_it():
 def test_the_bottom_layer_imports_only_the_bottom_layer(module):
     above = sorted(module_graph()[module] - set(BOTTOM))
     assert above == [], f"{module} must sit below everything, but imports {above}"
-
-
-def test_the_pool_never_imports_prewarm():
-    assert "dtfkit.engine.launchers.prewarm" not in module_graph()["dtfkit.engine.launchers.pool"]
 
 
 def test_every_engine_module_sits_in_a_wing():
@@ -615,9 +611,9 @@ def test_a_cycle_added_between_folders_is_found(tmp_path):
 
 def test_a_cycle_added_inside_the_engine_is_found(tmp_path):
     root = _copy(tmp_path)
-    _add_import(root, "dtfkit.engine.launchers.pool", "from dtfkit.engine.launchers import prewarm")
+    _add_import(root, "dtfkit.engine.launchers.zygotes", "from dtfkit.engine.launchers import local")
     assert any(
-        {"dtfkit.engine.launchers.pool", "dtfkit.engine.launchers.prewarm"} <= set(c)
+        {"dtfkit.engine.launchers.zygotes", "dtfkit.engine.launchers.local"} <= set(c)
         for c in engine_cycles(root)
     )
 

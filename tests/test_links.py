@@ -17,8 +17,7 @@ import pytest
 from conftest import share_cluster, wait_gone
 
 import dtfkit
-from dtfkit.cluster_display import pool_words as _pool_words
-from dtfkit.engine.launchers.choose import build_local_launcher as _local_launcher
+from dtfkit.cluster_display import start_words
 from dtfkit.engine.launchers.local import LocalLauncher, link_rate, plan_links
 from dtfkit.engine.platform import netns
 from dtfkit.errors import DtfkitError
@@ -97,19 +96,19 @@ def assert_rate_at_most(seconds: float, size: int, rate: str) -> None:
 @pytest.mark.parametrize("bad", ["100", "fast", "10 mbps", "100mb", "0kbit", "-1mbit", "40gbit", 100, ""])
 def test_bad_rate_strings_are_refused_before_anything_starts(bad, no_spawn):
     with pytest.raises(DtfkitError) as info:
-        dtfkit.LocalCluster(workers=1, link=bad, progress=False, pool=False, name=None)
+        dtfkit.LocalCluster(workers=1, link=bad, progress=False, name=None)
     text = str(info.value)
     assert repr(bad) in text
     assert "kbit, mbit or gbit" in text or "link must be" in text
     with pytest.raises(DtfkitError, match=r"link\['worker'\].*'fast'.*kbit, mbit or gbit"):
-        dtfkit.LocalCluster(workers=1, link={"worker": "fast"}, progress=False, pool=False, name=None)
+        dtfkit.LocalCluster(workers=1, link={"worker": "fast"}, progress=False, name=None)
     assert no_spawn == []
 
 
 @pytest.mark.parametrize("key", ["workers", "worker:x", "gpu:0", 3])
 def test_bad_link_keys_are_refused(key, no_spawn):
     with pytest.raises(DtfkitError, match=f"link key {key!r} names no task"):
-        dtfkit.LocalCluster(workers=1, link={key: "10mbit"}, progress=False, pool=False, name=None)
+        dtfkit.LocalCluster(workers=1, link={key: "10mbit"}, progress=False, name=None)
 
 
 def test_rates_by_task_then_job_then_default():
@@ -126,7 +125,7 @@ def test_rates_by_task_then_job_then_default():
 
 def test_link_is_refused_on_the_host_network(no_spawn):
     with pytest.raises(DtfkitError, match="network='host'"):
-        dtfkit.LocalCluster(workers=1, network="host", link="100mbit", progress=False, pool=False, name=None)
+        dtfkit.LocalCluster(workers=1, network="host", link="100mbit", progress=False, name=None)
     with pytest.raises(DtfkitError, match="network='host'"):
         LocalLauncher(network="host", link={"worker": "10mbit"})
     assert no_spawn == []
@@ -135,17 +134,20 @@ def test_link_is_refused_on_the_host_network(no_spawn):
 def test_link_is_refused_where_namespaces_are_unavailable(monkeypatch, no_spawn):
     monkeypatch.setattr(netns, "isolation_available", lambda: (False, "user namespaces are off (test)"))
     with pytest.raises(DtfkitError, match=r"link= needs network namespaces.*user namespaces are off"):
-        dtfkit.LocalCluster(workers=1, link="100mbit", progress=False, pool=False, name=None)
+        dtfkit.LocalCluster(workers=1, link="100mbit", progress=False, name=None)
     assert no_spawn == []
 
 
-def test_a_cluster_with_links_does_not_take_from_the_pool():
+@pytest.mark.slow
+def test_a_cluster_with_links_is_forked_too():
+    """Each task enters a namespace of its own right after its fork, while it has one thread."""
     needs_namespaces()
-    launcher = _local_launcher("auto", True, "100mbit")  # True: the default pool, not started here
-    assert type(launcher) is LocalLauncher
-    note = _pool_words(launcher.describe().start)
-    assert "link=" in note and "started cold" in note
-    assert _local_launcher("auto", False, "100mbit").describe().start is None
+    with dtfkit.LocalCluster(workers=2, link="100mbit", progress=False, name=None) as cluster:
+        note = start_words(cluster._rt.launcher_description.start)
+        assert cluster.start_note == note
+        names = cluster.run(lambda: os.readlink("/proc/self/ns/net"))
+    assert note.startswith("forked 2 of 2 task process(es) from the task zygote"), note
+    assert len(set(names.values())) == 2, names  # a namespace each
 
 
 def test_addresses_are_distinct_and_kept_per_task():
@@ -163,9 +165,7 @@ def test_addresses_are_distinct_and_kept_per_task():
 def linked():
     """1 ps at 40 mbit/s + 2 workers at 200 mbit/s, each task its own namespace."""
     needs_namespaces()
-    cluster = dtfkit.LocalCluster(
-        ps=1, workers=2, link=RATES, progress=False, pool=False, start_timeout=120, name=None
-    )
+    cluster = dtfkit.LocalCluster(ps=1, workers=2, link=RATES, progress=False, start_timeout=120, name=None)
     with share_cluster(cluster):
         yield cluster
 
@@ -236,7 +236,7 @@ def namespaces_in_use(marked: str) -> set[str]:
 @pytest.mark.timeout(300)
 def test_close_leaves_no_process_and_no_namespace():
     needs_namespaces()
-    cluster = dtfkit.LocalCluster(workers=1, link="100mbit", progress=False, pool=False, name=None)
+    cluster = dtfkit.LocalCluster(workers=1, link="100mbit", progress=False, name=None)
     pids = cluster.pids()
     assert set(pids) == {"worker:0", "netns"}
     namespaces = {netns.namespace_id(pid) for pid in pids.values()}

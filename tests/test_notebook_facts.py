@@ -1,13 +1,10 @@
-"""dtfkit.engine.platform.notebook: the one place that decides kernel, task, cell and ``DTFKIT_POOL``."""
+"""dtfkit.engine.platform.notebook: the one place that decides kernel, task and cell."""
 
 from __future__ import annotations
 
 import sys
 import types
 
-import pytest
-
-from dtfkit.engine.launchers import pool, prewarm
 from dtfkit.engine.platform import notebook
 from dtfkit.engine.wire import protocol
 
@@ -30,38 +27,6 @@ class Kernel:
 class Compiler:
     def format_code_name(self, name):
         return ("Cell", "In[5]") if name.startswith("/tmp/ipykernel_") else None
-
-
-@pytest.mark.parametrize(
-    "value, flag",
-    [
-        ("0", False),
-        ("off", False),
-        (" No ", False),
-        ("false", False),
-        ("1", True),
-        ("ON", True),
-        ("yes", True),
-        ("true", True),
-        ("", None),
-        ("maybe", None),
-    ],
-    ids=repr,
-)
-def test_dtfkit_pool_is_parsed_once_here(monkeypatch, value, flag):
-    monkeypatch.setenv(notebook.POOL_ENV, value)
-    assert notebook.pool_flag() is flag
-    assert notebook.pool_on_by_default() is bool(flag)  # pytest is no kernel: unset means off
-    assert pool.enabled_by_default() is bool(flag)  # the pool's name asks the same question
-
-
-def test_unset_dtfkit_pool_follows_the_kernel(monkeypatch):
-    monkeypatch.delenv(notebook.POOL_ENV, raising=False)
-    assert notebook.pool_on_by_default() is False
-    fake_ipython(monkeypatch, types.SimpleNamespace(kernel=Kernel(None)))
-    assert notebook.in_kernel() and notebook.pool_on_by_default() is True
-    monkeypatch.setenv(notebook.POOL_ENV, "0")
-    assert notebook.pool_on_by_default() is False
 
 
 def test_outside_ipython_there_is_no_kernel_cell_or_shell(monkeypatch):
@@ -99,10 +64,3 @@ def test_a_task_is_known_by_its_config_variable(monkeypatch):
     assert notebook.in_task() is False
     monkeypatch.setenv(notebook.TASK_ENV, "{}")
     assert notebook.in_task() is True
-
-
-def test_the_pool_and_prewarm_keep_their_names():
-    assert pool.POOL_ENV == "DTFKIT_POOL"
-    assert pool.in_kernel is notebook.in_kernel
-    assert prewarm.first_cluster.__module__ == "dtfkit.engine.launchers.first_clusters"
-    assert prewarm.MEMORY_FILE == "first-clusters.json" and prewarm.SESSION_ENV == "JPY_SESSION_NAME"

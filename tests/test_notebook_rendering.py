@@ -132,11 +132,9 @@ def test_an_executed_notebook_saves_progress_and_panel_as_text(tmp_path):
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [
+        nbformat.v4.new_code_cell("import dtfkit\ncluster = dtfkit.LocalCluster(workers=1, name=None)"),
         nbformat.v4.new_code_cell(
-            "import dtfkit\ncluster = dtfkit.LocalCluster(workers=1, pool=False, name=None)"
-        ),
-        nbformat.v4.new_code_cell(
-            "try:\n    dtfkit.LocalCluster(workers=1, pool=False, name=None, setup=lambda: 1 / 0)\n"
+            "try:\n    dtfkit.LocalCluster(workers=1, name=None, setup=lambda: 1 / 0)\n"
             "except dtfkit.errors.DtfkitError as err:\n    print('start failed:', type(err).__name__)"
         ),
         nbformat.v4.new_code_cell("cluster.close()\nfrom dtfkit.lab import Lab\nlab = Lab()\nlab.panel()"),

@@ -258,7 +258,7 @@ def test_a_failing_setup_from_a_cell(fake_file):
 
 # ------------------------------------------------------------- a real kernel
 NOTEBOOK_CELLS = [
-    "import dtfkit\ncluster = dtfkit.LocalCluster(workers=1, pool=False, progress=False)",
+    "import dtfkit\ncluster = dtfkit.LocalCluster(workers=1, progress=False)",
     'def mine(x):\n    y = x + 1\n    raise ValueError(f"mine got {y}")  # RAISES-IN-CELL\n\n\ncluster.run(mine, args=(1,))',
     "def stuck():\n    import threading\n    threading.Event().wait()  # STUCK-IN-CELL\n\n\n"
     "try:\n    cluster.run(stuck, timeout=3)\nexcept dtfkit.TaskTimeout as exc:\n"
@@ -283,7 +283,7 @@ def test_in_a_kernel_a_remote_error_names_the_cell_and_shows_the_line(tmp_path):
     )
     home = tmp_path / "home"
     home.mkdir(mode=0o700)
-    with client.setup_kernel(env=subprocess_env(DTFKIT_POOL="0", DTFKIT_HOME=str(home))):
+    with client.setup_kernel(env=subprocess_env(DTFKIT_HOME=str(home))):
         try:
             for index, cell in enumerate(nb.cells[:-1]):
                 client.execute_cell(cell, index)

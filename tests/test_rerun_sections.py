@@ -123,7 +123,7 @@ def test_ensure_running_refuses_to_start_a_closed_cluster_on_a_launcher_it_was_g
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ensure_running_starts_a_closed_cluster_again_with_its_settings(capsys):
-    with dtfkit.LocalCluster(workers=1, evaluator=1, progress=False, name=None, pool=False) as cluster:
+    with dtfkit.LocalCluster(workers=1, evaluator=1, progress=False, name=None) as cluster:
         first = cluster.id
         old = psutil.Process(cluster.pids()["worker:0"])
         cluster.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import psutil
 import pytest
-from conftest import REPO, cluster_processes, wait_gone
+from conftest import REPO, cluster_processes, wait_gone, zygote_pids
 
 import dtfkit
 
@@ -40,5 +40,5 @@ def test_launch_does_not_hang_on_the_seed_script_in_async_mode(tmp_path):
     assert "[worker:0] worker 0 done" in text and "[worker:1] worker 1 done" in text, text
     cluster_id = result.log_dir.rstrip("/").split("/")[-2]
     assert wait_gone(cluster_processes(cluster_id), 10) == []
-    after = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    after = [p for p in psutil.Process().children(recursive=True) if p.pid not in before | zygote_pids()]
     assert wait_gone(after, 10) == []

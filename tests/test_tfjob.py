@@ -647,7 +647,7 @@ def test_simulator_timeout_and_ctrl_c_leave_nothing_running(tmp_path):
     finally:
         signal.signal(signal.SIGINT, previous)
     assert len(ready) == 3
-    # The replicas by their own pids (in a full run this process has other children: a warm pool, say),
+    # The replicas by their own pids (in a full run this process has other children: a task zygote, say),
     # ended and reaped before simulate() raised.
     replicas = [int(line.split("pid=")[1].split()[0]) for line in ready]
     assert [pid for pid in replicas if psutil.pid_exists(pid)] == [], replicas

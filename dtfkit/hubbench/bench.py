@@ -15,7 +15,7 @@ processes killed by their memory cap or the machine running out, the first clust
 
 Example (as root, on the hub machine)::
 
-    result = run_class(students=2, pool=False, wrong={2})
+    result = run_class(students=2, zygote=True, wrong={2})
     print(table([result]))
 """
 
@@ -85,7 +85,7 @@ class StudentResult:
 @dataclass
 class ClassResult:
     students: int
-    pool: bool
+    zygote: bool
     mem_limit: str
     rows: list[StudentResult] = field(default_factory=list)
     wall_s: float = 0.0
@@ -197,7 +197,7 @@ def _port_collisions(rows: list[StudentResult]) -> int:
 def run_class(
     students: int,
     *,
-    pool: bool = False,
+    zygote: bool = True,
     wrong: set[int] | None = None,
     mem_limit: str = "3G",
     max_pids: int = 4096,
@@ -218,7 +218,7 @@ def run_class(
         raise ValueError(f"wrong={sorted(wrong)}: students are numbered 1..{students}")
     if browser and (why := missing_browser()) is not None:
         raise RuntimeError(f"a browser student cannot run here: {why}")
-    result = ClassResult(students=students, pool=pool, mem_limit=mem_limit)
+    result = ClassResult(students=students, zygote=zygote, mem_limit=mem_limit)
     remove_stale_groups()
     prefix = users.new_prefix()
     names: list[str] = []
@@ -239,9 +239,11 @@ def run_class(
         result.rows = rows
         go = threading.Barrier(students, timeout=900)
         uids = {name: pwd.getpwnam(name).pw_uid for name in names}
-        _progress(f"{students} student(s), warm pool {'on' if pool else 'off'}, memory cap {mem_limit} each")
+        _progress(
+            f"{students} student(s), task zygote {'on' if zygote else 'off'}, memory cap {mem_limit} each"
+        )
         with (
-            Hub(names, password, mem_limit=mem_limit, max_pids=max_pids, pool=pool) as hub,
+            Hub(names, password, mem_limit=mem_limit, max_pids=max_pids, zygote=zygote) as hub,
             Sampler(uids) as sampler,
         ):
             threads = []
@@ -347,7 +349,7 @@ def _why_not_held(result: ClassResult) -> str:
 def run_sizes(
     sizes: list[int],
     *,
-    pool: bool = False,
+    zygote: bool = True,
     mem_limit: str = "3G",
     max_first_cluster: float = 300.0,
     wrong_every: int = 4,
@@ -369,7 +371,7 @@ def run_sizes(
                 f"{available_now / GIB:.1f} GiB is available"
             )
         wrong = {i for i in range(1, n + 1) if wrong_every and i % wrong_every == 0}
-        result = run_class(n, pool=pool, wrong=wrong, mem_limit=mem_limit, **kwargs)
+        result = run_class(n, zygote=zygote, wrong=wrong, mem_limit=mem_limit, **kwargs)
         results.append(result)
         if result.stopped:
             return results, f"{n} students: {result.stopped}"
@@ -400,7 +402,7 @@ def _pcts(values: list[float]) -> str:
 def table(results: list[ClassResult]) -> str:
     """A markdown table, one row per class."""
     head = (
-        "| students | warm pool | server ready, s (p50 / max) | first cluster, s (p50 / p95 / max) "
+        "| students | task zygote | server ready, s (p50 / max) | first cluster, s (p50 / p95 / max) "
         "| exercise checked, s (p50 / p95 / max) "
         "| autograde per student, s (p50 / max) | peak PSS per student, GiB (max) | class PSS peak, GiB "
         "| machine used, GiB (before → peak) | CPU s per student (mean) | threads per student (max) "
@@ -417,7 +419,7 @@ def table(results: list[ClassResult]) -> str:
         server = f"{statistics.median(servers):.1f} / {servers[-1]:.1f}" if servers else "—"
         failures = ", ".join(f"{k} × {v}" for k, v in r.failures().items()) or "0"
         lines.append(
-            f"| {r.students} | {'on' if r.pool else 'off'} | {server} | {_pcts(firsts)} | {_pcts(checks)} | {grading} "
+            f"| {r.students} | {'on' if r.zygote else 'off'} | {server} | {_pcts(firsts)} | {_pcts(checks)} | {grading} "
             f"| {max(row.peak_pss for row in r.rows) / GIB:.2f} | {r.class_peak_pss / GIB:.2f} "
             f"| {r.machine_base / GIB:.1f} → {r.machine_peak / GIB:.1f} "
             f"| {statistics.mean(row.cpu_s for row in r.rows):.0f} | {max(row.peak_threads for row in r.rows)} "
@@ -498,7 +500,7 @@ def sizing(
     per_student = max(row.peak_pss for row in r.rows)
     cpu = statistics.mean(row.cpu_s for row in r.rows)
     lines = [
-        f"From the class of {r.students} (warm pool {'on' if r.pool else 'off'}): {per_student / GIB:.2f} GiB PSS "
+        f"From the class of {r.students} (task zygote {'on' if r.zygote else 'off'}): {per_student / GIB:.2f} GiB PSS "
         f"per student at the peak, {cpu:.0f} CPU s per student, the machine using {r.machine_base / GIB:.1f} GiB before.",
         "",
         f"| students | memory, GiB (students × {per_student / GIB:.2f} + {r.machine_base / GIB:.1f}) "

@@ -81,7 +81,7 @@ class Hub:
         *,
         mem_limit: str = "3G",
         max_pids: int = 4096,
-        pool: bool = False,
+        zygote: bool = True,
         start_timeout: float = 120.0,
         extra_env: dict[str, str] | None = None,
     ) -> None:
@@ -108,7 +108,7 @@ class Hub:
             "DTFKIT_HUB_SERVICE_TOKEN": self.token,
             "DTFKIT_HUB_MEM_LIMIT": mem_limit,
             "DTFKIT_HUB_MAX_PIDS": str(max_pids),
-            "DTFKIT_HUB_POOL": "1" if pool else "0",
+            "DTFKIT_HUB_ZYGOTE": "1" if zygote else "0",
             # the students' servers import dtfkit from this checkout, as the hub does
             "DTFKIT_HUB_PYTHONPATH": repo,
             **(extra_env or {}),

@@ -47,8 +47,8 @@ c.Spawner.start_timeout = 300  # a class starting at once on a small machine is 
 c.Spawner.http_timeout = 300
 c.JupyterHub.concurrent_spawn_limit = 0  # a lab: everyone starts within the same minute
 c.Spawner.environment = {
-    # the warm pool: "1" keeps TensorFlow processes ready per kernel (faster first cluster, more memory)
-    "DTFKIT_POOL": os.environ.get("DTFKIT_HUB_POOL", "0"),
+    # the task zygote: "0" starts every task as a fresh interpreter (each importing TensorFlow)
+    "DTFKIT_ZYGOTE": os.environ.get("DTFKIT_HUB_ZYGOTE", "1"),
     "PYTHONPATH": os.environ.get("DTFKIT_HUB_PYTHONPATH", ""),
 }
 c.Spawner.env_keep = ["PATH", "LANG", "LC_ALL", "TF_CPP_MIN_LOG_LEVEL", "DTFKIT_CLASSROOM"]

@@ -1,6 +1,6 @@
 """Per-student memory, process and CPU accounting with Linux cgroups (runs as root, in the hub or the bench).
 
-Each student's single-user server, and everything it starts (kernels, TensorFlow tasks, the warm pool), lives in
+Each student's single-user server, and everything it starts (kernels, the task zygote, TensorFlow tasks), lives in
 one group per controller: ``memory`` caps the student's memory (a student who fills it is killed by the
 kernel's OOM killer inside that group only), ``pids`` caps their processes (a fork loop stops at the cap),
 ``cpuacct`` counts their CPU seconds, including processes that have already ended. cgroup v1 (one folder per

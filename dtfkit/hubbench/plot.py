@@ -1,6 +1,6 @@
 """A picture of the bench's tables: how long students waited and how much memory the class took, by class size.
 
-Reads the markdown files ``classroom-bench --markdown`` writes (one per run: with and without the warm pool, or
+Reads the markdown files ``classroom-bench --markdown`` writes (one per run: with and without the task zygote, or
 two machines) and draws two panels: seconds from "run" to the first cluster and to the exercise checked (the
 median and the slowest student), and the class's memory (the students' PSS summed, and the machine's used
 memory at its peak), against the number of students. Runs in the teacher's process, after the bench.
@@ -10,7 +10,7 @@ memory at its peak), against the number of students. Runs in the teacher's proce
 Example::
 
     rows = read_table(Path("bench-off.md"))     # one dict per class size
-    draw({"pool off": rows}, Path("classroom-bench.png"))
+    draw({"zygote on": rows}, Path("classroom-bench.png"))
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def read_table(path: Path) -> list[dict[str, float | str]]:
         rows.append(
             {
                 "students": int(column["students"]),
-                "pool": column["warm pool"],
+                "zygote": column["task zygote"],
                 "first_p50": first[0],
                 "first_max": first[2],
                 "checked_p50": checked[0],
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = {}
     for path in args.tables:
         rows = read_table(path)
-        runs[f"pool {rows[0]['pool']}" if len(args.tables) > 1 else path.stem] = rows
+        runs[f"zygote {rows[0]['zygote']}" if len(args.tables) > 1 else path.stem] = rows
     print(f"wrote {draw(runs, args.output)}")
     return 0
 

@@ -28,7 +28,7 @@ class LimitedSpawner(LocalProcessSpawner):
         config=True,
         help="Processes and threads one student may have at once; a fork loop stops here. Each TensorFlow "
         "task runs about 100 threads on a 2-core machine (more with more cores), and a student with a lesson "
-        "cluster, the warm pool and a check's cluster runs 9 tasks: leave room for them.",
+        "cluster, the task zygote and a check's cluster runs 7 processes: leave room for them.",
     )
 
     def _group(self) -> StudentGroup:

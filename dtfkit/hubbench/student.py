@@ -249,7 +249,7 @@ class Student:
         return run
 
     def close(self) -> None:
-        """Close the websocket and shut the kernel down (its dtfkit clusters and warm pool end with it)."""
+        """Close the websocket and shut the kernel down (its dtfkit clusters and task zygote end with it)."""
         if self.ws is not None:
             self.ws.close()
             self.ws = None

@@ -1,5 +1,5 @@
-"""The one place that chooses where a cluster's tasks start: warm pool or cold, links or not,
-or the caller's own launcher; and the refusals of a combination of options, before anything starts
+"""The one place that chooses where a cluster's tasks start: links or not, or the caller's own
+launcher; and the refusals of a combination of options, before anything starts
 (a launcher's own refusals, such as links on the host network, fire when the chosen one is built).
 
 Runs in the owner's process. ``LocalCluster`` (and ``RayCluster``, which passes its launcher)
@@ -10,10 +10,10 @@ Example::
 
     >>> from dtfkit.engine.wire.layout import ClusterLayout
     >>> layout = ClusterLayout.from_counts(workers=2)
-    >>> spec = choose_launcher(layout, network="auto", pool=False)
+    >>> spec = choose_launcher(layout, network="auto")
     >>> sorted(spec.options)
-    ['link', 'network', 'pool', 'tasks']
-    >>> choose_launcher(layout, network="auto", pool=False, link={"worker:7": "10mbit"})  # doctest: +ELLIPSIS
+    ['link', 'network']
+    >>> choose_launcher(layout, network="auto", link={"worker:7": "10mbit"})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     dtfkit.errors.DtfkitError: link key 'worker:7' names no task of this cluster: its tasks are worker:0, worker:1. ...
@@ -34,17 +34,12 @@ def choose_launcher(
     layout: ClusterLayout,
     *,
     network: str,
-    pool: bool | Any | None,
     link: str | dict[str, str] | None = None,
     delay: str | dict[str, str] | None = None,
     start_servers: bool = True,
     launcher: Launcher | LauncherSpec | None = None,
-    remember: bool = True,
 ) -> Launcher | LauncherSpec:
-    """Where the tasks of ``layout`` start, every option checked against the others and the layout.
-
-    ``remember=False``: a choice that is not the notebook's cluster (``launch()``'s scripts) leaves the
-    memory of the notebook's first cluster (what the next kernel warms) as it is."""
+    """Where the tasks of ``layout`` start, every option checked against the others and the layout."""
     from dtfkit.engine.launchers.local import DELAY_REFUSED_MODES, plan_delays, plan_links
 
     for option, given in (("link", link), ("delay", delay)):
@@ -56,11 +51,9 @@ def choose_launcher(
     if delay is not None and not start_servers:
         raise DtfkitError(DELAY_REFUSED_MODES["noserve"])
     if launcher is None:
-        options = {"network": network, "pool": pool, "link": plan_links(link), "tasks": len(layout.tasks)}
+        options: dict[str, Any] = {"network": network, "link": plan_links(link)}
         if delay is not None:
             options["delay"] = plan_delays(delay)
-        if not remember:
-            options["remember"] = False
         _check_link_keys(options["link"], options.get("delay"), layout)
         return LauncherSpec(build_local_launcher, MappingProxyType(options))
     if isinstance(launcher, LauncherSpec):
@@ -74,39 +67,12 @@ def choose_launcher(
     return launcher
 
 
-def build_local_launcher(
-    network: str, pool, link=None, tasks: int = 0, delay=None, remember: bool = True
-) -> Launcher:
-    """Local processes, adopted from a warm pool when one is used (see ``LocalCluster(pool=)``).
-
-    With ``link=`` or ``delay=`` the tasks start cold (the launcher says why in ``describe().start``)."""
-    from dtfkit.engine.launchers import pool as pools
-    from dtfkit.engine.launchers import prewarm
+def build_local_launcher(network: str, link=None, delay=None) -> Launcher:
+    """Local processes, each forked from this process's task zygote where it can serve
+    (``dtfkit.engine.launchers.zygotes``), else a fresh interpreter."""
     from dtfkit.engine.launchers.local import LocalLauncher
 
-    chosen = (
-        pool if remember else None
-    )  # what the caller passed: pool=False remembers "no pool" for the next kernel
-    if pool is None:
-        pool = pools.enabled_by_default()
-    links = link is not None or delay is not None
-    if links and (pool is True or isinstance(pool, pools.TaskPool)):
-        # fails here, before any pool starts
-        launcher = LocalLauncher(network, link, delay=delay, cold=pools.LINKS_COLD)
-        if remember:  # the next kernel of this notebook warms nothing
-            prewarm.first_cluster(0, None, "", "link=" if link is not None else "delay=")
-        return launcher
-    if pool is True:
-        pool = pools.default_pool()
-    if pool is False:
-        if chosen is False:
-            prewarm.first_cluster(0, None, "", "pool=False")
-        return LocalLauncher(network, link, delay=delay)
-    if isinstance(pool, pools.TaskPool):
-        return pools.PoolLauncher(pool, network, link, tasks=tasks, delay=delay)
-    raise DtfkitError(
-        f"pool must be True, False, None or a dtfkit.engine.launchers.pool.TaskPool, not {shown(pool)}"
-    )
+    return LocalLauncher(network, link, delay=delay)
 
 
 def _check_link_keys(links, delays, layout: ClusterLayout) -> None:

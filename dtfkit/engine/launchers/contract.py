@@ -14,11 +14,10 @@ decides *where and how* a task process runs, in the spirit of dask's
 - ``describe()`` says what it did, as facts (``LauncherDescription``): the network,
   how the tasks started, its own processes; the front ends turn them into words;
 - ``close()`` ends what it made. ``started()`` (optional) hears that the cluster's
-  start is over, for a launcher that holds something back meanwhile (the warm pool).
+  start is over.
 
-Launchers: ``dtfkit.engine.launchers.local.LocalLauncher`` (a fresh interpreter per task, its own
-process group, a private namespace or the host network), ``dtfkit.engine.launchers.pool.PoolLauncher``
-(adopts warm processes from a ``TaskPool``, else starts cold like the local one), and
+Launchers: ``dtfkit.engine.launchers.local.LocalLauncher`` (each task forked from the owner's task
+zygote, or a fresh interpreter; its own process group, a private namespace or the host network), and
 ``dtfkit.engine.launchers.fake.FakeLauncher`` (plain Python tasks without TensorFlow, for tests).
 A front end keeps a ``LauncherSpec`` (class and options) to build the same launcher again
 when a closed cluster starts anew.
@@ -71,8 +70,8 @@ class LauncherDescription:
     network: str = "pending"  # one of NETWORKS
     namespace: str = ""  # "namespace"/"links": the namespace's name ("net:[4026532598]")
     why: str = ""  # "fallback": why no namespace could be made
-    #: How the tasks started, for the launcher's front end to word: ``PoolStart`` for
-    #: local launchers that had a pool to choose from, ``RayStart`` for Ray, else None.
+    #: How the tasks started, for the launcher's front end to word: ``ForkStart`` for
+    #: local launchers, ``RayStart`` for Ray, else None.
     start: Any = None
     #: With emulated links: the plan ``{"default"|job|task: bits per second}`` (see
     #: ``dtfkit.engine.launchers.local.link_rate``); None without links.
@@ -98,19 +97,14 @@ class LauncherDescription:
 
 
 @dataclasses.dataclass(frozen=True)
-class PoolStart:
-    """How a local cluster's tasks started when a warm pool could serve them.
+class ForkStart:
+    """How a local cluster's tasks started: ``forked`` of the ``started`` task processes were
+    forked from the task zygote (TensorFlow imported once, ``dtfkit.engine.launchers.zygotes``),
+    the others are fresh interpreters; ``why``: why those were not forked ("" when all were)."""
 
-    ``cold``: why they all started cold (``""``: some were adopted); ``adopted``
-    warm processes came from pool ``pool``, ``waited`` of them finished importing
-    TensorFlow while the cluster started, ``lost`` never got warm and started cold.
-    """
-
-    cold: str = ""
-    pool: str = ""
-    adopted: int = 0
-    waited: int = 0
-    lost: int = 0
+    forked: int = 0
+    started: int = 0
+    why: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,11 +134,9 @@ class TaskHandle(ABC):
     #: An identity the state file keeps, to recognise this process later (after a crash
     #: of the owner, ``dtfkit cleanup``): at least ``{"pid": ..., "started": ...}``.
     identity: dict[str, Any]
-    #: A control connection that is already up (an adopted warm process), else None:
+    #: A control connection that is already up (a relay, as Ray's), else None:
     #: the task connects back to ``config.control`` and says ``Hello``.
     connection: Any = None
-    #: True for a process that was started ahead of need and adopted.
-    adopted: bool = False
     #: The host of the task's address (``host:port``) in the ClusterSpec; a restarted
     #: task gets the same host again.
     host: str = "localhost"

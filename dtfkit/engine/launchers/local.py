@@ -1,7 +1,9 @@
-"""Tasks as local processes: ``LocalLauncher``, one fresh interpreter per task.
+"""Tasks as local processes: ``LocalLauncher``, each task forked from the owner's task zygote.
 
-Each task is ``python -m dtfkit.engine.task.task_main`` in its own process group (so a
-kill ends whatever it started too), with its output on a pipe. With
+Each task is ``dtfkit.engine.task.task_main`` in its own process group (so a kill ends whatever
+it started too), with its output on a pipe: forked from the zygote, which imported TensorFlow
+once (``dtfkit.engine.launchers.zygotes``), or, where the zygote cannot serve, a fresh
+``python -m dtfkit.engine.task.task_main``. With
 ``network="auto"`` or ``"isolated"`` the tasks share a private user + network
 namespace held by an anchor process (``python -m dtfkit.engine.platform.netns``), so their
 TensorFlow servers, which listen on every interface without authentication, are
@@ -9,8 +11,7 @@ reachable from nowhere else. With ``link=`` every task gets a network namespace 
 an address (``10.77.x.y``) of its own instead, joined to the others through a bridge
 in the anchor's namespace by a rate-limited link (see ``dtfkit.engine.platform.netns``), and with
 ``delay=`` a relay in front of each task's server that holds every byte for the link's
-delay (see ``dtfkit.engine.task.relay``). The warm pool (``dtfkit.engine.launchers.pool``) starts its
-processes and anchors with the same helpers.
+delay (see ``dtfkit.engine.task.relay``).
 
 Example::
 
@@ -35,7 +36,7 @@ import threading
 import types
 
 from dtfkit.engine.launchers import zygotes
-from dtfkit.engine.launchers.contract import Launcher, LauncherDescription, PoolStart, TaskHandle
+from dtfkit.engine.launchers.contract import ForkStart, Launcher, LauncherDescription, TaskHandle
 from dtfkit.engine.platform import lifeline, netns, state
 from dtfkit.engine.wire import frames
 from dtfkit.engine.wire.lines import read_line
@@ -60,14 +61,10 @@ HOST_NETWORK_WARNING = (
 class LocalProcess(TaskHandle):
     """A task running as a child process of this one (the leader of its own process group)."""
 
-    def __init__(self, popen: subprocess.Popen, *, mark: str = "", connection=None, host: str = "localhost"):
+    def __init__(self, popen: subprocess.Popen, *, host: str = "localhost"):
         self.popen = popen
         self.host = host
         self.identity = state.process_identity(popen.pid)
-        if mark:  # its environment names the pool that started it, not the cluster
-            self.identity["mark"] = mark
-        self.connection = connection
-        self.adopted = connection is not None
 
     @property
     def pid(self) -> int:
@@ -429,14 +426,12 @@ class LocalLauncher(Launcher):
             a relay in front of every task's server holds what it receives and what it
             answers that long (``dtfkit.engine.task.relay``). Implies links (without a rate
             limit where ``link`` names none); only for tasks whose server dtfkit starts.
-        cold: why the tasks start cold although a warm pool was asked for (said in
-            ``describe().start``); ``""``: no pool was asked for.
         fork: fork each task from this process's zygote, which imported TensorFlow once
             (``dtfkit.engine.launchers.zygotes``); where it cannot, or with ``fork=False``, every
             task is a fresh interpreter.
     """
 
-    def __init__(self, network: str = "auto", link=None, *, delay=None, cold: str = "", fork: bool = True):
+    def __init__(self, network: str = "auto", link=None, *, delay=None, fork: bool = True):
         if network not in NETWORK_MODES:
             raise DtfkitError(f"network must be one of {', '.join(NETWORK_MODES)}, not {network!r}")
         self.network = network
@@ -445,9 +440,10 @@ class LocalLauncher(Launcher):
         self.delays = plan_delays(delay)
         if self.delays is not None and self.links is None:
             self.links = LinkPlan()  # a namespace and address per task, no rate limit
-        self.cold = cold
         self.fork = fork
-        self.forked = 0  # tasks forked from a zygote so far (the rest started as fresh interpreters)
+        self.forked = 0  # tasks forked from a zygote so far
+        self.spawned = 0  # tasks started as fresh interpreters so far
+        self.why_spawned = "" if fork else "fork=False"
         self._net = LauncherDescription(network="pending")  # network, namespace, why
         self._addresses: dict[str, str] = {}  # task name -> its link address (kept on restart)
         self._links_socket: str | None = None
@@ -476,8 +472,8 @@ class LocalLauncher(Launcher):
             pids=types.MappingProxyType({"netns": anchor.pid} if anchor is not None else {}),
         )
 
-    def _start_facts(self) -> PoolStart | None:
-        return PoolStart(cold=self.cold) if self.cold else None
+    def _start_facts(self) -> ForkStart:
+        return ForkStart(forked=self.forked, started=self.forked + self.spawned, why=self.why_spawned)
 
     def host_of(self, task: str) -> str:
         """The host of ``task``'s address: its own link address with ``link=``, else localhost."""
@@ -578,12 +574,16 @@ class LocalLauncher(Launcher):
         config = dataclasses.replace(config, launch={**config.launch, **launch})
         env = _with_lifeline(config.env)
         if self.fork and config.tensorflow:
-            forked = zygotes.fork_task({**env, CONFIG_ENV: config.to_json()}, config.cwd, launch.get("netns_ready_fd"))
+            forked, why = zygotes.fork_task(
+                {**env, CONFIG_ENV: config.to_json()}, config.cwd, launch.get("netns_ready_fd")
+            )
             if forked is not None:
                 forked.host = host
                 self.forked += 1
                 return forked
+            self.why_spawned = why
         popen = spawn_task(config, env, config.cwd, pass_fds=pass_fds)
+        self.spawned += 1
         return LocalProcess(popen, host=host)
 
     def close(self) -> None:

@@ -18,7 +18,8 @@ Where the zygote cannot serve, the task starts as a fresh interpreter and the la
 once (``fallback_note()``): ``DTFKIT_ZYGOTE=0``; a zygote that failed to start or that refuses to
 fork (a thread it cannot name, see ``known_threads``); a request too large for one packet.
 
-Lifetime: one per owner, started by ``import dtfkit`` in a notebook kernel (``prestart``) or at the
+Lifetime: one per owner, started by ``import dtfkit`` in a notebook kernel (``prestart_default``;
+``DTFKIT_ZYGOTE=lazy``: not there, for kernels that start no cluster, such as a grader's) or at the
 first cluster; it ends with its owner: ``close()``, the owner's exit (``atexit``), or the owner's
 death by SIGKILL (the zygote reads EOF on its socket, and ``PR_SET_PDEATHSIG``, asked for from the
 spawner thread that lives as long as the owner). It has a state folder and file like a cluster, so
@@ -51,7 +52,8 @@ from dtfkit.engine.wire import forks
 from dtfkit.engine.wire.lines import read_line
 from dtfkit.engine.wire.protocol import CONFIG_ENV
 
-ZYGOTE_ENV = "DTFKIT_ZYGOTE"  # "0" (or off, false, no): every task a fresh interpreter
+ZYGOTE_ENV = "DTFKIT_ZYGOTE"  # "0" (or off, false, no): every task a fresh interpreter;
+# "lazy": the zygote starts at the first cluster, not at `import dtfkit` in a kernel
 READY_TIMEOUT_S = 180.0  # importing TensorFlow on a loaded 2-core machine
 FORK_TIMEOUT_S = 30.0
 MAX_ZYGOTES = 3  # at most this many import-time environments at once (each ~0.3 GB)
@@ -315,7 +317,9 @@ class Zygote:
             request = self._next_id
             self._pending[request] = pending
         try:
-            forks.send(self.sock, {"op": "fork", "id": request, "env": dict(env), "cwd": cwd, "fds": names}, fds)
+            forks.send(
+                self.sock, {"op": "fork", "id": request, "env": dict(env), "cwd": cwd, "fds": names}, fds
+            )
         except (OSError, ValueError) as exc:
             with self._lock:
                 self._pending.pop(request, None)
@@ -425,15 +429,27 @@ def prestart(env: Mapping[str, str]) -> None:
     threading.Thread(target=start, name="dtfkit-zygote-start", daemon=True).start()
 
 
-def fork_task(env: Mapping[str, str], cwd: str | None, ready_fd: int | None = None) -> ForkedProcess | None:
-    """Fork a task from the zygote for ``env``; None (and why, said once) where it cannot."""
+def prestart_default() -> None:
+    """Start, in the background, the zygote a cluster with default settings forks from
+    (not with ``DTFKIT_ZYGOTE=lazy``, nor ``0``)."""
+    if not enabled() or os.environ.get(ZYGOTE_ENV, "").strip().lower() == "lazy":
+        return
+    from dtfkit.engine.platform.taskenv import task_environment
+
+    prestart(task_environment("zygote", os.path.join(state.base_dir(), "zygote")))
+
+
+def fork_task(
+    env: Mapping[str, str], cwd: str | None, ready_fd: int | None = None
+) -> tuple[ForkedProcess | None, str]:
+    """Fork a task from the zygote for ``env``: ``(handle, "")``, or ``(None, why not)`` (said once)."""
     if not enabled():
-        return None
+        return None, f"{ZYGOTE_ENV}={os.environ.get(ZYGOTE_ENV)}"
     try:
-        return zygote_for(env).fork(env, cwd, ready_fd)
+        return zygote_for(env).fork(env, cwd, ready_fd), ""
     except ZygoteUnavailable as exc:
         say_once(str(exc))
-        return None
+        return None, str(exc)
 
 
 def say_once(why: str) -> None:

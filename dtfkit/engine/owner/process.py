@@ -42,14 +42,13 @@ class TaskView:
     exit_code: int | None
     ready: bool
     killed: bool
-    adopted: bool  # a warm pool process
     busy_with: int | None  # the id of the call it runs
     calls: int  # calls sent to this process
     script_code: int | None  # a lingering launched script's exit code
     output_closed: bool  # every line it printed is in the log book
     # Where its cold start went: ("spawn", wall s, CPU s), ("dtfkit imports", ...), ..., ("owner saw ready",
     # ...), each the wall-clock seconds since the step before and the task's CPU seconds in it ("spawn": the
-    # interpreter's start); empty for a warm (adopted) process or before Ready.
+    # interpreter's start, or the fork); empty before Ready.
     start_phases: tuple[tuple[str, float, float], ...] = ()
 
     @property
@@ -141,7 +140,6 @@ class TaskProcess:
             exit_code=code,
             ready=self.ready,
             killed=self.killed,
-            adopted=self.handle.adopted,
             busy_with=self.busy_with,
             calls=self.calls,
             script_code=self.script_code,
@@ -150,7 +148,7 @@ class TaskProcess:
         )
 
     def _start_phases(self) -> tuple[tuple[str, float, float], ...]:
-        if self.handle.adopted or self.spawned_at is None or not self.ready_phases:
+        if self.spawned_at is None or not self.ready_phases:
             return ()
         steps, before, cpu_before = [], self.spawned_at, 0.0
         for name, at, cpu in self.ready_phases:

@@ -1,24 +1,20 @@
-"""Notebook facts, decided in one place: are we in a kernel, which cell runs, is the pool on.
+"""Notebook facts, decided in one place: are we in a kernel, which cell runs.
 
 The bottom of dtfkit: standard library only, no dtfkit import, so every layer may ask it
-(the engine's pool and sources, ``dtfkit.progress``, ``dtfkit.cluster``, ``dtfkit.lab``).
+(the engine's sources, the task zygote's start, ``dtfkit.progress``, ``dtfkit.cluster``, ``dtfkit.lab``).
 It never imports IPython: importing it only to learn that we are not in a kernel costs
 seconds, and a kernel has imported it long before any of these questions is asked.
 
 - ``in_kernel()``: a Jupyter/IPython kernel runs this process (a terminal IPython does not);
 - ``in_task()``: this process is a dtfkit task (``DTFKIT_TASK`` is set);
 - ``cell_key()``: the id of the notebook cell running now (``"cell:<id>"``);
-- ``cell_name(filename)``: how IPython names a cell's file in a traceback (``"Cell In[5]"``);
-- ``pool_flag()`` / ``pool_on_by_default()``: ``DTFKIT_POOL`` (``0``/``1``, unset), and
-  whether ``LocalCluster(pool=None)`` uses the warm pool: the flag if set, else ``in_kernel()``.
+- ``cell_name(filename)``: how IPython names a cell's file in a traceback (``"Cell In[5]"``).
 
-Example (in a script, with ``DTFKIT_POOL`` unset)::
+Example (in a script)::
 
     >>> from dtfkit.engine.platform import notebook
-    >>> notebook.in_kernel(), notebook.cell_key(), notebook.pool_flag()   # doctest: +SKIP
-    (False, None, None)
-    >>> notebook.pool_on_by_default()                                     # doctest: +SKIP
-    False
+    >>> notebook.in_kernel(), notebook.in_task(), notebook.cell_key()   # doctest: +SKIP
+    (False, False, None)
 """
 
 from __future__ import annotations
@@ -27,12 +23,9 @@ import os
 import sys
 from typing import Any
 
-POOL_ENV = "DTFKIT_POOL"
 TASK_ENV = (
     "DTFKIT_TASK"  # the task config a launcher gives each task (dtfkit.engine.wire.protocol.CONFIG_ENV)
 )
-POOL_OFF = ("0", "false", "no", "off")
-POOL_ON = ("1", "true", "yes", "on")
 
 
 def shell() -> Any | None:
@@ -108,33 +101,3 @@ def cell_name(filename: str) -> str | None:
     formatted = getattr(compiler, "format_code_name", None)
     label = formatted(filename) if formatted is not None else None
     return f"{label[0]} {label[1]}" if label else None
-
-
-def pool_flag() -> bool | None:
-    """``DTFKIT_POOL`` read as on (``1``/``true``/``yes``/``on``) or off (``0``/``false``/``no``/``off``);
-    None when it is unset or says neither.
-
-    Example::
-
-        >>> os.environ["DTFKIT_POOL"] = "0"; pool_flag()                   # doctest: +SKIP
-        False
-    """
-    value = os.environ.get(POOL_ENV, "").strip().lower()
-    if value in POOL_OFF:
-        return False
-    if value in POOL_ON:
-        return True
-    return None
-
-
-def pool_on_by_default() -> bool:
-    """Whether ``LocalCluster(pool=None)`` uses the warm pool: ``DTFKIT_POOL`` if set, else
-    whether we run in a kernel.
-
-    Example (in a script, ``DTFKIT_POOL`` unset)::
-
-        >>> pool_on_by_default()                                           # doctest: +SKIP
-        False
-    """
-    flag = pool_flag()
-    return in_kernel() if flag is None else flag

@@ -43,8 +43,7 @@ class Channel:
     """The task's end of the control connection to its owner."""
 
     def __init__(self, conn):
-        # Connected and greeted already: before joining the namespace (a cold task,
-        # connect()) or after importing TensorFlow (a pool process).
+        # Connected and greeted already (connect()), before joining the namespace.
         self.inbox: queue.Queue = queue.Queue()
         self.send_lock = threading.Lock()
         self.current_call: int | None = None
@@ -332,48 +331,6 @@ def _start_cold(cfg: TaskConfig, conn):
     return channel, reserved, tf
 
 
-def _wait_for_adoption(cfg: TaskConfig):
-    """A pool process: import TensorFlow and reserve a port first, then connect to the
-    pool and wait until a cluster adopts this process as one of its tasks.
-
-    The pool reads nothing more from the connection after the "warm" message; the
-    adopting cluster takes the connection over and sends "adopt" with the task's
-    name, mode, working directory and extra environment.
-    """
-    try:
-        tf = _import_tensorflow()
-        reserved = _reserve_port(0)
-    except BaseException:  # noqa: BLE001 - the pool sees the exit and does not count us
-        sys.stderr.write(sources.format_exc())
-        os._exit(3)
-    from multiprocessing.connection import Client
-
-    conn = Client(cfg.control, authkey=bytes.fromhex(cfg.authkey))
-    conn.send(protocol.Warm(os.getpid(), reserved.getsockname()[1]))
-    # The connection is our lifeline from here on: EOF means the pool or the owner ended.
-    channel = Channel(conn)
-    signal.signal(signal.SIGINT, channel.on_sigint)
-    cfg = channel.wait_for(protocol.Adopt).config
-    for key, value in cfg.launch.get("env", {}).items():
-        # os.environ also calls putenv: TensorFlow's C++ side reads these.
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    if cfg.cwd:
-        os.chdir(cfg.cwd)
-        sys.path.insert(0, cfg.cwd)
-    from dtfkit import taskapi
-
-    taskapi.STATE.send = lambda event: channel.send(protocol.Metric(event))
-    if cfg.mode == "client":
-        reserved.close()
-        reserved = None
-    else:
-        channel.send(protocol.Port(reserved.getsockname()[1]))
-    return cfg, channel, reserved, tf
-
-
 def _whole_lines_out() -> None:
     """Write every line of stdout and stderr in one piece.
 
@@ -390,7 +347,7 @@ def main() -> None:
     _whole_lines_out()
     cfg = TaskConfig.from_json(os.environ[protocol.CONFIG_ENV])
     lifeline.die_with_parent()
-    dumps.arm(cfg.stacks_file)  # a warm task learns its file at adoption
+    dumps.arm(cfg.stacks_file)
     sources.install_excepthooks()  # uncaught exceptions (a thread's too) print without the machine's paths
     frames.shorten_tensorflow_call_locations()  # and TensorFlow's deprecation warnings name no machine's file
     signal.signal(signal.SIGINT, signal.default_int_handler)  # until the channel is up
@@ -403,7 +360,7 @@ def main() -> None:
         # this task again elsewhere.
         if not netns.wait_ready(ready_fd):
             os._exit(netns.NO_NAMESPACE_EXIT)
-    conn = connect(cfg) if cfg.mode != "warm" else None
+    conn = connect(cfg)
     _phase("connected")
     if netns_pid:
         from dtfkit.engine.platform import netns
@@ -414,11 +371,7 @@ def main() -> None:
             netns.enter_own(netns_pid)
         else:
             netns.enter(netns_pid)
-    if cfg.mode == "warm":
-        cfg, channel, reserved, tf = _wait_for_adoption(cfg)  # now the task it was adopted as
-        dumps.arm(cfg.stacks_file)
-    else:
-        channel, reserved, tf = _start_cold(cfg, conn)
+    channel, reserved, tf = _start_cold(cfg, conn)
     job, index = cfg.job, cfg.index
     mode = cfg.mode  # "serve", "noserve", "script" or "client"
 

@@ -146,7 +146,7 @@ class Zygote:
         names = message.get("fds") or []
         if len(names) != len(fds) or "output" not in names:
             raise ValueError(f"expected descriptors {names}, got {len(fds)}")
-        given = dict(zip(names, fds))
+        given = dict(zip(names, fds, strict=True))
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -308,12 +308,16 @@ def main() -> None:
     import warnings
 
     # Python 3.12 warns about fork() in a process with threads; these are checked (known_threads).
-    warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks", category=DeprecationWarning)
+    warnings.filterwarnings(
+        "ignore", message=r".*fork\(\) may lead to deadlocks", category=DeprecationWarning
+    )
     try:
         _import_tensorflow()
         import cloudpickle  # noqa: F401 - every call's payload needs it
     except BaseException as exc:  # noqa: BLE001 - the owner hears why and starts tasks cold
-        forks.send(sock, {"op": "ready", "pid": os.getpid(), "threads": [], "refuse": f"import failed: {exc}"}, [])
+        forks.send(
+            sock, {"op": "ready", "pid": os.getpid(), "threads": [], "refuse": f"import failed: {exc}"}, []
+        )
         raise
     threads, refuse = known_threads()
     Zygote(sock).serve(refuse, threads)

@@ -5,9 +5,9 @@ Three channels carry it:
 - **The task config** (``TaskConfig``), JSON in the ``DTFKIT_TASK`` environment
   variable of a task process: who it is and how to reach its owner.
 - **Messages** on the control connection (a ``multiprocessing`` connection with an
-  authkey): each one a named tuple below. The task sends ``Hello`` (or ``Warm``, a pool
-  process) first, then ``Port``, ``Ready``, replies to calls and metric rows; the owner
-  sends ``Spec``, ``Call``, ``Interrupt``, ``DumpStacks``, ``Adopt`` and ``Exit``.
+  authkey): each one a named tuple below. The task sends ``Hello``
+  first, then ``Port``, ``Ready``, replies to calls and metric rows; the owner
+  sends ``Spec``, ``Call``, ``Interrupt``, ``DumpStacks`` and ``Exit``.
 - **Done marks** in the task's output stream: a task writes ``OUTPUT_DONE_MARK<call id>``
   after a call's output and before its reply, so the owner accepts a reply only once
   every line the function printed is in (and shown by the cell that made the call).
@@ -32,8 +32,8 @@ from typing import Any, NamedTuple
 CONFIG_ENV = "DTFKIT_TASK"
 # serve: start a tf.distribute.Server; noserve: TensorFlow imported and TF_CONFIG set,
 # no server (strategies that start their own); script: run a launched script;
-# client: no server, no port (a separate client); warm: a pool process waiting to be adopted.
-TASK_MODES = ("serve", "noserve", "script", "client", "warm")
+# client: no server, no port (a separate client).
+TASK_MODES = ("serve", "noserve", "script", "client")
 
 
 @dataclass(frozen=True)
@@ -96,13 +96,6 @@ class Hello(NamedTuple):
     task: str
     gen: int
     pid: int
-
-
-class Warm(NamedTuple):
-    """First message of a pool process: TensorFlow imported, ``port`` reserved."""
-
-    pid: int
-    port: int
 
 
 class Port(NamedTuple):
@@ -169,10 +162,6 @@ class Interrupt(NamedTuple):
 
 class DumpStacks(NamedTuple):
     call_id: int
-
-
-class Adopt(NamedTuple):
-    config: TaskConfig  # the task this pool process becomes
 
 
 class Exit(NamedTuple):
