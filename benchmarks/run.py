@@ -247,7 +247,7 @@ def ready_dtfkit(
     from dtfkit.engine.launchers import zygotes
 
     start = time.monotonic()
-    cluster = dtfkit.LocalCluster(ps=1, workers=workers, progress=False, name=None)
+    cluster = dtfkit.LocalCluster(ps=1, workers=workers, progress=False, name=None, max_tasks=workers + 1)
     elapsed = time.monotonic() - start
     if not cluster.start_note.startswith(f"forked {workers + 1} of {workers + 1} "):
         cluster.close()

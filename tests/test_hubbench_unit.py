@@ -6,6 +6,7 @@ The real hub, real users and real students are in ``test_hub_class.py`` (full ru
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from conftest import REPO
@@ -198,3 +199,21 @@ def test_the_plot_reads_the_table_the_bench_writes(tmp_path):
     (tmp_path / "empty.md").write_text("no table here\n")
     with pytest.raises(ValueError, match="no classroom-bench table"):
         read_table(tmp_path / "empty.md")
+
+
+def test_the_bench_runs_its_tools_from_its_own_environment(tmp_path, monkeypatch):
+    """`sudo /venv/bin/python -m dtfkit classroom-bench` with the venv not activated: nbgrader's
+    alembic is found beside the interpreter; where it is nowhere, preflight says what to install."""
+    from dtfkit.hubbench import hub
+
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    monkeypatch.setattr(hub.sys, "executable", str(venv_bin / "python"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert hub.tool_path().split(os.pathsep) == [str(venv_bin), "/usr/bin", "/bin"]
+    (missing,) = hub.missing_tools()
+    assert "alembic" in missing and f"{venv_bin / 'python'} -m pip install alembic" in missing
+    alembic = venv_bin / "alembic"
+    alembic.write_text("#!/bin/sh\n")
+    alembic.chmod(0o755)
+    assert hub.missing_tools() == []

@@ -469,12 +469,13 @@ def preflight() -> list[str]:
     ok, why = available()
     if not ok:
         problems.append(f"no per-student memory caps: {why}")
-    from dtfkit.hubbench.hub import proxy_command
+    from dtfkit.hubbench.hub import missing_tools, proxy_command
 
     try:
         proxy_command()
     except RuntimeError as err:
         problems.append(str(err))
+    problems += missing_tools()
     for module in ("jupyterhub", "nbgrader"):
         try:
             __import__(module)

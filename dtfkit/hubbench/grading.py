@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dtfkit.hubbench.hub import tool_path
 from dtfkit.hubbench.workload import ASSIGNMENT
 
 
@@ -70,7 +71,7 @@ class Course:
     def nbgrader(self, *args: str) -> subprocess.CompletedProcess:
         """``nbgrader ARGS`` as the grader, in the course folder, bounded by the course's timeout."""
         env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PATH": tool_path(),  # nbgrader runs alembic, a command of this interpreter's environment
             "HOME": self.home,
             "USER": self.grader,
             "LANG": os.environ.get("LANG", "C.UTF-8"),

@@ -32,6 +32,34 @@ from dtfkit.engine.platform.ports import free_ports
 CONFIG = Path(__file__).with_name("jupyterhub_config.py")
 
 
+def tool_path() -> str:
+    """``PATH`` with this interpreter's own ``bin`` folder first.
+
+    The bench's tools (``jupyterhub``'s database migrations, nbgrader's ``alembic``) are commands of the
+    environment the bench runs in; ``sudo /path/to/venv/bin/python -m dtfkit classroom-bench`` runs it with
+    that environment not activated, so they are not on the caller's ``PATH``.
+
+    Example::
+
+        >>> tool_path().split(os.pathsep)[0] == os.path.dirname(sys.executable)
+        True
+    """
+    own = os.path.dirname(sys.executable)
+    rest = [p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep) if p and p != own]
+    return os.pathsep.join([own, *rest])
+
+
+def missing_tools() -> list[str]:
+    """Commands the bench runs that this interpreter's environment (or ``PATH``) lacks, each with how to get it."""
+    problems = []
+    if shutil.which("alembic", path=tool_path()) is None:
+        problems.append(
+            f"nbgrader needs the 'alembic' command, and neither {os.path.dirname(sys.executable)} nor PATH has it: "
+            f"{sys.executable} -m pip install alembic (nbgrader's own dependency: reinstall 'dtfkit[hub]')"
+        )
+    return problems
+
+
 def proxy_command() -> str:
     """The configurable-http-proxy executable, or a RuntimeError that says how to install it."""
     found = os.environ.get("DTFKIT_HUB_PROXY") or shutil.which("configurable-http-proxy")
@@ -111,6 +139,7 @@ class Hub:
             "DTFKIT_HUB_ZYGOTE": "1" if zygote else "0",
             # the students' servers import dtfkit from this checkout, as the hub does
             "DTFKIT_HUB_PYTHONPATH": repo,
+            "PATH": tool_path(),
             **(extra_env or {}),
         }
         self.process: subprocess.Popen | None = None
