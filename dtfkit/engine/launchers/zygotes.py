@@ -75,9 +75,12 @@ IMPORT_TIME_ENV = frozenset(
         "TF_NUM_INTRAOP_THREADS",
         "LD_LIBRARY_PATH",
         "LD_PRELOAD",
+        "XLA_FLAGS",
+        "TF_XLA_FLAGS",
+        "LANG",  # Python sets its streams' encoding at start
     }
 )
-_IMPORT_TIME_PREFIXES = ("PYTHON", "OPENBLAS_", "MKL_", "MALLOC_")
+_IMPORT_TIME_PREFIXES = ("PYTHON", "OPENBLAS_", "MKL_", "MALLOC_", "KMP_", "GOMP_", "LC_")
 _PER_PROCESS = frozenset({"PYTHONPATH", "PYTHONUNBUFFERED"})
 
 
@@ -110,14 +113,16 @@ class ZygoteUnavailable(Exception):
 class ForkedProcess(TaskHandle):
     """A task forked by a zygote: the leader of its own process group, the zygote's child."""
 
-    def __init__(self, zygote: Zygote, pid: int, output):
+    def __init__(self, zygote: Zygote, pid: int, output, cluster_id: str = ""):
         self.zygote = zygote
         self._pid = pid
         self.output = output
         self.host = "localhost"
-        # /proc/PID/environ still shows the zygote's environment (set at its exec), which names
-        # the zygote: cleanup recognises the child by that mark.
-        self.identity = {**state.process_identity(pid), "mark": zygote.id}
+        self.identity = state.process_identity(pid)
+        if len(cluster_id) != len(zygote.id):
+            # The child could not write its cluster's id over the zygote's in /proc/PID/environ
+            # (see dtfkit.engine.task.zygote): cleanup recognises it by the zygote's mark there.
+            self.identity["mark"] = zygote.id
         self._code: int | None = None
         self._ended = threading.Event()
 
@@ -138,7 +143,7 @@ class ForkedProcess(TaskHandle):
 
     def kill(self) -> None:
         if self._code is None:  # reaped by the zygote only after the exit is reported: the pid is still ours
-            _signal_group(self._pid, signal.SIGKILL)
+            _kill_child(self._pid)
         self.wait(10.0)
 
     def read_line(self) -> bytes:
@@ -194,6 +199,7 @@ class Zygote:
         self._unadopted: set[int] = set()  # forked, not yet handed to its requester
         self._early_exits: dict[int, int] = {}  # exits of those
         self._next_id = 0
+        self.leases = 0  # callers between zygote_for() and the end of their fork (under the module's _LOCK)
         self.started_at = time.monotonic()
         self.ready_after: float | None = None
         own, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -248,7 +254,7 @@ class Zygote:
                     pending.answer = message
                     pending.done.set()
                 elif op == "forked":  # its requester gave up waiting: nobody will own it
-                    _signal_group(message["pid"], signal.SIGKILL)
+                    _kill_child(message["pid"])
             elif op == "exit":
                 pid, code = message["pid"], int(message["code"])
                 with self._lock:
@@ -268,10 +274,10 @@ class Zygote:
             children, self._children = list(self._children.values()), {}
             pending, self._pending = list(self._pending.values()), {}
             for pid in self._unadopted:
-                _signal_group(pid, signal.SIGKILL)
+                _kill_child(pid)
                 self._early_exits[pid] = -signal.SIGKILL
         for child in children:
-            _signal_group(child.pid, signal.SIGKILL)
+            _kill_child(child.pid)
             child.exited(-signal.SIGKILL)
         for p in pending:
             p.done.set()
@@ -328,19 +334,31 @@ class Zygote:
         finally:
             os.close(write_end)  # the zygote has its copy, and the child will have it
         output = os.fdopen(read_end, "rb")
-        if not pending.done.wait(FORK_TIMEOUT_S) or pending.answer is None:
-            output.close()
+        if not pending.done.wait(FORK_TIMEOUT_S):
             with self._lock:
-                self._pending.pop(request, None)
-            raise ZygoteUnavailable(f"the zygote did not answer a fork request within {FORK_TIMEOUT_S:g} s")
+                gave_up = self._pending.pop(request, None) is not None
+            if not gave_up:  # the reader took the answer as the wait ended: it is on its way
+                pending.done.wait(FORK_TIMEOUT_S)
         answer = pending.answer
+        if answer is None:
+            output.close()
+            raise ZygoteUnavailable(f"the zygote did not answer a fork request within {FORK_TIMEOUT_S:g} s")
         if answer["op"] == "failed":
             output.close()
             raise ZygoteUnavailable(f"the zygote could not fork: {answer.get('why')}")
-        return self._adopt(answer["pid"], output)
+        return self._adopt(answer["pid"], output, env.get(state.CLUSTER_ENV, ""))
 
-    def _adopt(self, pid: int, output) -> ForkedProcess:
-        child = ForkedProcess(self, pid, output)
+    @property
+    def busy(self) -> bool:
+        """Forking, importing, or with children: not to be ended to make room for another."""
+        with self._lock:
+            return (
+                bool(self._children or self._pending or self._unadopted or self.leases)
+                or not self._ready.is_set()
+            )
+
+    def _adopt(self, pid: int, output, cluster_id: str) -> ForkedProcess:
+        child = ForkedProcess(self, pid, output, cluster_id)
         with self._lock:
             self._unadopted.discard(pid)
             early = self._early_exits.pop(pid, None)
@@ -356,6 +374,10 @@ class Zygote:
             if self.closed:
                 return
             self.closed = True
+        if not self._ready.is_set():
+            _signal_group(
+                self.popen.pid, signal.SIGKILL
+            )  # still importing: it reads no EOF, and forked nothing
         try:
             self.sock.shutdown(socket.SHUT_RDWR)  # EOF: the zygote ends its children, then itself
         except OSError:
@@ -389,31 +411,72 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+def _kill_child(pid: int) -> None:
+    """SIGKILL a forked task's process group, and the task itself: until its ``setsid()`` it has no
+    group of its own (the zygote reaps it, so the pid is not reused before its exit is reported)."""
+    _signal_group(pid, signal.SIGKILL)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 _LOCK = threading.Lock()
 _ZYGOTES: dict[tuple[tuple[str, str], ...], Zygote] = {}
+_FAILED: dict[tuple[tuple[str, str], ...], str] = {}  # why the zygote for these variables cannot serve
 _SAID: set[str] = set()  # fallback reasons already said
+_OWNER = os.getpid()
+
+
+def _forget_in_child() -> None:
+    # A process forked from the owner (multiprocessing, say) does not own the owner's zygotes:
+    # its exit must not end them (close_all at exit), nor may it ask them for tasks.
+    global _OWNER
+    _OWNER = os.getpid()
+    _ZYGOTES.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def zygote_for(env: Mapping[str, str]) -> Zygote:
     """This process's zygote for ``env``'s import-time variables, started if there is none yet.
 
-    At most ``MAX_ZYGOTES`` live at once: the one unused longest that forks nothing now makes
-    room; ``ZygoteUnavailable`` when all are busy."""
+    At most ``MAX_ZYGOTES`` live at once: the one unused longest that is not busy makes room;
+    ``ZygoteUnavailable`` when all are busy, or when the zygote for these variables failed or
+    refused to fork before (said once; it is not started again)."""
     key = import_key(env)
-    with _LOCK:
-        zygote = _ZYGOTES.get(key)
-        if zygote is not None and zygote.alive:
-            _ZYGOTES[key] = _ZYGOTES.pop(key)  # most recently used last
+    ended: list[Zygote] = []
+    try:
+        with _LOCK:
+            if key in _FAILED:
+                raise ZygoteUnavailable(_FAILED[key])
+            zygote = _ZYGOTES.get(key)
+            if zygote is not None and zygote.alive:
+                _ZYGOTES[key] = _ZYGOTES.pop(key)  # most recently used last
+                return zygote
+            if zygote is not None:
+                ended.append(_ZYGOTES.pop(key))
+            while len(_ZYGOTES) >= MAX_ZYGOTES:
+                idle = [k for k, z in _ZYGOTES.items() if not z.busy]
+                if not idle:
+                    raise ZygoteUnavailable(f"{MAX_ZYGOTES} zygotes for other environments are busy")
+                ended.append(_ZYGOTES.pop(idle[0]))
+            zygote = Zygote(env)
+            _ZYGOTES[key] = zygote
             return zygote
-        _ZYGOTES.pop(key, None)
-        while len(_ZYGOTES) >= MAX_ZYGOTES:
-            idle = [k for k, z in _ZYGOTES.items() if not z._children]
-            if not idle:
-                raise ZygoteUnavailable(f"{MAX_ZYGOTES} zygotes for other environments are busy")
-            _ZYGOTES.pop(idle[0]).close()
-        zygote = Zygote(env)
-        _ZYGOTES[key] = zygote
-        return zygote
+    finally:
+        for old in ended:  # outside the lock: ending one may take seconds
+            old.close()
+
+
+def _give_up_on(zygote: Zygote, why: str) -> None:
+    """Remember that the zygote for these variables cannot serve, and end it (it holds ~0.3 GB)."""
+    with _LOCK:
+        _FAILED[zygote.key] = why
+        if _ZYGOTES.get(zygote.key) is zygote:
+            del _ZYGOTES[zygote.key]
+    zygote.close()
 
 
 def prestart(env: Mapping[str, str]) -> None:
@@ -445,9 +508,19 @@ def fork_task(
     """Fork a task from the zygote for ``env``: ``(handle, "")``, or ``(None, why not)`` (said once)."""
     if not enabled():
         return None, f"{ZYGOTE_ENV}={os.environ.get(ZYGOTE_ENV)}"
+    zygote = None
     try:
-        return zygote_for(env).fork(env, cwd, ready_fd), ""
+        zygote = zygote_for(env)
+        with _LOCK:
+            zygote.leases += 1
+        try:
+            return zygote.fork(env, cwd, ready_fd), ""
+        finally:
+            with _LOCK:
+                zygote.leases -= 1
     except ZygoteUnavailable as exc:
+        if zygote is not None and zygote.refused:  # it will never fork: no zygote for these variables
+            _give_up_on(zygote, zygote.refused)
         say_once(str(exc))
         return None, str(exc)
 
@@ -478,6 +551,8 @@ def live() -> list[Zygote]:
 @atexit.register
 def close_all() -> None:
     """End every zygote of this process (and what they forked)."""
+    if os.getpid() != _OWNER:
+        return
     with _LOCK:
         zygotes = list(_ZYGOTES.values())
         _ZYGOTES.clear()

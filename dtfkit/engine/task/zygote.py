@@ -48,6 +48,10 @@ def _thread_name(tid: int) -> str:
 
 
 _BEFORE = _thread_ids()  # the interpreter's own: the main thread
+# The path every child starts from: the zygote's, less what its own start put first (`-m`'s working
+# folder, its PYTHONPATH); each child puts its own folder and PYTHONPATH there instead.
+_OWN_FIRST = [sys.path[0], *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+_BASE_PATH = [p for p in sys.path if p not in _OWN_FIRST and p != ""]
 
 import numpy  # noqa: F401 - first, alone: the threads it starts are OpenBLAS's
 
@@ -155,8 +159,18 @@ class Zygote:
         code = 70
         try:
             code = _become_task(message, given, keep=set(fds), zygote=self)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
+        except SystemExit as exc:  # as a fresh interpreter ends on it
+            if exc.code is None:
+                code = 0
+            elif isinstance(exc.code, int):
+                code = exc.code
+            else:
+                print(exc.code, file=sys.stderr)
+                code = 1
+        except KeyboardInterrupt:  # a fresh interpreter ends by SIGINT itself: -2 to its parent
+            sys.stderr.flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
         except BaseException:  # noqa: BLE001 - a child never returns into the zygote's loop
             import traceback
 
@@ -187,18 +201,31 @@ class Zygote:
             self.children.discard(pid)
             self._answer({"op": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
 
-    def _end_children(self) -> None:
+    def _end_children(self, bound: float = 5.0) -> None:
+        """SIGKILL every child and its group, and reap them, within ``bound`` seconds."""
         for pid in list(self.children):
+            kill_child(pid)
+        deadline = time.monotonic() + bound
+        while self.children:
+            self._reap_quietly()
+            left = deadline - time.monotonic()
+            if not self.children or left <= 0:
+                return
             try:
-                os.killpg(pid, signal.SIGKILL)  # each child leads its own process group
-            except (ProcessLookupError, PermissionError):
+                select.select([self.wake_r], [], [], left)  # SIGCHLD wakes it
+            except InterruptedError:
                 pass
-        deadline = time.monotonic() + 5.0
-        while self.children and time.monotonic() < deadline:
+            self._drain_wakeups()
+
+    def _reap_quietly(self) -> None:
+        while True:
             try:
-                pid, _ = os.waitpid(-1, 0)
+                pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                break
+                self.children.clear()
+                return
+            if pid == 0:
+                return
             self.children.discard(pid)
 
     def close_in_child(self) -> None:
@@ -246,8 +273,11 @@ def _become_task(message: dict, given: dict[str, int], keep: set[int], zygote: Z
     os.chdir(cwd)
     # What a fresh `python -m` would have on its path: the working folder, then PYTHONPATH.
     paths = [cwd, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
-    sys.path[:] = paths + [p for p in sys.path if p not in paths and p != ""]
+    sys.path[:] = paths + [p for p in _BASE_PATH if p not in paths]
     sys.argv = [task_main.__file__]
+    import tempfile
+
+    tempfile.tempdir = None  # found again from the task's TMPDIR
 
     # The zygote's random state would be every child's: reseed what its imports seeded.
     # (Python's `random` reseeds itself after a fork.)
@@ -296,6 +326,15 @@ def _show_cluster_mark(cluster_id: str) -> None:
     ctypes.memmove(start + value_at, new, len(new))
 
 
+def kill_child(pid: int) -> None:
+    """SIGKILL a child's process group, and the child itself: before its ``setsid()`` it has no group."""
+    for kill, target in ((os.killpg, pid), (os.kill, pid)):
+        try:
+            kill(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _close(fd: int) -> None:
     try:
         os.close(fd)
@@ -304,6 +343,9 @@ def _close(fd: int) -> None:
 
 
 def main() -> None:
+    from dtfkit.engine.platform import lifeline
+
+    lifeline.die_with_parent()  # even while it imports: SIGKILL when the owner's spawner thread ends
     sock = socket.socket(fileno=int(os.environ.pop(forks.SOCKET_FD_ENV)))
     import warnings
 
