@@ -2,7 +2,10 @@
 
 Each task runs ``script.py --ps_hosts=... --worker_hosts=... --job_name=... --task_index=...``
 (plus ``TF_CONFIG`` and any extra arguments). ps tasks, which ``join()`` forever,
-are ended when every worker is done.
+are ended when every worker is done; and when the chief (or worker 0 without one) exits 0
+while every other task only ``join()``s its server (a TF2 ``ParameterServerStrategy`` job,
+whose coordinator is the chief), they are ended too and the launch succeeds, as the TFJob that
+``dtfkit export`` writes for the same script ends with its chief.
 
 Example::
 
@@ -14,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import types
@@ -159,6 +163,7 @@ def _supervise(
     chief_done_at: float | None = None
     last_output = {t.name: time.monotonic() for t in finishing}
     hinted = False
+    checked_servers = False
 
     def note(text: str) -> None:
         messages.append(text)
@@ -196,6 +201,10 @@ def _supervise(
                     chief_done_at = time.monotonic()
                 if code != 0:
                     failed.append(task.name)
+            if chief_done_at is not None and not checked_servers and not failed and remaining:
+                checked_servers = True  # once now, and again at the hang hint's time
+                if codes[chief] == 0 and _only_servers_left(runtime, remaining, chief, note):
+                    break
             if failed:
                 runtime.drain()  # the failed task's last lines come before the verdict
                 if remaining:
@@ -220,21 +229,64 @@ def _supervise(
                 break
             if chief_done_at is not None and not hinted:
                 hinted = True
+                if codes[chief] == 0 and _only_servers_left(runtime, remaining, chief, note):
+                    break
                 quiet = [
-                    t.name for t in sorted(remaining) if now - last_output.get(t.name, now) >= HANG_HINT_AFTER
+                    t for t in sorted(remaining) if now - last_output.get(t.name, now) >= HANG_HINT_AFTER
                 ]
                 if quiet:
-                    note(
-                        f"{', '.join(quiet)} still running {HANG_HINT_AFTER:.0f} s after {chief} finished, "
-                        "printing nothing: a between-graph worker waits until every task of the cluster "
-                        "answers (set device_filters in its session config). Ctrl-C or --timeout ends it."
-                    )
+                    note(_hang_hint(runtime, quiet, chief))
         # Inside the live output: a stopped task's last lines reach the log book while
         # close() waits for its reader, and are shown when the block ends.
         runtime.close()
     seconds = time.monotonic() - started
     ordered = {t.name: codes[t] for t in layout.tasks}
     return LaunchResult(ordered, failed, timed_out, seconds, runtime.log_dir or "", messages)
+
+
+# Where a task's main thread is when it only serves: tf.distribute.Server.join() (server_lib.py).
+_JOIN_FRAME = re.compile(r'server_lib\.py", line \d+, in join\b')
+# Where a TF1 between-graph worker waits for every task of the cluster (no device_filters).
+_SESSION_WAIT = ("session_manager.py", "monitored_session.py", "client/session.py")
+
+
+def _main_thread(stacks: str) -> str:
+    """The main thread's part of a ``DumpStacks`` answer ("Thread MainThread:" up to the next thread)."""
+    start = stacks.find("Thread MainThread:")
+    if start < 0:
+        return ""
+    end = stacks.find("\nThread ", start + 1)
+    return stacks[start : end if end >= 0 else len(stacks)]
+
+
+def _only_servers_left(runtime: ClusterRuntime, remaining: set[TaskId], chief: TaskId, note) -> bool:
+    """After ``chief`` exited 0: when every task left only ``join()``s its server (a TF2
+    parameter-server job: the coordinator is done), say so and return True (the caller ends them,
+    as the TFJob that ``dtfkit export`` writes ends with its chief). False: one is still working."""
+    stacks = runtime.stacks(sorted(remaining))
+    if not remaining or any(not _JOIN_FRAME.search(_main_thread(stacks.get(t, ""))) for t in remaining):
+        return False
+    names = ", ".join(t.name for t in sorted(remaining))
+    note(
+        f"{chief} exited 0 and {names} only join() their servers: ending them, as a TFJob ends "
+        f"when its {chief.job} succeeds"
+    )
+    return True
+
+
+def _hang_hint(runtime: ClusterRuntime, quiet: list[TaskId], chief: TaskId) -> str:
+    """Why ``quiet`` tasks may still run after ``chief`` finished, from where their main threads are."""
+    stacks = runtime.stacks(quiet)
+    names = ", ".join(t.name for t in quiet)
+    head = f"{names} still running {HANG_HINT_AFTER:.0f} s after {chief} finished, printing nothing"
+    if any(frame in _main_thread(stacks.get(t, "")) for t in quiet for frame in _SESSION_WAIT):
+        return (
+            f"{head}: a between-graph worker waits until every task of the cluster answers (set "
+            "device_filters in its session config). Ctrl-C or --timeout ends it."
+        )
+    if any(_JOIN_FRAME.search(_main_thread(stacks.get(t, ""))) for t in quiet):
+        return f"{head}: it only join()s its server, which never returns. Ctrl-C or --timeout ends it."
+    return f"{head}. Ctrl-C or --timeout ends it."
 
 
 class _CallableModule(types.ModuleType):

@@ -28,7 +28,7 @@ import types
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from dtfkit.engine.launchers.contract import Launcher, LauncherDescription, TaskHandle
+from dtfkit.engine.launchers.contract import Launcher, LauncherDescription, ReportedExit, TaskHandle
 from dtfkit.engine.platform import state
 from dtfkit.engine.wire.protocol import TaskConfig
 from dtfkit.errors import ClusterStartError, DtfkitError
@@ -234,7 +234,7 @@ class RayRelay:
         self.closed = True
 
 
-class RayTaskHandle(TaskHandle):
+class RayTaskHandle(ReportedExit, TaskHandle):
     """One task started by a ``TaskActor``. ``poll()`` makes no remote call: the exit code
     comes with the end of the output stream (or the actor's death: -9)."""
 
@@ -247,7 +247,6 @@ class RayTaskHandle(TaskHandle):
         self.node_id = node_id
         self.adopted = False
         self._info: dict | None = None
-        self._code: int | None = None
         self._ended = threading.Event()
         self._lines: collections.deque[bytes] = collections.deque()
         self._read = _Pending(lambda: actor.read_lines.remote(POLL_SECONDS))
@@ -278,13 +277,6 @@ class RayTaskHandle(TaskHandle):
             "node": self.node_id,
             "remote": True,
         }
-
-    def poll(self) -> int | None:
-        return self._code
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        self._ended.wait(timeout)
-        return self._code
 
     def kill(self) -> None:
         ray = require_ray()
@@ -329,8 +321,7 @@ class RayTaskHandle(TaskHandle):
             return True
 
     def _finish(self, code: int) -> None:
-        self._code = code
-        self._ended.set()
+        self.exited(code)
 
     def close_output(self) -> None:
         """The task's output ended: free its actor (and the actor's folder) now, not at close."""

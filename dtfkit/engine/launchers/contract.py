@@ -35,6 +35,7 @@ Example, a launcher of one's own::
 from __future__ import annotations
 
 import dataclasses
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -173,6 +174,37 @@ class TaskHandle(ABC):
         """End the task with SIGABRT, on which it writes its stacks (``dumps``); False
         where that cannot be done (a task on another machine)."""
         return False
+
+
+class ReportedExit:
+    """For a handle that hears of its process's end instead of waiting for it (the process is not
+    this one's child): ``exited(code)`` records it, ``poll()`` and ``wait()`` read it.
+
+    Example::
+
+        >>> class Handle(ReportedExit): pass
+        >>> h = Handle(); h.poll(), h.exited(-9), h.wait(0)
+        (None, None, -9)
+    """
+
+    _code: int | None = None
+    _ended: threading.Event | None = None
+
+    def _ended_event(self) -> threading.Event:
+        if self._ended is None:
+            self._ended = threading.Event()
+        return self._ended
+
+    def exited(self, code: int) -> None:
+        self._code = code
+        self._ended_event().set()
+
+    def poll(self) -> int | None:
+        return self._code
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self._ended_event().wait(timeout)
+        return self._code
 
 
 class Launcher(ABC):

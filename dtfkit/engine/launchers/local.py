@@ -95,12 +95,7 @@ class LocalProcess(TaskHandle):
         return True
 
     def stopped(self) -> bool:
-        import psutil
-
-        try:
-            return psutil.Process(self.pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
-        except psutil.Error:
-            return False
+        return state.is_stopped(self.pid)
 
 
 class NamespaceAnchor:

@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from dtfkit.engine.launchers.contract import TaskHandle
+from dtfkit.engine.launchers.contract import ReportedExit, TaskHandle
 from dtfkit.engine.platform import lifeline, state
 from dtfkit.engine.wire import forks
 from dtfkit.engine.wire.lines import read_line
@@ -110,7 +110,7 @@ class ZygoteUnavailable(Exception):
     """The zygote cannot fork this task; the message says why (the task then starts cold)."""
 
 
-class ForkedProcess(TaskHandle):
+class ForkedProcess(ReportedExit, TaskHandle):
     """A task forked by a zygote: the leader of its own process group, the zygote's child."""
 
     def __init__(self, zygote: Zygote, pid: int, output, cluster_id: str = ""):
@@ -123,23 +123,11 @@ class ForkedProcess(TaskHandle):
             # The child could not write its cluster's id over the zygote's in /proc/PID/environ
             # (see dtfkit.engine.task.zygote): cleanup recognises it by the zygote's mark there.
             self.identity["mark"] = zygote.id
-        self._code: int | None = None
         self._ended = threading.Event()
 
     @property
     def pid(self) -> int:
         return self._pid
-
-    def exited(self, code: int) -> None:
-        self._code = code
-        self._ended.set()
-
-    def poll(self) -> int | None:
-        return self._code
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        self._ended.wait(timeout)
-        return self._code
 
     def kill(self) -> None:
         if self._code is None:  # reaped by the zygote only after the exit is reported: the pid is still ours
@@ -162,12 +150,7 @@ class ForkedProcess(TaskHandle):
         return True
 
     def stopped(self) -> bool:
-        import psutil
-
-        try:
-            return psutil.Process(self._pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
-        except psutil.Error:
-            return False
+        return state.is_stopped(self._pid)
 
 
 @dataclasses.dataclass

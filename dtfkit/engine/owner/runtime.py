@@ -25,7 +25,7 @@ import time
 from collections.abc import Collection
 
 from dtfkit.engine.launchers.contract import Launcher, LauncherDescription
-from dtfkit.engine.owner.events import Deadline, Done, Event, Events, OnEvent
+from dtfkit.engine.owner.events import CallAnswer, Deadline, Done, Event, Events, OnEvent
 from dtfkit.engine.owner.metrics import MetricLog
 from dtfkit.engine.owner.output import NO_PROGRESS, Echo, Output, ProgressFactory, StartProgress, print_line
 from dtfkit.engine.owner.process import ClusterView, TaskView
@@ -39,9 +39,10 @@ from dtfkit.engine.platform.admission import (  # noqa: F401 - part of this modu
     task_limit,
 )
 from dtfkit.engine.platform.taskenv import task_environment
+from dtfkit.engine.wire import protocol
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId
 from dtfkit.engine.wire.sources import PickledCall
-from dtfkit.errors import DtfkitError
+from dtfkit.errors import DtfkitError, TaskNotRunning
 
 __all__ = [
     "ClusterRuntime",
@@ -63,6 +64,17 @@ CLOSED = (
 TASK_MODES = ("serve", "noserve", "script")  # what the cluster's tasks do (a client task: "client")
 _OPEN: set[ClusterRuntime] = set()
 _OPEN_LOCK = threading.Lock()
+
+
+class _StackInbox:
+    """Where the answers to one ``DumpStacks`` round go (``ClusterRuntime.stacks``)."""
+
+    def __init__(self) -> None:
+        self.stacks: dict[TaskId, str] = {}
+
+    def deliver(self, task: TaskId, message: CallAnswer) -> None:
+        if isinstance(message, protocol.Stacks):
+            self.stacks[task] = message.text
 
 
 @atexit.register
@@ -264,6 +276,35 @@ class ClusterRuntime:
         """Apply the tasks' events until ``done()`` (True) or ``deadline`` passes (False);
         see ``events.Events.wait_until``. Call it inside ``waiting()``."""
         return self.events.wait_until(done, deadline, on_event)
+
+    def stacks(self, tasks: Collection[TaskId], timeout: float = 5.0) -> dict[TaskId, str]:
+        """What each of ``tasks`` is doing now: the Python stacks of its threads (the control thread
+        left out), as its ``DumpStacks`` answer gives them. A task that does not answer within
+        ``timeout`` (not running, or C++ code holding its interpreter) is left out. Call it from
+        the thread that waits on the cluster (``launch()``'s supervisor).
+
+        Example::
+
+            >>> runtime.stacks([TaskId("worker", 1)])                       # doctest: +SKIP
+            {TaskId('worker', 1): 'Thread MainThread:\n  File "script.py", line 9, in <module>\n ...'}
+        """
+        inbox = _StackInbox()
+        call_id = self.events.open_call(inbox)
+        try:
+            asked = set()
+            for task in tasks:
+                proc = self.tasks.task_process(task)
+                if not proc.alive:
+                    continue
+                try:
+                    proc.send(protocol.DumpStacks(call_id))
+                except TaskNotRunning:
+                    continue
+                asked.add(task)
+            self.events.wait_until(lambda: asked <= set(inbox.stacks), time.monotonic() + timeout)
+            return {task: text for task, text in inbox.stacks.items() if task in asked}
+        finally:
+            self.events.close_call(call_id)
 
     def drain(self) -> None:
         """Apply every event already queued, without waiting."""

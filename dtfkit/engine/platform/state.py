@@ -176,6 +176,14 @@ def process_identity(pid: int) -> dict:
         return {"pid": pid, "started": None}
 
 
+def is_stopped(pid: int) -> bool:
+    """True when process ``pid`` is stopped (SIGSTOP, Ctrl-Z, a tracer) and so cannot answer."""
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
+
+
 def write_state(path: str, cluster_id: str, processes: list[dict], description: str) -> None:
     owner = process_identity(os.getpid())
     data = {

@@ -268,6 +268,7 @@ def _become_task(message: dict, given: dict[str, int], keep: set[int], zygote: Z
     os.environ.clear()  # unsetenv/putenv too: TensorFlow's C++ side reads the environment
     os.environ.update(env)
     _show_cluster_mark(env.get(state.CLUSTER_ENV, ""))
+    _set_title(env)
 
     cwd = message.get("cwd") or os.getcwd()
     os.chdir(cwd)
@@ -290,6 +291,30 @@ def _become_task(message: dict, given: dict[str, int], keep: set[int], zygote: Z
     return 0
 
 
+def _stat_fields() -> list[bytes]:
+    """``/proc/self/stat`` from its third field on (``[n - 3]`` is field n of proc(5))."""
+    with open("/proc/self/stat", "rb") as f:
+        return f.read().rpartition(b")")[2].split()
+
+
+def _set_title(env: dict[str, str]) -> None:
+    """Name the task in ``ps`` (``/proc/PID/cmdline``): ``dtfkit task worker:1, forked from ...``,
+    written over the zygote's command line in place (its length is the most it can say)."""
+    import ctypes
+    import json
+
+    from dtfkit.engine.wire.protocol import CONFIG_ENV
+
+    try:
+        task = json.loads(env.get(CONFIG_ENV, "{}")).get("task", "?")
+        fields = _stat_fields()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+    except (OSError, IndexError, ValueError):
+        return
+    title = f"dtfkit task {task}, forked from python -m dtfkit.engine.task.zygote".encode()[: end - start - 1]
+    ctypes.memmove(start, title + b"\0" * (end - start - len(title)), end - start)
+
+
 def _show_cluster_mark(cluster_id: str) -> None:
     """Make ``/proc/PID/environ`` name this task's cluster, as a fresh interpreter's does.
 
@@ -304,8 +329,7 @@ def _show_cluster_mark(cluster_id: str) -> None:
     from dtfkit.engine.platform import state
 
     try:
-        with open("/proc/self/stat", "rb") as f:
-            fields = f.read().rpartition(b")")[2].split()
+        fields = _stat_fields()
         start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
     except (OSError, IndexError, ValueError):
         return
