@@ -308,6 +308,21 @@ def test_only_the_newest_closed_cluster_folders_are_kept(home):
     assert "1-0pen0000" in left and cluster_id in left
 
 
+def test_folders_not_named_as_clusters_are_not_pruned(home):
+    """DTFKIT_HOME may hold what is not dtfkit's (the test session keeps its own folders there):
+    only folders named as dtfkit names a cluster's are pruned, however old the others are."""
+    home.mkdir(mode=0o700)
+    mine = home / "notes"
+    mine.mkdir()
+    os.utime(mine, (1, 1))
+    for i in range(state.KEEP_CLOSED_FOLDERS + 2):
+        folder = home / f"3-{i:08x}"
+        folder.mkdir()
+        os.utime(folder, (1000 + i, 1000 + i))
+    removed = state.prune_closed(str(home))
+    assert sorted(removed) == ["3-00000000", "3-00000001"] and mine.is_dir()
+
+
 def test_a_cluster_folder_that_is_still_starting_is_never_pruned(home):
     # Another process of the same user may close many clusters while this one starts
     # (its tasks import TensorFlow for seconds): the new folder must not count as closed.

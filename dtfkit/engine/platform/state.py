@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -129,14 +130,21 @@ def new_cluster_dir() -> tuple[str, str]:
     return cluster_id, path
 
 
+# A cluster's (or a zygote's) folder is named by its id, <owner pid>-<8 hex digits> (new_cluster_dir).
+_CLUSTER_ID = re.compile(r"[0-9]+-[0-9a-z]{8}")
+
+
 def _own_folders(base: str):
-    """``(name, path)`` of each real folder (not a link) in ``base`` that this user owns, by name."""
+    """``(name, path)`` of each real folder (not a link) in ``base`` that this user owns and that is
+    named as dtfkit names a cluster's folder, by name: whatever else lives there is not dtfkit's to prune."""
     try:
         names = sorted(os.listdir(base))
     except OSError:
         return
     uid = os.getuid()
     for name in names:
+        if not _CLUSTER_ID.fullmatch(name):
+            continue
         path = os.path.join(base, name)
         try:
             st = os.lstat(path)
