@@ -120,7 +120,7 @@ class RayCluster(RunningCluster):
             progress=progress,
             max_tasks=max_tasks,
         )
-        # No pool: Ray nodes start cold.
+        # Ray's own launcher: a task starts on its node, as a fresh interpreter.
         self._start(layout, spec, name=name, echo=echo, options=options, built=launcher)
 
     @property

@@ -424,7 +424,7 @@ class Tasks:
         state.write_state(self.directory, self.cluster_id, processes, describe(list(self.layout.tasks)))
 
     def close(self) -> None:
-        """End every process, then the launcher (and what it shares: an anchor, a pool's lease)."""
+        """End every process, then the launcher (and what it shares: an anchor)."""
         self.closed = True
         procs = list(self.procs.values())
         for proc in procs:

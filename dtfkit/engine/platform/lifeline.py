@@ -45,7 +45,7 @@ class Spawner:
 
     ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child ends; this thread
     ends only with the process, so children started through it die with their owner even
-    if it is SIGKILLed. The warm pool and the Ray task actor start their tasks here.
+    if it is SIGKILLed. The owner starts its task zygote here, and the Ray task actor its tasks.
 
     Example::
 

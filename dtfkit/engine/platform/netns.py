@@ -454,7 +454,7 @@ def _anchor_main(argv: list[str]) -> None:
         try:
             os.write(int(ready_fd), READY_BYTE)
         except BrokenPipeError:
-            # No task waits on the pipe (a pool's anchor, or every task spawned with it
+            # No task waits on the pipe (every task spawned with it
             # ended): the owner closed its read end, and nobody needs the byte.
             pass
         os.close(int(ready_fd))  # tasks waiting in wait_ready() may join now

@@ -352,7 +352,7 @@ def cleanup(*, everything: bool = False, dry_run: bool = False, keep_logs: bool 
                 # simulated Ray cluster it is a local process, which the sweep below finds.
                 continue
             proc = _same_process(ident)
-            # "mark": a process adopted from a warm pool names the pool in its environment.
+            # "mark": a forked task whose /proc/PID/environ still names its zygote (see zygotes.py).
             if proc is not None and _belongs_to(proc, ident.get("mark") or cluster_id):
                 report.killed.append((cluster_id, proc.pid))
                 if not dry_run:

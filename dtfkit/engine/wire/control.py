@@ -1,7 +1,6 @@
 """The owner's side of a control socket: authenticate each connection, read its first message.
 
-A cluster (``owner.events``, for ``owner.tasks``) and a warm pool (``launchers.pool``) both listen on a Unix socket for
-their task processes. Each accepted connection is authenticated in its own thread,
+A cluster (``owner.events``, for ``owner.tasks``) listens on a Unix socket for its task processes. Each accepted connection is authenticated in its own thread,
 so a stalled or foreign peer holds up nobody.
 
 Example::
