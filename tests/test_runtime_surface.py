@@ -58,6 +58,7 @@ ALLOWED = {
     "restart",
     "set_echo",
     "snapshot",
+    "stacks",
     "start",
     "start_client",
     "task_view",
