@@ -502,10 +502,10 @@ def sizing(
     cpu = statistics.mean(row.cpu_s for row in r.rows)
     lines = [
         f"From the class of {r.students} (task zygote {'on' if r.zygote else 'off'}): {per_student / GIB:.2f} GiB PSS "
-        f"per student at the peak, {cpu:.0f} CPU s per student, the machine using {r.machine_base / GIB:.1f} GiB before.",
+        f"per student at the peak, {cpu:.1f} CPU s per student, the machine using {r.machine_base / GIB:.1f} GiB before.",
         "",
         f"| students | memory, GiB (students × {per_student / GIB:.2f} + {r.machine_base / GIB:.1f}) "
-        f"| cores for the lab's burst within {burst_s:.0f} s (students × {cpu:.0f} CPU s / {burst_s:.0f} s) |",
+        f"| cores for the lab's burst within {burst_s:.0f} s (students × {cpu:.1f} CPU s / {burst_s:.0f} s, rounded up) |",
         "|---|---|---|",
     ]
     for n in class_sizes:

@@ -113,8 +113,9 @@ def operator_cluster(tfjob: dict, cluster_domain: str = "") -> dict[str, list[st
 
     As tensorflow.go ``genClusterSpec``, which loops over all of ``tfjob.Spec.TFReplicaSpecs`` with no
     exception (its test, pod_test.go "Test ClusterSpec", expects ``"evaluator":[...]`` in the cluster).
-    TensorFlow itself sets an evaluator apart (``distribute_coordinator._split_cluster_for_evaluator``),
-    so the evaluator's address in the others' TF_CONFIG does no harm. Sorted by job name, as Go's
+    TensorFlow counts an evaluator apart (``multi_worker_util.worker_count``, which
+    ``MultiWorkerMirroredStrategy`` uses; the legacy ``distribute_coordinator._split_cluster_for_evaluator``
+    cut it out of the cluster), so the evaluator's address in the others' TF_CONFIG does no harm. Sorted by job name, as Go's
     json.Marshal writes a map's keys.
 
     Example::

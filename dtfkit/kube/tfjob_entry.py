@@ -39,8 +39,8 @@ def tutorial_flags(cluster: dict[str, list[str]], job: str, index: int) -> list[
 
     One ``--<job>_hosts=a,b`` flag per training job of the cluster (chief, ps, worker first, in
     that order), then ``--job_name`` and ``--task_index``. An ``evaluator`` job gets no flag: it
-    trains with nobody, TensorFlow splits it off the cluster itself
-    (``distribute_coordinator._split_cluster_for_evaluator``), and ``dtfkit launch`` never lists it,
+    trains with nobody, TensorFlow counts it apart (``multi_worker_util.worker_count``; the legacy
+    ``distribute_coordinator._split_cluster_for_evaluator`` cut it off the cluster), and ``dtfkit launch`` never lists it,
     so a script sees the same flags from both, whether or not the operator put it in ``TF_CONFIG``.
 
     Example::
