@@ -21,7 +21,8 @@ import dataclasses
 import threading
 
 from dtfkit.engine.launchers.contract import Launcher, LauncherDescription, TaskHandle
-from dtfkit.engine.launchers.local import LocalProcess, spawn_task, with_lifeline
+from dtfkit.engine.launchers.local import LocalProcess, spawn_task
+from dtfkit.engine.platform.lifeline import with_lifeline
 from dtfkit.engine.wire.protocol import TaskConfig
 
 

@@ -240,39 +240,18 @@ def kill_group(
     """
     if popen.poll() is None:
         if grace > 0:
-            _signal_group(popen.pid, signal.SIGTERM)
+            lifeline.signal_group(popen.pid, signal.SIGTERM)
             try:
                 popen.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 pass
-        _signal_group(popen.pid, signal.SIGKILL)  # the leader's group, even if SIGTERM ended it
+        lifeline.signal_group(popen.pid, signal.SIGKILL)  # the leader's group, even if SIGTERM ended it
     elif leftovers:
-        _signal_group(popen.pid, signal.SIGKILL)
+        lifeline.signal_group(popen.pid, signal.SIGKILL)
     try:
         popen.wait(timeout=wait)
     except subprocess.TimeoutExpired:
         pass
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def with_lifeline(env: dict[str, str], *, from_long_lived_thread: bool) -> dict[str, str]:
-    """``env`` plus what makes a child die with this process (see ``dtfkit.engine.platform.lifeline``).
-
-    ``PR_SET_PDEATHSIG`` fires when the *thread* that started the child ends, so it is
-    asked for only from a thread that lives as long as the process.
-    """
-    env = dict(env)
-    env.pop(lifeline.PDEATHSIG_ENV, None)
-    env[lifeline.OWNER_ENV] = str(os.getpid())
-    if from_long_lived_thread:
-        env[lifeline.PDEATHSIG_ENV] = "1"
-    return env
 
 
 # Tasks whose TensorFlow server dtfkit does not start cannot have the relay in front of it.
@@ -588,7 +567,7 @@ class LocalLauncher(Launcher):
 
 def _with_lifeline(env) -> dict[str, str]:
     main_thread = threading.current_thread() is threading.main_thread()
-    return with_lifeline(env, from_long_lived_thread=main_thread)
+    return lifeline.with_lifeline(env, from_long_lived_thread=main_thread)
 
 
 def _warn(message: str) -> None:

@@ -131,7 +131,7 @@ class ForkedProcess(ReportedExit, TaskHandle):
 
     def kill(self) -> None:
         if self._code is None:  # reaped by the zygote only after the exit is reported: the pid is still ours
-            _kill_child(self._pid)
+            lifeline.kill_group_and_leader(self._pid)
         self.wait(10.0)
 
     def read_line(self) -> bytes:
@@ -190,7 +190,7 @@ class Zygote:
         zenv = {k: v for k, v in env.items() if k != CONFIG_ENV}
         zenv[state.CLUSTER_ENV] = self.id  # cleanup finds it, and its children, by this mark
         zenv[forks.SOCKET_FD_ENV] = str(theirs.fileno())
-        zenv = lifeline_env(zenv)
+        zenv = lifeline.with_lifeline(zenv, from_long_lived_thread=True)  # spawned from the spawner thread
         log = open(os.path.join(self.dir, "zygote.log"), "wb")  # noqa: SIM115 - the child holds it
         try:
             self.popen = lifeline.Spawner.get().call(
@@ -237,7 +237,7 @@ class Zygote:
                     pending.answer = message
                     pending.done.set()
                 elif op == "forked":  # its requester gave up waiting: nobody will own it
-                    _kill_child(message["pid"])
+                    lifeline.kill_group_and_leader(message["pid"])
             elif op == "exit":
                 pid, code = message["pid"], int(message["code"])
                 with self._lock:
@@ -257,10 +257,10 @@ class Zygote:
             children, self._children = list(self._children.values()), {}
             pending, self._pending = list(self._pending.values()), {}
             for pid in self._unadopted:
-                _kill_child(pid)
+                lifeline.kill_group_and_leader(pid)
                 self._early_exits[pid] = -signal.SIGKILL
         for child in children:
-            _kill_child(child.pid)
+            lifeline.kill_group_and_leader(child.pid)
             child.exited(-signal.SIGKILL)
         for p in pending:
             p.done.set()
@@ -358,7 +358,7 @@ class Zygote:
                 return
             self.closed = True
         if not self._ready.is_set():
-            _signal_group(
+            lifeline.signal_group(
                 self.popen.pid, signal.SIGKILL
             )  # still importing: it reads no EOF, and forked nothing
         try:
@@ -368,7 +368,7 @@ class Zygote:
         try:
             self.popen.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            _signal_group(self.popen.pid, signal.SIGKILL)
+            lifeline.signal_group(self.popen.pid, signal.SIGKILL)
             self.popen.wait(timeout=10)
         self.sock.close()
         state.remove_state(self.dir)
@@ -376,32 +376,6 @@ class Zygote:
     def __repr__(self) -> str:
         what = "closed" if self.closed else ("refuses to fork: " + self.refused if self.refused else "ready")
         return f"Zygote {self.id} (pid {self.popen.pid}): {what}"
-
-
-def lifeline_env(env: dict[str, str]) -> dict[str, str]:
-    """``env`` plus what makes the zygote die with this process: it is started from the spawner
-    thread, which lives as long as the process, so ``PR_SET_PDEATHSIG`` holds."""
-    env = dict(env)
-    env[lifeline.OWNER_ENV] = str(os.getpid())
-    env[lifeline.PDEATHSIG_ENV] = "1"
-    return env
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _kill_child(pid: int) -> None:
-    """SIGKILL a forked task's process group, and the task itself: until its ``setsid()`` it has no
-    group of its own (the zygote reaps it, so the pid is not reused before its exit is reported)."""
-    _signal_group(pid, signal.SIGKILL)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 _LOCK = threading.Lock()

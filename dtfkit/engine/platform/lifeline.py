@@ -32,6 +32,43 @@ def die_with_parent() -> None:
         os._exit(0)
 
 
+def with_lifeline(env: dict[str, str], *, from_long_lived_thread: bool) -> dict[str, str]:
+    """``env`` plus what makes a child die with this process.
+
+    ``PR_SET_PDEATHSIG`` fires when the *thread* that started the child ends, so it is
+    asked for only from a thread that lives as long as the process.
+
+    Example::
+
+        >>> with_lifeline({}, from_long_lived_thread=True)[PDEATHSIG_ENV]
+        '1'
+    """
+    env = dict(env)
+    env.pop(PDEATHSIG_ENV, None)
+    env[OWNER_ENV] = str(os.getpid())
+    if from_long_lived_thread:
+        env[PDEATHSIG_ENV] = "1"
+    return env
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """Send ``sig`` to process group ``pgid``; nothing if it is gone (or not ours)."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_group_and_leader(pid: int) -> None:
+    """SIGKILL the process group ``pid`` leads, and ``pid`` itself: a forked task leads no group
+    until its ``setsid()``."""
+    signal_group(pid, signal.SIGKILL)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def end_own_process_group() -> None:
     """Kill this task and everything it started (each task leads its own session)."""
     try:

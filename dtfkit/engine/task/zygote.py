@@ -57,6 +57,7 @@ import numpy  # noqa: F401 - first, alone: the threads it starts are OpenBLAS's
 
 _BLAS = _thread_ids() - _BEFORE
 
+from dtfkit.engine.platform import lifeline  # noqa: E402
 from dtfkit.engine.task import task_main  # noqa: E402 - the task's program, imported once here
 from dtfkit.engine.wire import forks
 
@@ -204,7 +205,7 @@ class Zygote:
     def _end_children(self, bound: float = 5.0) -> None:
         """SIGKILL every child and its group, and reap them, within ``bound`` seconds."""
         for pid in list(self.children):
-            kill_child(pid)
+            lifeline.kill_group_and_leader(pid)
         deadline = time.monotonic() + bound
         while self.children:
             self._reap_quietly()
@@ -260,7 +261,7 @@ def _become_task(message: dict, given: dict[str, int], keep: set[int], zygote: Z
         config = json.loads(env[CONFIG_ENV])
         config.setdefault("launch", {})["netns_ready_fd"] = ready_fd
         env[CONFIG_ENV] = json.dumps(config)
-    from dtfkit.engine.platform import lifeline, state
+    from dtfkit.engine.platform import state
 
     # The zygote is this process's parent, and it lives as long as the owner: die with it.
     env[lifeline.OWNER_ENV] = str(zygote_pid)
@@ -350,15 +351,6 @@ def _show_cluster_mark(cluster_id: str) -> None:
     ctypes.memmove(start + value_at, new, len(new))
 
 
-def kill_child(pid: int) -> None:
-    """SIGKILL a child's process group, and the child itself: before its ``setsid()`` it has no group."""
-    for kill, target in ((os.killpg, pid), (os.kill, pid)):
-        try:
-            kill(target, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
 def _close(fd: int) -> None:
     try:
         os.close(fd)
@@ -367,8 +359,6 @@ def _close(fd: int) -> None:
 
 
 def main() -> None:
-    from dtfkit.engine.platform import lifeline
-
     lifeline.die_with_parent()  # even while it imports: SIGKILL when the owner's spawner thread ends
     sock = socket.socket(fileno=int(os.environ.pop(forks.SOCKET_FD_ENV)))
     import warnings
