@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")) + sorted(
-    (REPO / "notebooks" / "zh_CN").glob("[0-9][0-9]_*.ipynb")
-)
+ENGLISH = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+CHAPTERS = ENGLISH + sorted((REPO / "notebooks" / "zh_CN").glob("[0-9][0-9]_*.ipynb"))
 SRC_MARK = re.compile(r"<!--\s*src:\s*(\S+)\s+([A-Za-z_][\w.]*)\s*-->")
 
 
@@ -94,3 +93,24 @@ def test_the_marks_are_there_and_the_check_can_fail():
         "cell 1: tensorflow/python/eager/context.py defines no Context.list_no_such_devices",
         "cell 2: tensorflow/python/eager/no_such_module.py is in no installed package",
     ]
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: str(p.relative_to(REPO / "notebooks")))
+def test_every_chapter_carries_a_source_mark(notebook):
+    assert marks_in(notebook), (
+        f"{notebook.name}: no <!-- src: PATH QUALNAME --> mark; every chapter says how TensorFlow, Keras or the "
+        "operator behaves somewhere, and that sentence names the code it rests on"
+    )
+
+
+@pytest.mark.parametrize("english", ENGLISH, ids=lambda p: p.stem)
+def test_the_chinese_chapter_carries_the_english_marks(english):
+    """The Chinese chapter is built from catalogs: a mark the English gained and its translation lost (or the other
+    way round) shows here as a different set of ``PATH QUALNAME``."""
+    chinese = REPO / "notebooks" / "zh_CN" / english.name
+    assert chinese.is_file(), f"no notebooks/zh_CN/{english.name}"
+    ours = {(path, qualname) for _, path, qualname in marks_in(english)}
+    theirs = {(path, qualname) for _, path, qualname in marks_in(chinese)}
+    assert theirs == ours, (
+        f"{english.name}: only in English {sorted(ours - theirs)}, only in Chinese {sorted(theirs - ours)}"
+    )
