@@ -1,9 +1,10 @@
-"""Command line: ``python -m dtfkit launch|demo|cleanup|student-copies``.
+"""Command line: ``python -m dtfkit launch|export|demo|compat|cleanup|student-copies|...``.
 
 Examples::
 
     python -m dtfkit launch --ps 2 --workers 2 distributed_mnist.py -- --is_sync=True
     python -m dtfkit demo
+    python -m dtfkit compat --strategy MultiWorkerMirroredStrategy
     python -m dtfkit cleanup
     python -m dtfkit student-copies notebooks/ -o student/
     python -m dtfkit student-copies notebooks/ --format nbgrader -o course/source/
@@ -12,6 +13,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -179,6 +181,31 @@ def _classroom_bench(ns: argparse.Namespace) -> int:
     return 0 if results and not results[0].stopped else 1
 
 
+def _compat(ns: argparse.Namespace) -> int:
+    from dtfkit.recipes.compat import kernel_side as compat
+
+    table = compat.compatibility_table(
+        ns.strategy or compat.STRATEGIES, ns.trainer or compat.TRAINERS, steps=ns.steps, timeout=ns.timeout
+    )
+    if ns.json:
+        print(json.dumps(table.as_dict(), indent=1))
+    else:
+        print(table)
+    return 0
+
+
+def compat_strategies() -> tuple[str, ...]:
+    from dtfkit.recipes.compat.task_side import STRATEGIES
+
+    return STRATEGIES
+
+
+def compat_trainers() -> tuple[str, ...]:
+    from dtfkit.recipes.compat.task_side import TRAINERS
+
+    return TRAINERS
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dtfkit", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -240,6 +267,27 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--steps", type=int, default=300)
     d.add_argument("--sync", action="store_true", help="synchronous training (SyncReplicasOptimizer)")
     d.set_defaults(func=_demo)
+
+    k = sub.add_parser(
+        "compat",
+        help="which way to train (Keras 3 fit, custom loop, tf_keras, TF only) works under which tf.distribute strategy, "
+        "found by running each on a local cluster",
+        description="For every strategy x trainer, start the local cluster the strategy needs, train a linear model "
+        "a few steps and print 'works' or the first line of the real error; also Keras 3's optimizer.iterations "
+        "against the steps that ran. Run it against your own TensorFlow and Keras versions.",
+    )
+    k.add_argument(
+        "--strategy", action="append", choices=compat_strategies(), help="only this strategy (repeatable)"
+    )
+    k.add_argument(
+        "--trainer", action="append", choices=compat_trainers(), help="only this trainer (repeatable)"
+    )
+    k.add_argument("--steps", type=int, default=40, help="training steps in each cell (default 40)")
+    k.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds before a cell is stopped (default 120)"
+    )
+    k.add_argument("--json", action="store_true", help="print the table as JSON")
+    k.set_defaults(func=_compat)
 
     c = sub.add_parser("cleanup", help="end processes left behind by a crashed notebook kernel")
     c.add_argument("--all", action="store_true", help="also end clusters whose owner is still running")
@@ -344,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"translations {ns.action} needs a chapter (its number, e.g. 09)")
     if ns.command == "translations" and ns.action == "fill" and not ns.file:
         parser.error("translations fill needs the JSON file of translations")
+    if ns.command == "compat" and (ns.steps < 2 or ns.timeout <= 0):
+        parser.error("compat needs --steps of at least 2 and a positive --timeout")
     if ns.command == "student-copies" and ns.format != "nbgrader":
         for flag in ("exercises_only", "lock_other_cells"):
             if getattr(ns, flag):
