@@ -27,7 +27,7 @@ from dtfkit.recipes.compat import kernel_side
 
 
 def test_first_error_line_quotes_the_error_not_the_user_code_preamble():
-    message = "in user code:\n\n    File \"x.py\", line 3, in step\n\n    ValueError: shapes differ\n"
+    message = 'in user code:\n\n    File "x.py", line 3, in step\n\n    ValueError: shapes differ\n'
     assert compat.first_error_line("ValueError", message) == "ValueError: shapes differ"
     assert compat.first_error_line("KeyError", "'w'") == "KeyError: 'w'"
     long = "x" * 400
@@ -46,7 +46,10 @@ def test_unknown_names_and_bad_numbers_are_refused_before_anything_starts(no_spa
 
 def test_the_cli_refuses_bad_steps_with_a_usage_error():
     done = subprocess.run(
-        [sys.executable, "-m", "dtfkit", "compat", "--steps", "0"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "dtfkit", "compat", "--steps", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2 and "--steps of at least 2" in done.stderr
 
