@@ -36,6 +36,9 @@ def test_multi_worker_mirrored_workers_end_with_identical_weights():
     assert a["last_loss"] < a["first_loss"]
     # each worker read its own half of the 64-example global batches
     assert a["examples_seen"] == b["examples_seen"] == 30 * 32
+    # ... and only from its own shard: worker:i's examples are i, i + 2, i + 4, ... of the training set
+    assert a["examples_read"] and all(i % 2 == 0 for i in a["examples_read"])
+    assert b["examples_read"] and all(i % 2 == 1 for i in b["examples_read"])
     diff = max(float(np.max(np.abs(x - y))) for x, y in zip(a["weights"], b["weights"], strict=True))
     assert diff < 1e-6
 

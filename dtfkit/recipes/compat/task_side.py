@@ -161,7 +161,7 @@ def _fit(tf, keras, strategy, x, y, steps, global_batch, steps_run) -> dict[str,
         model.compile(optimizer=keras.optimizers.SGD(0.05), loss=counted_mse)
     before = [np.asarray(w) for w in model.get_weights()]
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(global_batch)
-    model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
+    model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False)
     return {
         "iterations": int(model.optimizer.iterations.numpy()),
         "variable_device": _device(model.trainable_variables[0]),

@@ -154,7 +154,8 @@ def train_multi_worker_mirrored(
 
     Returns this worker's summary: ``task``, ``num_replicas``, ``communication``,
     ``losses`` (the all-reduced loss of every step, the same on every worker),
-    ``first_loss``, ``last_loss``, ``examples_seen`` (by this worker), ``weights``
+    ``first_loss``, ``last_loss``, ``examples_seen`` (by this worker), ``examples_read`` (the
+    indices, in the whole training set, of the distinct examples this worker read), ``weights``
     (every trainable variable as a list of numpy arrays, to compare across
     workers) and ``test_accuracy``. Reports ``step``, ``loss`` every
     ``report_every`` steps.
@@ -189,10 +190,13 @@ def train_multi_worker_mirrored(
 
     @tf.function
     def train_step(iterator):
-        loss, count = strategy.run(step_fn, args=(next(iterator),))
-        return strategy.reduce(
-            tf.distribute.ReduceOp.SUM, loss, axis=None
-        ), strategy.experimental_local_results(count)
+        batch = next(iterator)
+        loss, count = strategy.run(step_fn, args=(batch,))
+        return (
+            strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
+            strategy.experimental_local_results(count),
+            strategy.experimental_local_results(batch[0]),
+        )
 
     manager, write_dir, saved = None, None, []
     if checkpoint_dir:
@@ -200,12 +204,16 @@ def train_multi_worker_mirrored(
         write_dir = checkpoint_dir if chief else os.path.join(checkpoint_dir, f"tmp_{task.replace(':', '_')}")
         manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), write_dir, max_to_keep=None)
 
+    # Which examples this worker read: each row it was given, found in the whole training set.
+    row_index = {row.tobytes(): i for i, row in enumerate(x.astype("float32"))}
     iterator = iter(dist_ds)
-    losses, seen = [], 0
+    losses, seen, read = [], 0, set()
     for step in range(1, steps + 1):
-        loss, counts = train_step(iterator)
+        loss, counts, features = train_step(iterator)
         losses.append(float(loss))
         seen += int(sum(int(c) for c in counts))
+        for local in features:
+            read.update(row_index[row.tobytes()] for row in np.asarray(local))
         if report_every and step % report_every == 0:
             dtfkit.report(step=step, loss=losses[-1])
         if manager is not None and (step == steps or (checkpoint_every and step % checkpoint_every == 0)):
@@ -225,6 +233,7 @@ def train_multi_worker_mirrored(
         "first_loss": losses[0],
         "last_loss": losses[-1],
         "examples_seen": seen,
+        "examples_read": sorted(read),
         "weights": [np.asarray(v.numpy()) for v in model.trainable_variables],
         "test_accuracy": accuracy,
         "checkpoints": saved,
