@@ -217,3 +217,23 @@ def test_the_bench_runs_its_tools_from_its_own_environment(tmp_path, monkeypatch
     alembic.write_text("#!/bin/sh\n")
     alembic.chmod(0o755)
     assert hub.missing_tools() == []
+
+
+def test_a_private_checkout_is_opened_for_listing_and_restored(tmp_path):
+    """A checkout cloned into ``mktemp -d`` is 0700: students could traverse it (o+x) but Python could not
+    read the folder to import dtfkit from it. ``listed`` folders get o+rx; everything is put back after."""
+    from dtfkit.hubbench.hub import open_for_students, restore_modes
+
+    root = tmp_path / "private"
+    package = root / "dtfkit" / "hubbench"
+    package.mkdir(parents=True)
+    module = package / "hub.py"
+    module.write_text("")
+    root.chmod(0o700)
+    changed = open_for_students([str(module)], listed=(str(root),))
+    try:
+        assert root.stat().st_mode & 0o007 == 0o005
+        assert (root, 0o700) in [(type(root)(f), m) for f, m in changed]
+    finally:
+        restore_modes(changed)
+    assert root.stat().st_mode & 0o777 == 0o700

@@ -38,7 +38,7 @@ from dtfkit.hubbench import users
 from dtfkit.hubbench.browser import browser_session, with_lesson
 from dtfkit.hubbench.browser import missing as missing_browser
 from dtfkit.hubbench.grading import Course, Grade
-from dtfkit.hubbench.hub import Hub, open_for_students, restore_modes
+from dtfkit.hubbench.hub import Hub, checkout, open_for_students, restore_modes
 from dtfkit.hubbench.limits import StudentGroup, available, group_folders
 from dtfkit.hubbench.measure import Sampler, meminfo
 from dtfkit.hubbench.student import Student, StudentError, wait_for_class
@@ -226,7 +226,9 @@ def run_class(
     course: Course | None = None
     password = secrets.token_urlsafe(16)
     t_class = time.monotonic()
-    opened = open_for_students([sys.executable, __file__])  # the grader runs this Python too
+    opened = open_for_students(
+        [sys.executable, __file__], listed=(checkout(),)
+    )  # the grader runs this Python too
     try:
         names = users.create(prefix, students)
         grader = users.create(prefix, 1, role="g")

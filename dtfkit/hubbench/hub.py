@@ -71,23 +71,37 @@ def proxy_command() -> str:
     return found
 
 
-def open_for_students(paths: list[str]) -> list[tuple[str, int]]:
-    """Let every account traverse the folders above ``paths`` (o+x, no listing); returns what to restore.
+def open_for_students(paths: list[str], listed: tuple[str, ...] = ()) -> list[tuple[str, int]]:
+    """Let every account traverse the folders above ``paths`` (o+x, no listing), and also list the folders
+    ``listed`` (o+rx: Python reads an import path's folder to find a module there); returns what to restore.
 
     Students' servers run the hub's Python and import dtfkit from this checkout. Where those live under a
-    private folder (pyenv under ``/root``, mode 0700, as on the kit's build machine) the students could not
-    start at all; a class's hub installs Python where every account can run it, and needs none of this.
+    private folder (pyenv under ``/root``, mode 0700, as on the kit's build machine; a checkout cloned into
+    ``mktemp -d``) the students could not start at all; a class's hub installs Python where every account can
+    run it, and needs none of this.
     """
     changed: list[tuple[str, int]] = []
+
+    def grant(folder: str, bits: int) -> None:
+        mode = os.stat(folder).st_mode & 0o7777
+        if mode & bits != bits:
+            if not any(f == folder for f, _ in changed):
+                changed.append((folder, mode))
+            os.chmod(folder, mode | bits)
+
     for path in paths:
         folder = os.path.dirname(os.path.realpath(path))
         while folder != "/":
-            mode = os.stat(folder).st_mode & 0o7777
-            if not mode & 0o001 and (folder, mode) not in changed:
-                os.chmod(folder, mode | 0o001)
-                changed.append((folder, mode))
+            grant(folder, 0o001)
             folder = os.path.dirname(folder)
+    for folder in listed:
+        grant(os.path.realpath(folder), 0o005)
     return changed
+
+
+def checkout() -> str:
+    """The folder dtfkit is imported from (the checkout's root, on the students' import path)."""
+    return str(Path(__file__).resolve().parents[2])
 
 
 def restore_modes(changed: list[tuple[str, int]]) -> None:
@@ -147,7 +161,7 @@ class Hub:
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> Hub:
-        self.opened = open_for_students([sys.executable, str(Path(__file__).resolve())])
+        self.opened = open_for_students([sys.executable, str(Path(__file__).resolve())], listed=(checkout(),))
         log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "jupyterhub", "-f", str(CONFIG)],
