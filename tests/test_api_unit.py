@@ -292,3 +292,19 @@ def test_gpu_plan_respects_cuda_visible_devices(monkeypatch):
 def test_gpu_unknown_policy():
     with pytest.raises(DtfkitError, match="unknown gpus policy"):
         gpu.plan_visible_devices(TASKS, n_gpus=1, policy="some")
+
+
+def test_a_checks_time_out_carries_the_stuck_tasks_stacks_into_require():
+    """An exercise's hidden run that times out in CI must say where the task waited: ``require()``'s
+    AssertionError is all nbgrader and the CI log keep."""
+    from dtfkit.course.check._core import _from_exception
+    from dtfkit.errors import TaskTimeout
+
+    stack = 'Thread 0x1 (most recent call first):\n  File "queue.py", line 9, in dequeue\n  File "w.py", line 3, in step\n'
+    result = _from_exception(
+        TaskTimeout("train_sync did not finish in 180 s", {"worker:0": stack}), "`answer`"
+    )
+    assert not result.passed
+    with pytest.raises(AssertionError) as raised:
+        result.require()
+    assert "worker:0:" in str(raised.value) and 'File "queue.py", line 9, in dequeue' in str(raised.value)

@@ -212,6 +212,7 @@ def _from_exception(exc: BaseException, name: str) -> CheckResult:
         return failed(
             _("{name} did not finish in time: {first}").format(name=name, first=first),
             _("a task is waiting for something; see its stack"),
+            *_stack_tails(exc.stacks),
         )
     if isinstance(exc, TaskExited):
         return failed(
@@ -225,6 +226,16 @@ def _from_exception(exc: BaseException, name: str) -> CheckResult:
         ),
         _("fix the error and run the check again"),
     )
+
+
+def _stack_tails(stacks: dict[str, str], lines: int = 8) -> list[str]:
+    """The innermost ``lines`` lines of each stuck task's stack: where it waited, in the result itself (so
+    that ``require()``'s error, the one nbgrader and CI keep, says it too)."""
+    tails = []
+    for task, stack in sorted(stacks.items()):
+        kept = [line for line in stack.strip().splitlines() if line.strip()][-lines:]
+        tails += [f"{task}:"] + [f"  {line}" for line in kept]
+    return tails
 
 
 def exercise(
