@@ -204,7 +204,10 @@ def job_verdict(tfjob: dict, exit_codes: dict[tuple[str, int], int | None]) -> t
     fails the job (restarts are not modelled). When a success and a failure are seen in the same
     reconcile, the operator may record both conditions (it sets Succeeded before it looks at a later
     type's failures, and ``pkg/util/status.go`` ``setCondition`` changes nothing once Failed is set);
-    here the failure wins.
+    the failure is then the last condition, which is the job's state (the CRD's ``State`` column reads
+    ``.status.conditions[-1:].type``), so here the failure wins. A finished job is not reconciled again:
+    a replica that fails after the success was recorded leaves the job Succeeded (not modelled here:
+    ``exit_codes`` is one reconcile's view).
 
     Example::
 

@@ -19,7 +19,8 @@ An exercise asks for the idea; dtfkit already holds most answers (``recipes.alph
 What an exercise legitimately uses (``dtfkit.this_task()``, a helper its cell imports) is on its
 allow-list (``allowed`` of :func:`guarded`), on top of :data:`ALWAYS_ALLOWED`. Objects a check
 hands the answer (stand-in ``tf`` modules, stand-in strategies) live in the check's own module
-as methods or nested functions; calling them is allowed, its module-level functions are not.
+as methods or nested functions, and so do the watches a check's task side puts around the answer
+(``course/task_side/chNN.py``); calling them is allowed, their modules' module-level functions are not.
 
 Threads the answer starts are watched too (``threading.setprofile``). Not caught: a call made by
 a function the answer returns, when the check (or TensorFlow) calls it after the answer has
@@ -174,10 +175,19 @@ class Policy:
             return True
         if importing and any(a.startswith(name + ".") for a in self.allowed):
             return True
-        if self.check_module and name.startswith(self.check_module + "."):
-            rest = name[len(self.check_module) + 1 :]
-            return "." in rest  # a method or nested function of a stand-in the check hands over
+        for module in self._stand_in_modules():
+            if name.startswith(module + "."):
+                rest = name[len(module) + 1 :]
+                return "." in rest  # a method or nested function of a stand-in the check hands over
         return False
+
+    def _stand_in_modules(self) -> tuple[str, ...]:
+        """The check's module, and its chapter's task side as names show it (``public_name`` drops
+        ``task_side``): ``dtfkit.course.check.ch07`` and ``dtfkit.course.ch07``."""
+        if not self.check_module:
+            return ()
+        task_side = self.check_module.replace(".course.check.", ".course.", 1)
+        return (self.check_module,) if task_side == self.check_module else (self.check_module, task_side)
 
     def allows_call(self, name: str) -> bool:
         last = name.rsplit(".", 1)[-1]

@@ -17,9 +17,7 @@ from typing import Any
 import dtfkit
 from dtfkit.course import classroom
 from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
-from dtfkit.course.task_side.ch07 import (
-    with_own_value,
-)
+from dtfkit.course.task_side.ch07 import count_in_chief, sum_in_task
 from dtfkit.i18n import _
 
 _STARTUP = "configured at program startup"
@@ -60,7 +58,7 @@ def _all_reduce_once(sum_over_workers: Callable, n: int) -> CheckResult | None:
     want = sum(values.values())
     with cluster(workers=n, start_servers=False) as c:
         try:
-            got = c.run(with_own_value, args=(sum_over_workers, values), timeout=120)
+            ran = c.run(sum_in_task, args=(sum_over_workers, values), timeout=120)
         except dtfkit.TaskFailed as exc:
             if _STARTUP in exc.remote_message or _STARTUP in exc.remote_traceback:
                 return failed(
@@ -72,9 +70,19 @@ def _all_reduce_once(sum_over_workers: Callable, n: int) -> CheckResult | None:
                     ),
                 )
             raise
+    got = {task: r["sum"] for task, r in ran.items()}
     for task in sorted(got):
         v = _as_number(got[task])
         if v is not None and abs(v - want) <= 1e-6 * want:
+            if not any(size in (n, None) for _name, size in ran[task]["all_reduces"]):
+                return failed(
+                    _(
+                        "{task} returned the sum, but no collective all-reduce over the {n} workers ran in it: the check watches TensorFlow's collective ops in every worker"
+                    ).format(task=task, n=n),
+                    _(
+                        "each worker only knows its own value: the workers must combine their values with each other through TensorFlow (Part 1), not compute anything alone"
+                    ),
+                )
             continue
         mine = values[task]
         if v is not None and abs(v - mine) < 1e-6:
@@ -133,7 +141,8 @@ def all_reduce(sum_over_workers: Callable, *, hidden: bool = False) -> CheckResu
 
 def _ps_counter_once(count_steps: Callable, steps: int, workers: int) -> CheckResult | None:
     with cluster(chief=1, workers=workers, ps=1, env={"GRPC_FAIL_FAST": "use_caller"}) as c:
-        got = c.run(count_steps, args=(steps,), on="chief:0", timeout=120)["chief:0"]
+        seen = c.run(count_in_chief, args=(count_steps, steps), on="chief:0", timeout=120)["chief:0"]
+    got = seen["answer"]
     if not isinstance(got, dict) or not {"count", "device"} <= set(got):
         return failed(
             _("chief:0: count_steps returned {got!r:.100}").format(got=got),
@@ -155,6 +164,26 @@ def _ps_counter_once(count_steps: Callable, steps: int, workers: int) -> CheckRe
             ).format(got_count=got["count"], steps=steps),
             _(
                 "use the `steps` argument, and read the counter only once every scheduled function has run: schedule only queues it (Part 2)"
+            ),
+        )
+    # What the chief saw, not what the answer says: functions the coordinator ran on the workers, and
+    # the variables created on the ps, read by the check after the answer returned.
+    if seen["scheduled"] != steps or seen["ran"] != steps:
+        return failed(
+            _(
+                "chief:0: for {steps} steps, {scheduled} functions were scheduled on the workers and {ran} of them ran there (the check watches the coordinator in the chief)"
+            ).format(steps=steps, scheduled=seen["scheduled"], ran=seen["ran"]),
+            _(
+                "every step must be a function the coordinator hands to a worker (Part 2): a step called in the chief itself never reaches one"
+            ),
+        )
+    if not any(value == steps for _device, value in seen["on_ps"]):
+        return failed(
+            _(
+                "chief:0: after the answer returned, no variable it created on a parameter server held {steps} (the check read them: {on_ps})"
+            ).format(steps=steps, on_ps=sorted(value for _device, value in seen["on_ps"]) or _("none")),
+            _(
+                "return the count you read from the counter the scheduled steps incremented, and that counter's own device"
             ),
         )
     return None

@@ -122,7 +122,7 @@ def _scenarios(rng: random.Random, count: int) -> list[tuple[dict[str, int], str
     for _draw in range(count):
         replicas = {"PS": rng.randint(1, 2), "Worker": rng.randint(1, 4)}
         if rng.random() < 0.35:
-            replicas = {"Chief": 1, **replicas}
+            replicas = {rng.choice(["Chief", "Master"]): 1, **replicas}
         codes: dict[tuple[str, int], int | None] = {}
         for rtype, n in replicas.items():
             for i in range(n):
@@ -174,6 +174,37 @@ def job_state(job_state: Callable, *, hidden: bool = False) -> CheckResult:
             "",
             {("Chief", 0): None, ("PS", 0): None, ("Worker", 0): 0, ("Worker", 1): 0},
         ),
+        # With a chief, a failing worker still fails the job: the chief decides success only.
+        (
+            {"Chief": 1, "PS": 1, "Worker": 2},
+            "",
+            {("Chief", 0): None, ("PS", 0): None, ("Worker", 0): 0, ("Worker", 1): 1},
+        ),
+        # Seen in one reconcile, the chief's success and a worker's failure: the operator sets
+        # Succeeded (Chief comes first), then Failed; the job's state is its last condition, Failed.
+        (
+            {"Chief": 1, "PS": 1, "Worker": 2},
+            "AllWorkers",
+            {("Chief", 0): 0, ("PS", 0): None, ("Worker", 0): 1, ("Worker", 1): None},
+        ),
+        # Master is a chief too: worker 0's success decides nothing, the master's does.
+        (
+            {"Master": 1, "Worker": 2},
+            "",
+            {("Master", 0): None, ("Worker", 0): 0, ("Worker", 1): None},
+        ),
+        (
+            {"Master": 1, "PS": 1, "Worker": 2},
+            "AllWorkers",
+            {("Master", 0): 0, ("PS", 0): None, ("Worker", 0): None, ("Worker", 1): None},
+        ),
+        (
+            {"Master": 1, "Worker": 1},
+            "",
+            {("Master", 0): None, ("Worker", 0): 2},
+        ),
+        # Without a chief, worker 0's success does not hide another worker's failure.
+        (two, "", {("PS", 0): None, ("Worker", 0): 0, ("Worker", 1): 1}),
     ]
     cases = named + _scenarios(random.Random(), 40 if hidden else 12)
     for replicas, policy, codes in cases:
@@ -194,7 +225,9 @@ def job_state(job_state: Callable, *, hidden: bool = False) -> CheckResult:
             ("Succeeded", "Running"): _(
                 "is the replica whose success ends the job done yet? (with a chief, only the chief counts)"
             ),
-            ("Failed", "Succeeded"): _("a replica that exits non-zero fails the job, whatever the others do"),
+            ("Failed", "Succeeded"): _(
+                "seen in the same reconcile, a success and a failure are both recorded, the failure last, and a TFJob's state is its last condition"
+            ),
             ("Failed", "Running"): _("a replica that exits non-zero fails the job, whatever the others do"),
         }.get(
             (want, got),

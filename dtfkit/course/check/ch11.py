@@ -27,7 +27,13 @@ from dtfkit.i18n import N_, _
 from dtfkit.recipes import alpha_beta as model
 from dtfkit.recipes import compression
 
-HIDDEN_UNITS = 0  # softmax regression: 650 floats, the quickest model to trace
+TRACED_HIDDEN_UNITS = range(1, 25)
+"""The traced model's hidden units, drawn each run: an MLP of 85 to 1 810 floats, a size the chapter never
+prints (its softmax regression has 650 floats, its MLP 38 410) and that no formula case of the run uses."""
+
+# Gradient sizes the chapter prints (Sections 1, 3 and 4, the exercise's own output): no checked case uses
+# them, so an answer that transcribes the chapter's tables finds none of its entries asked.
+PRINTED_FLOATS = frozenset({650, 1_200, 38_410, 300_000})
 
 # What each method puts on the wire (compression.compress): (dtype of each payload tensor, its length).
 # Item sizes as TensorFlow stores them: float32 and int32 4 bytes, float16 and bfloat16 2, uint8 1.
@@ -98,10 +104,29 @@ def _bytes_hint(method: str, floats: int, k: int | None, got: object) -> str:
     return _("look at Section 4's table: what does the worker put on the wire for this method?")
 
 
+def _traced_sizes() -> frozenset[int]:
+    """Every gradient size the traced model can have (kept out of the formula cases)."""
+    return frozenset(compression.model_floats(h) for h in TRACED_HIDDEN_UNITS)
+
+
 def _cases(rng: random.Random, hidden: bool) -> list[tuple[str, int, int | None]]:
-    floats = [650, 38_410, 1000, 4 * rng.randint(2, 5000) + rng.randint(1, 3), rng.randint(9, 10**6)]
+    """Every method at gradient sizes drawn fresh (one of them not a multiple of 8), none the chapter
+    prints and none the traced model can have."""
+    draws = [
+        lambda: rng.randint(9, 999),
+        lambda: 4 * rng.randint(2, 5000) + rng.randint(1, 3),
+        lambda: rng.randint(1_000, 99_999),
+        lambda: rng.randint(100_000, 10**6),
+    ]
     if hidden:
-        floats += [rng.randint(1, 7), rng.randint(10**6, 10**8)]
+        draws += [lambda: rng.randint(1, 7), lambda: rng.randint(10**6, 10**8)]
+    avoid = PRINTED_FLOATS | _traced_sizes()
+    floats = []
+    for draw in draws:
+        f = draw()
+        while f in avoid:
+            f = draw()
+        floats.append(f)
     out: list[tuple[str, int, int | None]] = []
     for f in floats:
         for method in compression.METHODS:
@@ -114,7 +139,8 @@ def _cases(rng: random.Random, hidden: bool) -> list[tuple[str, int, int | None]
 def compressed_bytes(bytes_to_ps: Callable, *, hidden: bool = False) -> CheckResult:
     """Compare ``bytes_to_ps(method, floats, k)`` (the bytes one worker sends ``ps:0`` per step;
     ``k`` is ``None`` except for ``"topk"``) with the formulas for every method and many sizes,
-    then with a real step of softmax regression on the digits, traced on 1 ps + 1 worker.
+    then with a real step of an MLP on the digits whose size the check draws (asked for the first time
+    there), traced on 1 ps + 1 worker. No size the chapter prints is asked.
 
     Example::
 
@@ -136,7 +162,10 @@ def compressed_bytes(bytes_to_ps: Callable, *, hidden: bool = False) -> CheckRes
                 ),
                 _bytes_hint(method, floats, k, got),
             )
-    floats = compression.model_floats(HIDDEN_UNITS)
+    # The traced model's size is asked here for the first time: the trace is where an answer that is
+    # right for the cases above and wrong for this size (a table, a special case) fails.
+    units = rng.choice(TRACED_HIDDEN_UNITS)
+    floats = compression.model_floats(units)
     k = rng.randint(2, floats // 4)
     methods = ["bf16", "topk"] if hidden else ["topk", "sign"]
     # worker:0 is the client here: one process fewer to start than a separate client.
@@ -144,7 +173,7 @@ def compressed_bytes(bytes_to_ps: Callable, *, hidden: bool = False) -> CheckRes
         (runs,) = c.run(
             compression.train_methods,
             args=(methods,),
-            kwargs={"workers": 1, "steps": 3, "k": k, "hidden": HIDDEN_UNITS},
+            kwargs={"workers": 1, "steps": 3, "k": k, "hidden": units},
             on="worker:0",
             timeout=240,
         ).values()
@@ -173,18 +202,14 @@ def compressed_bytes(bytes_to_ps: Callable, *, hidden: bool = False) -> CheckRes
                 _(
                     "the trace says worker:0 sent ps:0 {traced} bytes with {method!r} ({floats} floats), you predicted {predicted!r}"
                 ).format(**sent, predicted=predicted),
-                _("does your function depend on anything but method, floats and k?"),
+                _("does your function depend on anything but method, floats and k?")
+                + " "
+                + _bytes_hint(run["method"], floats, k_run, predicted),
             )
-    shown = ", ".join(f"{m} {b} bytes" for m, b in traced.items())
     return passed(
         _(
-            "your formula matches every method for {case_count} gradient sizes, and a real traced step of {floats} floats (k={k}): {shown}"
-        ).format(
-            case_count=len(cases) // len(compression.METHODS),
-            floats=floats,
-            k=k,
-            shown=shown,
-        )
+            "your formula matches every method for {case_count} gradient sizes the chapter never prints, and a real traced step of an MLP the check drew (with top-k's k drawn too): {methods}"
+        ).format(case_count=len(cases) // len(compression.METHODS), methods=_(" and ").join(traced))
     )
 
 
@@ -222,6 +247,11 @@ def _times_hint(method: str, n: int, size: float, alpha: float, beta: float, got
     return _("Section 2: the latency once per round of messages, plus the busiest link's bytes times β")
 
 
+def _not_whole_ms(alpha: float) -> float:
+    """``alpha`` moved off a whole number of milliseconds (the chapter prints 1 ms and 20 ms)."""
+    return alpha + 1e-7 if math.isclose(alpha * 1000, round(alpha * 1000), abs_tol=1e-9) else alpha
+
+
 @exercise("11.2", "The α–β time of a synchronisation")
 def alpha_beta(sync_seconds: Callable, *, hidden: bool = False) -> CheckResult:
     """Compare ``sync_seconds(method, n, size_bytes, alpha_s, beta_s_per_byte)`` with the α–β model
@@ -240,19 +270,29 @@ def alpha_beta(sync_seconds: Callable, *, hidden: bool = False) -> CheckResult:
     if problem is not None:
         return problem
     rng = random.Random()
+    # Every case drawn: each method once (first), then random ones. The chapter's printed times
+    # (n=3, S=1.2 MB, α of 1 and 20 ms, 100 Mbit/s) have a whole α in ms; these never do.
+    # The first case of each method has latency and bytes of like weight (α of 5 to 50 ms, a link of 50
+    # to 200 Mbit/s, S of 50 to 900 kB, as in the chapter but never its numbers): a wrong answer fails on
+    # one where the hint can tell what it forgot.
     cases = [
-        ("ps", 3, 120_000, 0.02, 8e-8),
-        ("ring", 3, 120_000, 0.02, 8e-8),
-        ("sharded_ps", 3, 120_000, 0.02, 8e-8),
+        (
+            method,
+            rng.randint(3, 8),
+            float(rng.randint(50_000, 900_000)),
+            _not_whole_ms(rng.uniform(0.005, 0.05)),
+            8 / rng.uniform(50e6, 200e6),
+        )
+        for method in model.METHODS
     ]
-    for _draw in range(30 if hidden else 12):
+    for method in [rng.choice(model.METHODS) for _draw in range(30 if hidden else 12)]:
         n = rng.randint(2, 64 if hidden else 16)
         cases.append(
             (
-                rng.choice(model.METHODS),
+                method,
                 n,
                 float(rng.choice([1, 4 * n]) * rng.randint(1, 10**6)),
-                10 ** rng.uniform(-6, -1),
+                _not_whole_ms(10 ** rng.uniform(-6, -1)),
                 8 / 10 ** rng.uniform(7, 11),
             )
         )

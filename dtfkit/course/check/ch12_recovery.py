@@ -15,7 +15,9 @@ decide it:
   CACM 17(9), 1974); within the budget, the best whole interval is the answer.
 
 The check grades the answer on variants drawn fresh every run (``hidden``: more, and edge cases), accepting
-any interval within the budget whose expected waste is within 5 % of the best one's, then runs it
+any interval within the budget whose expected waste is within 5 % of the best one's, then runs the
+interval it gives for one more case (a budget of ``REAL_RUN_BUDGET`` steps, graded by the run first and
+only then by the formula, so an interval beyond that budget fails on what the run measured)
 for real: 2 workers of ``MultiWorkerMirroredStrategy`` save every ``every`` steps and both die at
 the worst moment (right before the save of step ``2 * every``); started again, training must
 resume from step ``every`` (the step TensorFlow restores) with the weights the chief had when it
@@ -46,6 +48,9 @@ TOLERANCE = 0.05
 
 REAL_RUN_BUDGET = 4
 """The ``max_lost_steps`` of the real run: small, so the run stays short."""
+
+REAL_RUN_LONGEST = 3 * REAL_RUN_BUDGET
+"""The longest interval the real run tries (a longer one is graded without it: its run would be long)."""
 
 
 def waste(
@@ -161,6 +166,15 @@ def _grade(choose: Callable, case: Case) -> CheckResult | None:
     )
 
 
+def _grade_lost_cause(every: object, case: Case) -> CheckResult:
+    """The failed result of an interval the real run does not try, when ``_grade`` let it through
+    (it cannot: an interval outside ``[1, REAL_RUN_LONGEST]`` is beyond this case's budget)."""
+    return failed(
+        _("{where} returned {got!r}").format(where=f"choose_save_every({_describe(case)})", got=every),
+        _("return a whole number of steps, at least 1"),
+    )
+
+
 def _real_run(every: int) -> dict | CheckResult:
     """Both workers die right before the save of step ``2 * every``; start again. Returns
     ``recovery_summary``'s dict (``restored_as_saved`` compares the weights the new processes
@@ -233,9 +247,10 @@ def check_12_2(choose_save_every: Callable, *, hidden: bool = False) -> CheckRes
             return problem
     real_case = _case(random.Random(seed), REAL_RUN_BUDGET * 5.0, REAL_RUN_BUDGET)  # the budget binds
     every = choose_save_every(*real_case)
-    problem = _grade(choose_save_every, real_case)
-    if problem is not None:
-        return problem
+    if isinstance(every, bool) or not isinstance(every, int) or not 1 <= every <= REAL_RUN_LONGEST:
+        return _grade(choose_save_every, real_case) or _grade_lost_cause(every, real_case)
+    # The real run is graded on what it measures (the step TensorFlow restored), before the interval's
+    # cost: an answer that keeps the budget of the drawn cases but not this one's fails here, in the run.
     outcome = _real_run(every)
     if isinstance(outcome, CheckResult):
         return outcome
@@ -265,6 +280,9 @@ def check_12_2(choose_save_every: Callable, *, hidden: bool = False) -> CheckRes
                 "this is not your answer's fault: the checkpoint was not restored as it was saved; run the check again, and if it fails again, report it with this message"
             ),
         )
+    problem = _grade(choose_save_every, real_case)
+    if problem is not None:
+        return problem
     return passed(
         _(
             "your intervals keep within the loss budget at a cost near the least for {len_variants} cases; in a real run saving every {every} steps, both workers died right before the save of step {killed_at} and training resumed from step {resumed_from}, with the weights saved there bit for bit: {lost} steps lost, a whole interval (max_lost_steps={REAL_RUN_BUDGET})"
