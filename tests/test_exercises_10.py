@@ -126,14 +126,60 @@ def _wrong_chief_waits_for_workers(replicas, success_policy, exit_codes):
     return "Running"
 
 
+def _no_chief_state(success_policy, exit_codes):
+    workers = [c for (t, _), c in exit_codes.items() if t == "Worker"]
+    if workers and all(c == 0 for c in workers):
+        return "Succeeded"
+    if success_policy != "AllWorkers" and exit_codes.get(("Worker", 0)) == 0:
+        return "Succeeded"
+    return "Running"
+
+
+def _wrong_with_a_chief_only_the_chief_counts(replicas, success_policy, exit_codes):
+    # The review's: with a chief, the workers' failures are not looked at (41 % of visible runs passed).
+    if "Chief" in replicas or "Master" in replicas:
+        leaders = [c for (t, _), c in exit_codes.items() if t in ("Chief", "Master")]
+        if any(c not in (None, 0) for c in leaders):
+            return "Failed"
+        return "Succeeded" if leaders and all(c == 0 for c in leaders) else "Running"
+    if any(code not in (None, 0) for code in exit_codes.values()):
+        return "Failed"
+    return _no_chief_state(success_policy, exit_codes)
+
+
+def _wrong_success_checked_before_failure(replicas, success_policy, exit_codes):
+    # The review's: a success seen decides before any failure is read (46 % of visible runs passed).
+    if "Chief" in replicas or "Master" in replicas:
+        leaders = [c for (t, _), c in exit_codes.items() if t in ("Chief", "Master")]
+        if leaders and all(c == 0 for c in leaders):
+            return "Succeeded"
+    elif _no_chief_state(success_policy, exit_codes) == "Succeeded":
+        return "Succeeded"
+    if any(code not in (None, 0) for code in exit_codes.values()):
+        return "Failed"
+    return "Running"
+
+
+def _wrong_master_is_a_worker(replicas, success_policy, exit_codes):
+    if any(code not in (None, 0) for code in exit_codes.values()):
+        return "Failed"
+    if "Chief" in replicas:
+        return "Succeeded" if exit_codes.get(("Chief", 0)) == 0 else "Running"
+    return _no_chief_state(success_policy, exit_codes)
+
+
 @pytest.mark.parametrize(
     "wrong, expected",
     [
         (_wrong_ignores_policy, "the operator says the job is"),
         (_wrong_waits_for_every_replica, "the operator says the job is"),
         (_wrong_chief_waits_for_workers, "only the chief counts"),
+        (_wrong_with_a_chief_only_the_chief_counts, "fails the job, whatever the others do"),
+        (_wrong_success_checked_before_failure, "its last condition"),
+        (_wrong_master_is_a_worker, "which replica's success decides the job"),
     ],
 )
 def test_10_2_wrong_answers_fail_with_a_hint(no_spawn, wrong, expected):
-    assert_fails_without_giving_away("10.2", summary(check.ch10.job_state(wrong)), expected)
+    for _run in range(20):  # the named cases refuse them every time, not by the luck of the draw
+        assert_fails_without_giving_away("10.2", summary(check.ch10.job_state(wrong)), expected)
     assert no_spawn == []
