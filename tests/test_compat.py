@@ -2,8 +2,9 @@
 
 The table's cells are real runs on real local clusters. What is asserted is what the installed
 TensorFlow 2.21 and Keras 3.15 do, read in their source: Keras 3's ``fit`` builds the model symbolically by
-reducing a first batch with ``strategy.reduce`` (``keras/src/backend/tensorflow/trainer.py``
-``TensorFlowTrainer._maybe_symbolic_build``), which raises under ``MultiWorkerMirroredStrategy``; under
+handing its first batch, a tuple of per-replica values, to ``strategy.reduce`` (``keras/src/backend/tensorflow/
+trainer.py`` ``TensorFlowTrainer._maybe_symbolic_build``), which takes no tuple: with two workers the collective
+path tries to make one tensor of it and raises (``CollectiveAllReduceExtended._reduce_to``); under
 ``ParameterServerStrategy`` the dataset it is given was never passed to
 ``ClusterCoordinator.create_per_worker_dataset`` (``tensorflow/python/distribute/input_lib.py``
 ``DistributedDataset.__iter__``). A Keras or TensorFlow upgrade that changes either fails here, and the
@@ -11,7 +12,7 @@ chapters that quote the table are to be run again.
 
 Keras 3's ``optimizer.iterations`` goes through ``KerasVariable.assign_add`` = ``assign(self + value)``
 (``keras/src/backend/common/variables.py``): concurrent workers can lose increments, never add one, so
-the count never exceeds the steps that ran (an invariant); how many it loses is timing, not asserted.
+without a worker failure the count never exceeds the steps that ran; how many it loses is timing, not asserted.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def test_the_table_shows_what_keras_3_does_under_each_multi_worker_strategy():
         for trainer in ("keras3_custom_loop", "tf_only_loop"):
             cell = table.cell(strategy, trainer)
             assert cell.outcome == kernel_side.WORKS, (strategy, trainer, cell)
-            assert cell.steps_run == 30, cell
+            assert cell.steps_run >= 30, cell  # at least once: a closure may be re-run
     # Keras 3's counter: exact where every step is one synchronous update, never above the steps run.
     assert table.cell("MultiWorkerMirroredStrategy", "keras3_custom_loop").iterations == 30
     pss = table.cell("ParameterServerStrategy", "keras3_custom_loop")
