@@ -40,6 +40,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -128,6 +129,31 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env
+
+
+def in_a_classroom_kernel(module: str, function: str, timeout: float) -> Any:
+    """``tests/<module>.<function>()``'s JSON-able result, computed in a fresh interpreter that runs as a
+    classroom kernel (``DTFKIT_CLASSROOM=1``): checks that use TensorFlow in the kernel import it there,
+    not in the test process."""
+    code = (
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        f"import {module} as t\n"
+        f"print('RESULTS ' + json.dumps(t.{function}()))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=subprocess_env(DTFKIT_CLASSROOM="1", TF_CPP_MIN_LOG_LEVEL="2"),
+        cwd=str(REPO),
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULTS ")]
+    assert proc.returncode == 0 and lines, (
+        f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
+    return json.loads(lines[-1][len("RESULTS ") :])
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:

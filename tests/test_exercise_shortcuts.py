@@ -22,16 +22,12 @@ slow tests of the real parts beside them. Where the answer runs in tasks, the te
 from __future__ import annotations
 
 import contextlib
-import json
-import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 from test_exercises_1to4 import solution as solution_1to4
-from test_exercises_5to9 import REPO
 from test_exercises_5to9 import solution as solution_5to12
 
 from dtfkit.course import check
@@ -339,7 +335,6 @@ def _steps_in_the_chief(steps):
 
 
 def _sum_from_the_callers(value):
-    import sys
 
     frame = sys._getframe(1)
     while frame is not None:  # the other workers' values, if the check left them within reach
@@ -415,27 +410,9 @@ def kernel_shortcuts() -> dict[str, str]:
 
 @pytest.mark.slow
 def test_chapters_5_and_6_refuse_their_shortcuts():
-    from conftest import subprocess_env
+    from conftest import in_a_classroom_kernel
 
-    code = (
-        "import json, sys\n"
-        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "import test_exercise_shortcuts as t\n"
-        "print('RESULTS ' + json.dumps(t.kernel_shortcuts()))\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=subprocess_env(DTFKIT_CLASSROOM="1", TF_CPP_MIN_LOG_LEVEL="2"),
-        cwd=str(REPO),
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULTS ")]
-    assert proc.returncode == 0 and lines, (
-        f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    )
-    statuses = json.loads(lines[-1][len("RESULTS ") :])
+    statuses = in_a_classroom_kernel("test_exercise_shortcuts", "kernel_shortcuts", timeout=600)
     assert statuses == dict.fromkeys(statuses, "failed"), statuses
 
 

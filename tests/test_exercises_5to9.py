@@ -17,8 +17,6 @@ Everything runs in classroom mode (``DTFKIT_CLASSROOM=1``), as nbgrader grades.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -289,27 +287,9 @@ def kernel_cases() -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def kernel_results() -> dict[str, dict]:
-    from conftest import subprocess_env
+    from conftest import in_a_classroom_kernel
 
-    code = (
-        "import json, sys\n"
-        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "import test_exercises_5to9 as t\n"
-        "print('RESULTS ' + json.dumps(t.kernel_cases()))\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=subprocess_env(DTFKIT_CLASSROOM="1", TF_CPP_MIN_LOG_LEVEL="2"),
-        cwd=str(REPO),
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULTS ")]
-    assert proc.returncode == 0 and lines, (
-        f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    )
-    return json.loads(lines[-1][len("RESULTS ") :])
+    return in_a_classroom_kernel("test_exercises_5to9", "kernel_cases", timeout=900)
 
 
 @pytest.mark.slow
