@@ -303,3 +303,30 @@ def test_chapter_9_checks_explain_wrong_answers_before_starting_a_cluster(no_spa
 
     not_a_ring = check.ch09.ring(skipping, hidden=True)  # 4 workers: i + 2 is no neighbour
     assert not_a_ring.status == _core.FAILED and "not a neighbour" in not_a_ring.message
+
+
+def test_a_chinese_chapters_exercises_section_keeps_the_cell_that_sets_its_language():
+    """grade() and nbgrader's exercises-only copies run the exercises section alone: in a Chinese chapter it must
+    start with the cell that switches dtfkit's feedback to Chinese, or the learner is graded in English."""
+    from dtfkit.i18n import LANGUAGE_CELL_ID
+
+    chinese = json.loads(
+        (REPO / "notebooks" / "zh_CN" / "03_sync_replicas_optimizer.ipynb").read_text("utf-8")
+    )
+    section = classroom.exercises_only(chinese)["cells"]
+    assert section[0]["id"] == LANGUAGE_CELL_ID and 'set_language("zh_CN")' in "".join(section[0]["source"])
+    assert all(classroom.TAG in c["metadata"].get("tags", []) for c in section[1:]) and len(section) > 3
+    english = json.loads((REPO / "notebooks" / "03_sync_replicas_optimizer.ipynb").read_text("utf-8"))
+    assert not any(c.get("id") == LANGUAGE_CELL_ID for c in classroom.exercises_only(english)["cells"])
+
+
+def test_nbgrader_exercises_only_copies_of_a_chinese_chapter_set_the_language(tmp_path):
+    from dtfkit.course.student import write_nbgrader_source
+    from dtfkit.i18n import LANGUAGE_CELL_ID
+
+    write_nbgrader_source(
+        REPO / "notebooks" / "zh_CN" / "03_sync_replicas_optimizer.ipynb", tmp_path, exercises_only=True
+    )
+    (written,) = tmp_path.rglob("*.ipynb")
+    cells = json.loads(written.read_text("utf-8"))["cells"]
+    assert cells[0]["id"] == LANGUAGE_CELL_ID

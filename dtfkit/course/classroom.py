@@ -21,6 +21,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from dtfkit.i18n import LANGUAGE_CELL_ID
+
 ENV = "DTFKIT_CLASSROOM"
 FACTOR = 4
 
@@ -69,13 +71,20 @@ _CHECK_CELL = re.compile(r"^# check exercise (\d+\.\d+)")
 _HEADLINE = re.compile(r"^[✔✘…] exercise .*$", re.M)
 
 
+def in_the_exercises_section(cell: dict[str, Any]) -> bool:
+    """True for a cell of the exercises section (tagged ``dtfkit-exercise``), and for a translated chapter's
+    first cell, which sets the language its feedback is shown in (``dtfkit.i18n.LANGUAGE_CELL_ID``)."""
+    return TAG in cell.get("metadata", {}).get("tags", []) or cell.get("id") == LANGUAGE_CELL_ID
+
+
 def exercises_only(nb: dict[str, Any]) -> dict[str, Any]:
-    """A notebook (nbformat JSON) cut down to its exercises section: the cells tagged ``dtfkit-exercise``.
+    """A notebook (nbformat JSON) cut down to its exercises section: the cells tagged ``dtfkit-exercise``,
+    after the cell that sets a translated chapter's language (so its feedback stays in that language).
 
     The section runs alone: its first code cell imports what the checks need.
     """
     out = dict(nb)
-    out["cells"] = [c for c in nb["cells"] if TAG in c.get("metadata", {}).get("tags", [])]
+    out["cells"] = [c for c in nb["cells"] if in_the_exercises_section(c)]
     return out
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from dtfkit.course.classroom import TAG as EXERCISE_TAG
+from dtfkit.course.classroom import in_the_exercises_section
 from dtfkit.errors import DtfkitError
 
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -243,7 +244,7 @@ def nbgrader_notebook(
     out = copy.deepcopy(nb)
     indexed = list(enumerate(out.get("cells", [])))
     if exercises_only:
-        indexed = [(i, c) for i, c in indexed if EXERCISE_TAG in c.get("metadata", {}).get("tags", [])]
+        indexed = [(i, c) for i, c in indexed if in_the_exercises_section(c)]
         if not indexed:
             raise MarkerError(
                 f"{name}: no cell is tagged {EXERCISE_TAG!r}, so there is no exercises section to write. "

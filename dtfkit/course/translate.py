@@ -40,6 +40,7 @@ from pathlib import Path
 import polib
 
 from dtfkit.errors import DtfkitError
+from dtfkit.i18n import LANGUAGE_CELL_ID
 
 LANGUAGES = {"zh_CN": "简体中文"}
 HEADER = """{language} translation of the dtfkit course, {chapter}.
@@ -422,7 +423,6 @@ def _one_folder_down(path: str) -> str:
     return f"../{bare}"
 
 
-LANGUAGE_CELL_ID = "dtfkit-language"
 # The first cell of a translated chapter: dtfkit's own words (feedback, findings, the lab) in its language.
 LANGUAGE_CELL = {
     "zh_CN": "# 本章中 dtfkit 自己的话（练习的反馈与提示、diagnose 的诊断、实验面板）都用中文显示\n"
