@@ -48,11 +48,17 @@ def term_pattern(english: str) -> re.Pattern:
     return re.compile(r"\b" + re.escape(english).replace(r"\ ", r"[\s-]+") + r"(?:s|es)?\b", re.IGNORECASE)
 
 
+# Quoted English ("Example stragglers: ...", “...”): a log line, a message or a title, quoted as it is, not prose.
+_QUOTED = re.compile(r'"[^"]*"|“[^”]*”')
+
+
 def glossary_breaches(messages, rows) -> list[str]:
-    """Units whose English prose uses a checked term and whose translation lacks its Chinese."""
+    """Units whose English prose uses a checked term and whose translation lacks its Chinese. Code,
+    links and math are not prose, nor is quoted English (a log line, a paper's title): a translation
+    keeps those as they are and needs no gloss of their words."""
     found = []
     for message in messages:
-        prose = translate._NOT_PROSE.sub(" ", message.msgid)
+        prose = _QUOTED.sub(" ", translate._NOT_PROSE.sub(" ", message.msgid))
         for english, chinese in rows:
             if term_pattern(english).search(prose) and chinese not in message.msgstr:
                 found.append(f"[{message.msgctxt}] {english!r} → {chinese!r}: {message.msgstr[:50]!r}")
@@ -130,6 +136,26 @@ def test_the_glossary_check_finds_a_term_rendered_otherwise():
     code = polib.POEntry(msgid="Call `parameter_server()` here.", msgstr="在这里调用 `parameter_server()`。")
     assert glossary_breaches([good, code], rows) == []
     assert glossary_breaches([bad], rows) == ["[x] 'parameter server' → '参数服务器': '参数节点保存变量。'"]
+
+
+def test_the_glossary_check_skips_a_term_only_in_quoted_english():
+    import polib
+
+    rows = [("replica", "副本"), ("cluster", "集群")]
+    quoted = polib.POEntry(
+        msgid='The log says "Example stragglers: /job:worker/replica:0/task:1" and the “Replica Paper” agrees.',
+        msgstr="日志写着“Example stragglers: /job:worker/replica:0/task:1”，“Replica Paper” 也这么说。",
+        msgctxt="q",
+    )
+    unquoted = polib.POEntry(
+        msgid='Each replica of the cluster logs "Waiting for 1/2 tasks to connect".',
+        msgstr="集群的每个拷贝都记录“Waiting for 1/2 tasks to connect”。",
+        msgctxt="u",
+    )
+    assert glossary_breaches([quoted], rows) == []
+    assert glossary_breaches([unquoted], rows) == [
+        "[u] 'replica' → '副本': '集群的每个拷贝都记录“Waiting for 1/2 tasks to connect”。'"
+    ]
 
 
 def _one_chapter(tmp_path: Path) -> Path:
