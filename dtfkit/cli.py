@@ -165,6 +165,7 @@ def _classroom_bench(ns: argparse.Namespace) -> int:
         grade=not ns.no_grade,
         browser=ns.browser,
         artifacts=ns.artifacts,
+        lang=ns.lang,
     )
     held = max((r.students for r in results if not r.stopped), default=0)
     text = bench.table(results) + "\n\n"
@@ -377,6 +378,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="only remove the accounts, processes and cgroups an interrupted bench run left behind",
     )
     b.add_argument("--markdown", default=None, help="also write the tables to this markdown file")
+    b.add_argument(
+        "--lang",
+        choices=["zh_CN"],
+        default=None,
+        help="the class works in this edition of chapter 1 (notebooks/zh_CN), with DTFKIT_LANG set in every "
+        "student's server",
+    )
     b.set_defaults(func=_classroom_bench)
     return parser
 

@@ -237,3 +237,32 @@ def test_a_private_checkout_is_opened_for_listing_and_restored(tmp_path):
     finally:
         restore_modes(changed)
     assert root.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_chinese_class_works_in_the_chinese_chapter_and_its_feedback_is_read():
+    """classroom-bench --lang zh_CN: the lesson and exercise 1.1 come from notebooks/zh_CN, the assignment
+    starts with the cell that sets the language, and the check's Chinese headline is read as passed/failed."""
+    from dtfkit.hubbench import workload
+
+    chapter = workload.chapter_path("zh_CN")
+    assert chapter.parent.name == "zh_CN"
+    chinese_lesson = workload.lesson_cells(chapter)
+    assert 'dtfkit.set_language("zh_CN")' in chinese_lesson[0]  # the language first, then the same program
+    assert chinese_lesson[1:] == workload.lesson_cells()
+    source = workload.assignment_source(chapter)
+    assert source["cells"][0]["id"] == "dtfkit-language"
+    grade_ids = [
+        c["metadata"]["nbgrader"]["grade_id"] for c in source["cells"] if "nbgrader" in c["metadata"]
+    ]
+    assert grade_ids == ["ex1_1_answer", "ex1_1_check"]
+    assert any(c["cell_type"] == "markdown" and "练习 1.1" in "".join(c["source"]) for c in source["cells"])
+    assert workload.check_outcome("✔ 练习 1.1（把变量放在 worker 上）通过：...") == "passed"
+    assert workload.check_outcome("✘ exercise 1.1 (Variables on a worker) failed: ...") == "failed"
+    assert workload.check_outcome("✔ exercise 1.10 (...) passed") == ""
+    with pytest.raises(ValueError, match="no fr edition"):
+        workload.chapter_path("fr")
+
+
+def test_the_hub_passes_the_class_language_to_the_students_servers():
+    config = (REPO / "dtfkit" / "hubbench" / "jupyterhub_config.py").read_text()
+    assert 'c.Spawner.environment["DTFKIT_LANG"] = os.environ["DTFKIT_HUB_LANG"]' in config

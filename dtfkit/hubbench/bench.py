@@ -44,11 +44,12 @@ from dtfkit.hubbench.measure import Sampler, meminfo
 from dtfkit.hubbench.student import Student, StudentError, wait_for_class
 from dtfkit.hubbench.workload import (
     ASSIGNMENT,
-    EXERCISE,
     READY_MARK,
     WRONG_ANSWER,
     answered,
     assignment_source,
+    chapter_path,
+    check_outcome,
     lesson_cells,
     solution_of,
 )
@@ -162,10 +163,7 @@ def _student_session(
             if "# check exercise" in code:
                 row.checked_s = run.finished - pressed
                 row.check_text = run.text.strip()
-                mark = f"exercise {EXERCISE} ("
-                row.outcome = (
-                    "passed" if f"✔ {mark}" in run.text else "failed" if f"✘ {mark}" in run.text else ""
-                )
+                row.outcome = check_outcome(run.text)
                 expected = "failed" if row.wrong_answer else "passed"
                 if row.outcome != expected:
                     row.failures.append(f"check said {row.outcome or 'nothing'}, expected {expected}")
@@ -205,8 +203,12 @@ def run_class(
     grade: bool = True,
     browser: bool = False,
     artifacts: str | None = None,
+    lang: str | None = None,
 ) -> ClassResult:
     """One class of ``students`` (students numbered from 1; those in ``wrong`` answer 1.1 wrongly).
+
+    ``lang`` ("zh_CN"): the class works in that edition of chapter 1 (``notebooks/zh_CN``), with
+    ``DTFKIT_LANG`` set in every student's server, as a Chinese class's hub would.
 
     With ``browser``, student 1 works in a real JupyterLab page in headless Chromium (:mod:`.browser`), the
     others over the kernel's websocket; ``artifacts`` is where the page's screenshots go.
@@ -216,6 +218,7 @@ def run_class(
     wrong = set(wrong or ())
     if not wrong <= set(range(1, students + 1)):
         raise ValueError(f"wrong={sorted(wrong)}: students are numbered 1..{students}")
+    chapter = chapter_path(lang)  # before anything is created: an unknown edition is a clear error
     if browser and (why := missing_browser()) is not None:
         raise RuntimeError(f"a browser student cannot run here: {why}")
     result = ClassResult(students=students, zygote=zygote, mem_limit=mem_limit)
@@ -232,11 +235,11 @@ def run_class(
     try:
         names = users.create(prefix, students)
         grader = users.create(prefix, 1, role="g")
-        source = assignment_source()
+        source = assignment_source(chapter)
         course = Course(grader[0], source)
         release = course.generate()
         right, wrong_answer = solution_of(source), WRONG_ANSWER
-        lesson = lesson_cells()
+        lesson = lesson_cells(chapter)
         rows = [StudentResult(name, wrong_answer=(i + 1) in wrong) for i, name in enumerate(names)]
         result.rows = rows
         go = threading.Barrier(students, timeout=900)
@@ -245,7 +248,7 @@ def run_class(
             f"{students} student(s), task zygote {'on' if zygote else 'off'}, memory cap {mem_limit} each"
         )
         with (
-            Hub(names, password, mem_limit=mem_limit, max_pids=max_pids, zygote=zygote) as hub,
+            Hub(names, password, mem_limit=mem_limit, max_pids=max_pids, zygote=zygote, lang=lang) as hub,
             Sampler(uids) as sampler,
         ):
             threads = []

@@ -126,6 +126,7 @@ class Hub:
         zygote: bool = True,
         start_timeout: float = 120.0,
         extra_env: dict[str, str] | None = None,
+        lang: str | None = None,
     ) -> None:
         if os.geteuid() != 0:
             raise PermissionError("a hub that spawns servers as other users runs as root")
@@ -151,6 +152,7 @@ class Hub:
             "DTFKIT_HUB_MEM_LIMIT": mem_limit,
             "DTFKIT_HUB_MAX_PIDS": str(max_pids),
             "DTFKIT_HUB_ZYGOTE": "1" if zygote else "0",
+            "DTFKIT_HUB_LANG": lang or "",
             # the students' servers import dtfkit from this checkout, as the hub does
             "DTFKIT_HUB_PYTHONPATH": repo,
             "PATH": tool_path(),

@@ -51,4 +51,6 @@ c.Spawner.environment = {
     "DTFKIT_ZYGOTE": os.environ.get("DTFKIT_HUB_ZYGOTE", "1"),
     "PYTHONPATH": os.environ.get("DTFKIT_HUB_PYTHONPATH", ""),
 }
+if os.environ.get("DTFKIT_HUB_LANG"):  # a class in another language: dtfkit's words in the students' kernels
+    c.Spawner.environment["DTFKIT_LANG"] = os.environ["DTFKIT_HUB_LANG"]
 c.Spawner.env_keep = ["PATH", "LANG", "LC_ALL", "TF_CPP_MIN_LOG_LEVEL", "DTFKIT_CLASSROOM"]

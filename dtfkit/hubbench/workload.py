@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from dtfkit.course.student import BEGIN_SOLUTION, END_SOLUTION, nbgrader_notebook
+from dtfkit.i18n import LANGUAGE_CELL_ID
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 CHAPTER = "01_clusterspec_basics"
@@ -53,6 +55,20 @@ def _chapter(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def chapter_path(lang: str | None = None) -> Path:
+    """Chapter 1 in ``lang``'s edition (``notebooks/zh_CN/...``), the English one for None.
+
+    Example::
+
+        >>> chapter_path("zh_CN").parent.name
+        'zh_CN'
+    """
+    path = NOTEBOOKS / (lang or "") / f"{CHAPTER}.ipynb"
+    if not path.is_file():
+        raise ValueError(f"there is no {lang} edition of chapter 1 ({path} does not exist)")
+    return path
+
+
 def lesson_cells(path: Path = NOTEBOOKS / f"{CHAPTER}.ipynb") -> list[str]:
     """The lesson's code, cell by cell (see the module's docstring)."""
     cells = [_src(c) for c in _chapter(path)["cells"] if c["cell_type"] == "code"]
@@ -72,11 +88,15 @@ def assignment_source(path: Path = NOTEBOOKS / f"{CHAPTER}.ipynb") -> dict[str, 
     for cell in source["cells"]:
         grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id", "")
         text = _src(cell)
-        if grade_id.startswith(prefix) or (
-            cell["cell_type"] == "code" and "from dtfkit.course import check" in text
+        if (
+            grade_id.startswith(prefix)
+            or cell.get("id") == LANGUAGE_CELL_ID
+            or (cell["cell_type"] == "code" and "from dtfkit.course import check" in text)
         ):
             kept.append(cell)
-        elif cell["cell_type"] == "markdown" and f"Exercise {EXERCISE} " in text:
+        elif cell["cell_type"] == "markdown" and re.match(
+            rf"#+ *(Exercise|练习) {re.escape(EXERCISE)}\b", text
+        ):
             kept.append(cell)
     if [c["metadata"].get("nbgrader", {}).get("grade_id") for c in kept if "nbgrader" in c["metadata"]] != [
         f"{prefix}_answer",
@@ -84,6 +104,19 @@ def assignment_source(path: Path = NOTEBOOKS / f"{CHAPTER}.ipynb") -> dict[str, 
     ]:
         raise ValueError(f"{path.name}: exercise {EXERCISE}'s answer and check cells were not found in order")
     return {**source, "cells": kept}
+
+
+def check_outcome(text: str) -> str:
+    """ "passed", "failed" or "" from what exercise 1.1's check cell showed, in any edition: its first line
+    starts with ✔ or ✘ and names the exercise (``exercise 1.1 (`` / ``练习 1.1（``).
+
+    Example::
+
+        >>> check_outcome("✘ 练习 1.1（worker 上的变量）未通过：...")
+        'failed'
+    """
+    found = re.search(rf"([✔✘]) (?:exercise|练习) {re.escape(EXERCISE)}[ （(]", text)
+    return "" if found is None else "passed" if found.group(1) == "✔" else "failed"
 
 
 def solution_of(source: dict[str, Any]) -> str:
