@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from dtfkit.engine.launchers.contract import ForkStart, LauncherDescription
 from dtfkit.engine.owner.process import ClusterView
 from dtfkit.htmltable import html_table
-from dtfkit.i18n import _
+from dtfkit.i18n import N_, _
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,9 @@ def text(facts: ClusterFacts) -> str:
         cells = dict(zip(names, row, strict=True))
         lines.append(
             f"  {cells['task']:<12} {cells['address']:<18} "
-            + (f"node {cells['node']:<8} " if "node" in cells else "")
-            + f"pid {cells['pid']:<8} {cells['state']}"
-            + (f"  link {cells['link']}" if "link" in cells else "")
+            + (f"{_('node')} {cells['node']:<8} " if "node" in cells else "")
+            + f"{_('pid')} {cells['pid']:<8} {cells['state']}"
+            + (f"  {_('link')} {cells['link']}" if "link" in cells else "")
         )
     if facts.dropped_note:
         lines.append("  " + _("logs: {note}").format(note=facts.dropped_note))
@@ -72,9 +72,40 @@ def html_box(facts: ClusterFacts) -> str:
         f"<div><b>dtfkit.{facts.kind}</b> <code>{html.escape(facts.id)}</code> "
         f"— {html.escape(counts(facts.snapshot))}<br>"
         f"<span style='{style}'>{html.escape(_('network: {note}').format(note=facts.network_note))}</span>{start_line}"
-        f"{html_table(columns(facts.described), rows(facts))}"
+        f"{html_table([_(COLUMN_TITLES[c]) for c in columns(facts.described)], rows(facts))}"
         f"<small>{html.escape(_('logs:'))} <code>{html.escape(facts.log_dir)}</code>{dropped}</small></div>"
     )
+
+
+# The table's words, shown in the reader's language; the data (``cluster.status()``) stays English.
+COLUMN_TITLES = {
+    "task": N_("task"),
+    "role": N_("role"),
+    "address": N_("address"),
+    "node": N_("node"),
+    "pid": N_("pid"),
+    "state": N_("state"),
+    "link": N_("link"),
+}
+STATES = {
+    "starting": N_("starting"),
+    "running": N_("running"),
+    "busy": N_("busy"),
+    "killed": N_("killed"),
+}
+
+
+def shown_state(status: str) -> str:
+    """A task's state as the table shows it: ``"exited (17)"`` → ``"已退出 (17)"`` in Chinese.
+
+    Example::
+
+        >>> shown_state("running")
+        'running'
+    """
+    if status.startswith("exited ("):
+        return _("exited ({code})").format(code=status[len("exited (") : -1])
+    return _(STATES[status]) if status in STATES else status
 
 
 def columns(described: LauncherDescription) -> tuple[str, ...]:
@@ -99,7 +130,7 @@ def rows(facts: ClusterFacts) -> list[tuple[str, ...]]:
             address,
             *node,
             str(proc.pid) if proc else "-",
-            proc.status if proc else "-",
+            shown_state(proc.status) if proc else "-",
         )
         found.append(row + (link_of(task.name),) if link_of else row)
     return found

@@ -145,3 +145,25 @@ def test_every_translation_keeps_the_englishs_fields():
     broken.append(polib.POEntry(msgid="ps:0 receives {want}", msgstr="ps:0 收到 {want"))
     problems = translate._placeholder_problems("dtfkit", broken)
     assert len(problems) == 2 and "['{got}', '{n}']" in problems[0] and "not a format template" in problems[1]
+
+
+def test_the_cluster_tables_words_follow_the_language():
+    """The cluster table's column titles and task states are shown in the reader's language; the data
+    (``cluster.status()``) stays English, as tests and scripts read it."""
+    from dtfkit.cluster_display import COLUMN_TITLES, shown_state
+    from dtfkit.i18n import _, set_language
+
+    try:
+        set_language("zh_CN")
+        assert [shown_state(s) for s in ("starting", "running", "busy", "killed", "exited (17)")] == [
+            "启动中",
+            "运行中",
+            "忙碌",
+            "已被杀死",
+            "已退出（17）",
+        ]
+        titles = [_(COLUMN_TITLES[c]) for c in ("task", "role", "address", "state")]
+        assert titles == ["任务", "角色", "地址", "状态"]
+    finally:
+        set_language(None)
+    assert shown_state("exited (17)") == "exited (17)" and _(COLUMN_TITLES["state"]) == "state"
