@@ -78,6 +78,16 @@ def test_a_record_counts_staleness_shares_and_interleaving():
     row = record.summary()
     assert row["mode"] == "async" and row["accuracy"] == 0.9 and row["staleness (mean/max)"] == "0.60 / 2"
     assert record.describe().startswith("finished: async, 2 workers, 8.0 steps/s")
+    from dtfkit.i18n import set_language
+
+    try:  # the lab's line in a Chinese chapter: every word of it Chinese but the mode's identifier
+        set_language("zh_CN")
+        assert record.describe() == "已完成：async，2 个 worker，8.0 步/秒"
+        record.state, record.error = "failed", "RuntimeError: boom\nmore"
+        assert record.describe() == "失败：async，2 个 worker（RuntimeError: boom）"
+    finally:
+        set_language(None)
+        record.state, record.error = "finished", None
     with pytest.raises(DtfkitError, match="not a finished sync run"):
         record.update_sizes()
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from dtfkit.errors import DtfkitError
 from dtfkit.htmltable import html_table
-from dtfkit.i18n import _
+from dtfkit.i18n import N_, _
 from dtfkit.recipes import analysis
 
 MODES = ("sync", "async")
@@ -91,6 +91,10 @@ class Settings:
         if self.straggler:
             text += _(", {straggler} +{ms} ms").format(straggler=self.straggler, ms=self.straggler_ms)
         return text
+
+
+# How a run's state reads in describe() (the data, ``RunRecord.state``, stays English).
+RUN_STATES = {"starting": N_("starting"), "running": N_("running"), "stopped": N_("stopped")}
 
 
 @dataclass
@@ -288,12 +292,19 @@ class RunRecord:
 
     def describe(self) -> str:
         """``"finished: async, 2 workers, 12.3 steps/s"``."""
-        text = f"{self.state}: {self.settings.describe()}"
+        settings = self.settings.describe()
         if self.state == "finished":
-            text += _(", {rate:.1f} steps/s").format(rate=self.steps_per_sec())
-        elif self.state == "failed" and self.error:
-            text += f" ({self.error.splitlines()[0][:160]})"
-        return text
+            return _("finished: {settings}, {rate:.1f} steps/s").format(
+                settings=settings, rate=self.steps_per_sec()
+            )
+        if self.state == "failed":
+            if not self.error:
+                return _("failed: {settings}").format(settings=settings)
+            return _("failed: {settings} ({error})").format(
+                settings=settings, error=self.error.splitlines()[0][:160]
+            )
+        state = _(RUN_STATES[self.state]) if self.state in RUN_STATES else self.state
+        return f"{state}: {settings}"
 
     def plot(self):
         """The run's dashboard as a matplotlib Figure (see ``dtfkit.lab.plots``)."""
