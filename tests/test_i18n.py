@@ -167,3 +167,32 @@ def test_the_cluster_tables_words_follow_the_language():
     finally:
         set_language(None)
     assert shown_state("exited (17)") == "exited (17)" and _(COLUMN_TITLES["state"]) == "state"
+
+
+def test_the_recipes_figures_are_drawn_in_the_readers_language():
+    """A chapter's figures drawn by the kit (here chapter 11's α–β plot) carry Chinese titles, axes and legends
+    in a Chinese chapter, with a font that has the glyphs after matplotlib's default when one is installed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dtfkit.fonts import CHINESE_FONTS
+    from dtfkit.i18n import set_language
+    from dtfkit.recipes import alpha_beta
+
+    try:
+        set_language("zh_CN")
+        ax = alpha_beta.plot_alpha_beta(3, 0.001, 8 / 100e6)
+        assert ax.get_xlabel() == "梯度大小 S（字节）" and ax.get_ylabel() == "每次同步的时间（秒）"
+        assert ax.get_title().startswith("α–β 模型，n = 3")
+        assert "ps（模型）" in [t.get_text() for t in ax.get_legend().get_texts()]
+        installed = {f.name for f in matplotlib.font_manager.fontManager.ttflist}
+        if installed & set(CHINESE_FONTS):
+            assert set(matplotlib.rcParams["font.family"]) & set(CHINESE_FONTS)
+        plt.close(ax.figure)
+    finally:
+        set_language(None)
+    ax = alpha_beta.plot_alpha_beta(3, 0.001, 8 / 100e6)
+    assert ax.get_xlabel() == "gradient size S (bytes)"
+    plt.close(ax.figure)

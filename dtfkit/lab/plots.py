@@ -13,15 +13,15 @@ Example::
 
 from __future__ import annotations
 
-import functools
 import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dtfkit import fonts
 from dtfkit.engine.platform import notebook
-from dtfkit.i18n import _, language
+from dtfkit.i18n import _
 from dtfkit.recipes import analysis
 
 if TYPE_CHECKING:
@@ -35,52 +35,8 @@ def _figure(width: float, height: float):
     from matplotlib.figure import Figure
 
     _show_as_png_in_ipython(Figure)
-    if language() != "en":
-        _fall_back_on_a_font_for(language())
+    fonts.draw_in_the_language()
     return Figure(figsize=(width, height), layout="constrained")
-
-
-def _add_system_fonts(font_manager, names: Sequence[str]) -> set[str]:
-    """Add the system's fonts named ``names`` to matplotlib's list (its cache predates a font installed
-    after matplotlib first ran); the names added."""
-    added = set()
-    for path in font_manager.findSystemFonts():
-        try:
-            name = font_manager.get_font(path).family_name
-        except (OSError, RuntimeError):
-            continue
-        if name in names:
-            font_manager.fontManager.addfont(path)
-            added.add(name)
-    return added
-
-
-# Fonts with Chinese glyphs, in the order tried (matplotlib's own DejaVu Sans has none).
-CHINESE_FONTS = (
-    "Noto Sans CJK SC",
-    "Source Han Sans SC",
-    "WenQuanYi Micro Hei",
-    "WenQuanYi Zen Hei",
-    "SimHei",
-)
-
-
-@functools.cache
-def _fall_back_on_a_font_for(lang: str) -> None:
-    """Let matplotlib draw the titles of ``lang`` with an installed font that has its glyphs, after
-    its default font (for each character it lacks); none installed: the text shows as boxes, as before."""
-    import matplotlib
-    from matplotlib import font_manager
-
-    installed = {font.name for font in font_manager.fontManager.ttflist}
-    if not installed & set(CHINESE_FONTS):
-        installed |= _add_system_fonts(font_manager, CHINESE_FONTS)
-    fallback = [name for name in CHINESE_FONTS if name in installed]
-    # A family after the first in font.family is where matplotlib looks for a glyph the first lacks.
-    families = list(matplotlib.rcParams["font.family"])
-    missing = [name for name in fallback if name not in families]
-    if missing:
-        matplotlib.rcParams["font.family"] = [*families, *missing]
 
 
 def _show_as_png_in_ipython(figure_class) -> None:

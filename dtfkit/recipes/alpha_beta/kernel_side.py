@@ -11,6 +11,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from dtfkit import fonts
+from dtfkit.i18n import _
 from dtfkit.recipes import allreduce
 from dtfkit.recipes.allreduce import METHODS
 
@@ -240,6 +242,8 @@ def plot_alpha_beta(
         ax = plot_alpha_beta(3, 0.02, 8e-8, measured=[r for r in rows if r["delay"] == "20ms"])
     """
     import matplotlib.pyplot as plt
+
+    fonts.draw_in_the_language()  # the reader's language in the figure's words
     import numpy as np
 
     for method in methods:
@@ -249,36 +253,53 @@ def plot_alpha_beta(
         known = [r["bytes"] for r in measured] or [1e3, 1e7]
         sizes = np.geomspace(min(known) / 3, max(known) * 3, 200)
     if ax is None:
-        _, ax = plt.subplots(figsize=(7, 4.5))
+        ax = plt.subplots(figsize=(7, 4.5))[1]
     for method in methods:
         colour = _COLOURS.get(method)
         times = [alpha_beta_time(method, n, s, alpha_s, beta_s_per_byte) for s in sizes]
-        ax.plot(sizes, times, color=colour, label=f"{method} (model)", gid=f"model:{method}")
+        ax.plot(
+            sizes,
+            times,
+            color=colour,
+            label=_("{method} (model)").format(method=method),
+            gid=f"model:{method}",
+        )
         points = [(r["bytes"], r[key]) for r in measured if r["method"] == method and r[key] > 0]
         if points:
             xs, ys = zip(*points, strict=True)
             ax.scatter(
-                xs, ys, color=colour, marker="o", label=f"{method} (measured)", gid=f"measured:{method}"
+                xs,
+                ys,
+                color=colour,
+                marker="o",
+                label=_("{method} (measured)").format(method=method),
+                gid=f"measured:{method}",
             )
     if "ps" in methods and "ring" in methods:
         where = crossover_size("ps", "ring", n, alpha_s=alpha_s, beta_s_per_byte=beta_s_per_byte)
         if where is not None:
             ax.axvline(
-                where, color="0.4", linestyle=":", gid="crossover", label=f"ps = ring at {where:,.0f} B"
+                where,
+                color="0.4",
+                linestyle=":",
+                gid="crossover",
+                label=_("ps = ring at {where:,.0f} B").format(where=where),
             )
     hidden = sum(1 for r in measured if r["method"] in methods and r[key] <= 0)
     if hidden:
         ax.annotate(
-            f"{hidden} measured point(s) at or below 0 s not drawn",
+            _("{hidden} measured point(s) at or below 0 s not drawn").format(hidden=hidden),
             (0.02, 0.02),
             xycoords="axes fraction",
             fontsize=8,
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("gradient size S (bytes)")
-    ax.set_ylabel("time per synchronisation (s)")
+    ax.set_xlabel(_("gradient size S (bytes)"))
+    ax.set_ylabel(_("time per synchronisation (s)"))
     rate = f", 1/β = {1e-6 / beta_s_per_byte:g} MB/s" if beta_s_per_byte else ""
-    ax.set_title(title or f"α–β model, n = {n}, α = {alpha_s * 1000:g} ms{rate}")
+    ax.set_title(
+        title or _("α–β model, n = {n}, α = {ms:g} ms{rate}").format(n=n, ms=alpha_s * 1000, rate=rate)
+    )
     ax.legend(fontsize=8)
     return ax

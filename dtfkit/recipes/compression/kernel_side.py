@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from dtfkit import fonts
+from dtfkit.i18n import _
 from dtfkit.recipes.allreduce.kernel_side import require_workers
 from dtfkit.recipes.compression.task_side import (
     HIDDEN,
@@ -84,6 +86,8 @@ def plot_tradeoff(runs: Sequence[dict[str, Any]], *, title: str | None = None):
     """
     import matplotlib.pyplot as plt
 
+    fonts.draw_in_the_language()  # the reader's language in the figure's words
+
     if not runs:
         raise ValueError("no runs to draw: run compression.compare(cluster) first")
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw={"width_ratios": [3, 2]})
@@ -92,8 +96,8 @@ def plot_tradeoff(runs: Sequence[dict[str, Any]], *, title: str | None = None):
         left.scatter([up], [r["accuracy"]], s=40, label=_label(r), zorder=3)
         left.annotate(_label(r), (up, r["accuracy"]), xytext=(5, 4), textcoords="offset points", fontsize=8)
     left.set_xscale("log")
-    left.set_xlabel("bytes a worker sends ps:0 per step (traced)")
-    left.set_ylabel("test accuracy")
+    left.set_xlabel(_("bytes a worker sends ps:0 per step (traced)"))
+    left.set_ylabel(_("test accuracy"))
     # from 0.1 under the lowest point to 1: a gap of 0.01 should look like one
     left.set_ylim(max(0.0, min(r["accuracy"] for r in runs) - 0.1), 1.0)
     left.grid(alpha=0.3)
@@ -104,8 +108,8 @@ def plot_tradeoff(runs: Sequence[dict[str, Any]], *, title: str | None = None):
     right.barh(range(len(runs)), medians, xerr=spread, color="tab:orange", alpha=0.8, capsize=3)
     right.set_yticks(range(len(runs)), labels)
     right.invert_yaxis()
-    right.set_xlabel("step time (ms): median, bar from 1st to 3rd quartile")
-    fig.suptitle(title or "gradient compression: accuracy against bytes, and step time")
+    right.set_xlabel(_("step time (ms): median, bar from 1st to 3rd quartile"))
+    fig.suptitle(title or _("gradient compression: accuracy against bytes, and step time"))
     fig.tight_layout()
     return left, right
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from dtfkit import fonts
 from dtfkit.htmltable import html_table
+from dtfkit.i18n import _
 
 
 # ------------------------------------------------------- plain Python (no TensorFlow)
@@ -129,10 +131,12 @@ def plot_timeline(
     """
     import matplotlib.pyplot as plt
 
+    fonts.draw_in_the_language()  # the reader's language in the figure's words
+
     rows = list(rows)
     tasks = sorted({row["task"] for row in rows})
     if ax is None:
-        _, ax = plt.subplots(figsize=(9, 0.8 + 0.55 * max(1, len(tasks))))
+        ax = plt.subplots(figsize=(9, 0.8 + 0.55 * max(1, len(tasks))))[1]
     palette = plt.get_cmap("tab10")
     groups = list(dict.fromkeys(row.get(color_by, "") for row in rows)) if color_by else tasks
     if color_by and order is not None:
@@ -171,7 +175,7 @@ def plot_timeline(
         )
     ax.set_yticks(range(len(tasks)), tasks)
     ax.set_ylim(len(tasks) - 0.5, -0.5)
-    ax.set_xlabel("time since the first op of the step (ms)")
+    ax.set_xlabel(_("time since the first op of the step (ms)"))
     if title:
         ax.set_title(title)
     return ax

@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from dtfkit import fonts
 from dtfkit.errors import DtfkitError
+from dtfkit.i18n import _
 from dtfkit.recipes import analysis
 from dtfkit.recipes.sync.task_side import (
     read_sync_state,
@@ -249,8 +251,10 @@ class SyncRun:
         import matplotlib.pyplot as plt
         from matplotlib.patches import Patch
 
+        fonts.draw_in_the_language()  # the reader's language in the figure's words
+
         if ax is None:
-            _, ax = plt.subplots(figsize=(9, 0.6 + 0.55 * len(self.workers)))
+            ax = plt.subplots(figsize=(9, 0.6 + 0.55 * len(self.workers)))[1]
         t0 = self._t0(skip_first)
         if show_updates:
             for t in self.update_times().values():
@@ -270,7 +274,9 @@ class SyncRun:
                 )
         ax.set_yticks(range(len(self.workers)), self.workers)
         ax.invert_yaxis()
-        ax.set_xlabel("wall time (s)" + (", from each worker's second step" if skip_first else ""))
+        ax.set_xlabel(
+            _("wall time (s), from each worker's second step") if skip_first else _("wall time (s)")
+        )
         ax.legend(
             handles=[Patch(color=c, label=f) for f, c in FATE_COLORS.items()],
             loc="upper left",
@@ -285,8 +291,10 @@ class SyncRun:
         """For each update, a stacked bar: whose gradients it averaged."""
         import matplotlib.pyplot as plt
 
+        fonts.draw_in_the_language()  # the reader's language in the figure's words
+
         if ax is None:
-            _, ax = plt.subplots(figsize=(9, 2.2))
+            ax = plt.subplots(figsize=(9, 2.2))[1]
         updates = self.updates()
         xs = np.array(sorted(updates))
         bottom = np.zeros(len(xs))
@@ -294,8 +302,8 @@ class SyncRun:
             n = np.array([updates[u].count(task) for u in xs])
             ax.bar(xs, n, bottom=bottom, width=1.0, label=task, edgecolor="white", linewidth=0.3)
             bottom += n
-        ax.set_xlabel("update (global step)")
-        ax.set_ylabel("gradients")
+        ax.set_xlabel(_("update (global step)"))
+        ax.set_ylabel(_("gradients"))
         ax.set_yticks(range(int(bottom.max()) + 1 if len(bottom) else 1))
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
         if title:
@@ -307,8 +315,10 @@ def plot_shares(runs: dict[str, SyncRun], ax=None, of: str = AGGREGATED, title: 
     """Grouped bars: each worker's share of the aggregated gradients, one group per run."""
     import matplotlib.pyplot as plt
 
+    fonts.draw_in_the_language()  # the reader's language in the figure's words
+
     if ax is None:
-        _, ax = plt.subplots(figsize=(7, 2.8))
+        ax = plt.subplots(figsize=(7, 2.8))[1]
     tasks = sorted({t for run in runs.values() for t in run.workers})
     width = 0.8 / max(1, len(tasks))
     for k, task in enumerate(tasks):
@@ -316,7 +326,9 @@ def plot_shares(runs: dict[str, SyncRun], ax=None, of: str = AGGREGATED, title: 
         xs = np.arange(len(runs)) + (k - (len(tasks) - 1) / 2) * width
         ax.bar(xs, values, width=width, label=task)
     ax.set_xticks(range(len(runs)), list(runs))
-    ax.set_ylabel("share of aggregated gradients" if of == AGGREGATED else f"share of {of}")
+    ax.set_ylabel(
+        _("share of aggregated gradients") if of == AGGREGATED else _("share of {of}").format(of=of)
+    )
     ax.set_ylim(0, 1)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     if title:
@@ -348,7 +360,7 @@ def stack_excerpt(
     """
     out = []
     for block in re.split(r"^Thread ", stacks, flags=re.M)[1:]:
-        thread, _, frames = block.partition(":\n")
+        thread, _colon, frames = block.partition(":\n")
         hits = [f"{m.group(1)} {m.group(2)}" for m in _FRAME.finditer(frames) if m.group(1) in modules]
         if hits:
             kind = "QueueRunnerThread" if "QueueRunnerThread" in thread else thread.split("(")[0].strip()

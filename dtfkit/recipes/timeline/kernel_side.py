@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from dtfkit import fonts
+from dtfkit.i18n import _
 from dtfkit.recipes.timeline.task_side import (
     _is_count,
     _is_number,
@@ -27,7 +29,7 @@ def tasks_of(records: Iterable[dict[str, Any]]) -> list[str]:
         names.update([r["task"]] if r["kind"] == "compute" else [r["from"], r["to"]])
 
     def order(task: str) -> tuple:
-        job, _, index = task.partition(":")
+        job, _colon, index = task.partition(":")
         return job != "ps", job, int(index) if index.isdigit() else -1
 
     return sorted(names, key=order)
@@ -135,6 +137,8 @@ def plot_timeline(records: Sequence[dict[str, Any]], *, step: int | None = None,
         raise ValueError(f"title must be a string or None, not {shown(title)}")
     import matplotlib.pyplot as plt
 
+    fonts.draw_in_the_language()  # the reader's language in the figure's words
+
     records = [r for r in records if step is None or r["step"] == step]
     if not records:
         raise ValueError(
@@ -167,8 +171,8 @@ def plot_timeline(records: Sequence[dict[str, Any]], *, step: int | None = None,
 
     top.legend(
         handles=[
-            Patch(color=_COMPUTE, label="compute (ops)"),
-            Patch(color=_TRANSFER, label="transfer (received)"),
+            Patch(color=_COMPUTE, label=_("compute (ops)")),
+            Patch(color=_TRANSFER, label=_("transfer (received)")),
         ],
         loc="upper left",
         bbox_to_anchor=(1.0, 1.0),
@@ -180,7 +184,9 @@ def plot_timeline(records: Sequence[dict[str, Any]], *, step: int | None = None,
         mine = [u for u in usage if (u["from"], u["to"]) == link]
         per_step = sum(u["bytes"] for u in mine) / len(mine)
         bottom.annotate(
-            f"{_size(per_step)} a step, busy {max(u['busy'] for u in mine):.0%}",
+            _("{size} a step, busy {busy:.0%}").format(
+                size=_size(per_step), busy=max(u["busy"] for u in mine)
+            ),
             (1.0, lane),
             xycoords=("axes fraction", "data"),
             xytext=(4, 0),
@@ -193,13 +199,16 @@ def plot_timeline(records: Sequence[dict[str, Any]], *, step: int | None = None,
     for s, (offset, span) in layout.items():
         for ax in (top, bottom):
             ax.axvspan(offset / 1000.0, (offset + span) / 1000.0, color="0.5", alpha=0.06, lw=0)
-        top.annotate(f"step {s}", (offset / 1000.0, -0.5), va="bottom", fontsize=8)
+        top.annotate(_("step {s}").format(s=s), (offset / 1000.0, -0.5), va="bottom", fontsize=8)
     bottom.set_xlabel(
-        "time (ms); each step from its first op" + ("" if step is not None else ", steps in order")
+        _("time (ms); each step from its first op")
+        if step is not None
+        else _("time (ms); each step from its first op, steps in order")
     )
-    top.set_title(title or "compute and transfers per task", pad=14)
+    top.set_title(title or _("compute and transfers per task"), pad=14)
     bottom.set_title(
-        "links: transfers under way; bytes a step, the largest share of a step with one under way", fontsize=9
+        _("links: transfers under way; bytes a step, the largest share of a step with one under way"),
+        fontsize=9,
     )
     fig.tight_layout()
     return top, bottom
