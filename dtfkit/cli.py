@@ -110,8 +110,15 @@ def _translations(ns: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(entries, ensure_ascii=False, indent=1) + "\n")
         return 0
     if ns.action == "fill":
-        with open(ns.file, encoding="utf-8") as f:
-            entries = json.load(f)
+        try:
+            with open(ns.file, encoding="utf-8") as f:
+                entries = json.load(f)
+        except OSError as error:
+            raise DtfkitError(f"translations fill: cannot read {ns.file} ({error.strerror})") from None
+        except ValueError as error:
+            raise DtfkitError(
+                f"translations fill: {ns.file} is not JSON ({error}); write what todo printed"
+            ) from None
         print(f"{translate.fill(ns.chapter, entries, ns.lang)} translation(s) written")
         return 0
     found = translate.problems(ns.lang)

@@ -8,15 +8,14 @@ is drawn with it. With no such font installed the text shows as boxes, as before
 Example::
 
     from dtfkit import fonts
-    fonts.draw_in_the_language()   # before drawing a figure whose words may be Chinese
+    from dtfkit.i18n import language
+    fonts.draw_in_the_language(language())   # before drawing a figure whose words may be Chinese
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-
-from dtfkit.i18n import language
 
 # Fonts with Chinese glyphs, in the order tried (matplotlib's own DejaVu Sans has none).
 CHINESE_FONTS = (
@@ -28,10 +27,10 @@ CHINESE_FONTS = (
 )
 
 
-def draw_in_the_language() -> None:
-    """Let matplotlib draw the current language's words (``dtfkit.i18n.language()``); nothing for English."""
-    if language() != "en":
-        _fall_back_on_a_font_for(language())
+def draw_in_the_language(lang: str) -> None:
+    """Let matplotlib draw ``lang``'s words (``dtfkit.i18n.language()``, say); nothing for English."""
+    if lang != "en":
+        _fall_back_on_a_font_for(lang)
 
 
 def _add_system_fonts(font_manager, names: Sequence[str]) -> set[str]:

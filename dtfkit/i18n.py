@@ -61,6 +61,19 @@ def set_language(lang: str | None) -> None:
             _environment_before.append(os.environ.get(LANGUAGE_ENV))
         os.environ[LANGUAGE_ENV] = lang
     _chosen = lang
+    if language() != "en":
+        _draw_figures_in_the_language()
+
+
+def _draw_figures_in_the_language() -> None:
+    """A chapter's own figures (its code's ``plt`` calls) draw the language's words too: a font with its
+    glyphs after matplotlib's default (``dtfkit.fonts``); nothing where matplotlib is not installed."""
+    try:
+        from dtfkit import fonts
+
+        fonts.draw_in_the_language(language())
+    except ImportError:
+        pass
 
 
 _environment_before: list[str | None] = []  # DTFKIT_LANG as it was before set_language changed it

@@ -187,7 +187,8 @@ _FAMILY |= {
 }
 _FAMILY |= {"GiB": "GiB", "MB/s": "MB/s", "kB/s": "kB/s", "global steps/s": "steps/s", "steps/s": "steps/s"}
 STRICT_UNITS = {"ms", "us", "s", "min", "%", "x"}
-OUTPUT_FIGURE = re.compile(rf"(?<![\w.])({_NUMBER})\s?(?:{_UNIT}|[×x])(?![\w/])")
+# (an output in Chinese prints 倍 for "x", and may go on in Chinese right after a unit: "23.3 ms（回环）")
+OUTPUT_FIGURE = re.compile(rf"(?<![\w.])({_NUMBER})\s?(?:{_UNIT}|[×x倍])(?![A-Za-z0-9_/])")
 
 
 def code_settings(cells: list[dict[str, Any]]) -> set[tuple[float, str]]:

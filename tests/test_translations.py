@@ -20,6 +20,7 @@ from notebook_sections import CHECK_MARK, output_text, sanitize, sanitizer
 from prose_figures import Outputs
 
 from dtfkit.course import translate
+from dtfkit.course.code_units import skeleton
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 GLOSSARY = NOTEBOOKS / "locale" / "zh_CN" / "glossary.md"
@@ -59,6 +60,8 @@ def glossary_breaches(messages, rows) -> list[str]:
     found = []
     for message in messages:
         prose = _QUOTED.sub(" ", translate._NOT_PROSE.sub(" ", message.msgid))
+        if (message.msgctxt or "").endswith(translate.CODE):  # a code unit's {fields} are code, not words
+            prose = re.sub(r"\{[^{}]*\}", " ", prose)
         for english, chinese in rows:
             if term_pattern(english).search(prose) and chinese not in message.msgstr:
                 found.append(f"[{message.msgctxt}] {english!r} → {chinese!r}: {message.msgstr[:50]!r}")
@@ -81,6 +84,7 @@ def test_the_chinese_edition_is_complete_and_in_step():
 
 
 def test_each_chinese_chapter_has_its_english_chapters_code_and_cells():
+    """Its code is the English program, comments and printed or drawn words aside (``code_units``)."""
     for chapter in translate.chapters():
         english, chinese = _cells(chapter), _cells(translate.built_path(chapter, "zh_CN"))
         # One cell more, the first: it sets dtfkit's language, so the feedback the chapter shows is Chinese.
@@ -90,7 +94,8 @@ def test_each_chinese_chapter_has_its_english_chapters_code_and_cells():
         assert [(c["id"], c["cell_type"]) for c in chinese] == [(c["id"], c["cell_type"]) for c in english]
         for ours, theirs in zip(chinese, english, strict=True):
             if theirs["cell_type"] == "code":
-                assert _source(ours) == _source(theirs), (chapter.name, theirs["id"])
+                # The same program: only comments and the words it prints or draws are translated.
+                assert skeleton(_source(ours)) == skeleton(_source(theirs)), (chapter.name, theirs["id"])
             else:
                 assert translate._CJK.search(_source(ours)) or not translate.has_prose(_source(theirs))
 
@@ -337,7 +342,9 @@ def test_every_figure_of_the_english_is_in_its_translation():
         def run_figure(figure: str, english=english, chinese=chinese) -> bool:
             return english is not None and english.shows(figure) and not chinese.shows(figure)
 
-        found += [f"{source.name} {line}" for line in figures_lost(translate._messages(catalog), run_figure)]
+        # Prose only: a code unit's figures are printed by the code itself, in both runs.
+        prose = [m for m in translate._messages(catalog) if not (m.msgctxt or "").endswith(translate.CODE)]
+        found += [f"{source.name} {line}" for line in figures_lost(prose, run_figure)]
     assert found == []
 
 
@@ -383,7 +390,8 @@ def test_a_checked_cell_that_prints_no_chinese_prints_what_the_english_prints():
             compared += 1
             if sanitize(ours, rules) != sanitize(theirs, rules):
                 different.append(f"{chapter.stem} {cell['id']}: {ours[:80]!r} vs {theirs[:80]!r}")
-    assert compared >= 30 and different == [], different
+    # Most checked cells print Chinese now (their sentences are translated); those left print numbers and names.
+    assert compared >= 5 and different == [], different
 
 
 def test_a_translation_never_carries_the_english_runs_widget_state():
@@ -397,3 +405,37 @@ def test_a_translation_never_carries_the_english_runs_widget_state():
         if english and built["metadata"].get("widgets") == english:
             carried.append(chapter.name)
     assert carried == []
+
+
+def test_a_code_cells_words_are_units_and_the_check_finds_a_broken_one(tmp_path):
+    """A chapter's comments and printed words are translated in its catalog (keyed ``<cell id>:code``) and put
+    back in the code; a translation that loses a ``{field}`` or closes the literal's quote is reported."""
+    chapter = _one_chapter(tmp_path)
+    built = _cells(translate.built_path(chapter, "zh_CN"))
+    printed = [c for c in built if c["cell_type"] == "code" and "译文：" in _source(c)]
+    assert printed, "no code cell of chapter 9 was translated"
+    catalog_path = translate.catalog_path(chapter, "zh_CN")
+    catalog = translate.read_catalog(catalog_path, "zh_CN")
+    code = [m for m in translate._messages(catalog) if m.msgctxt.endswith(translate.CODE)]
+    fielded = next(m for m in code if "{" in m.msgid and "译文" in m.msgstr)
+    fielded.msgstr = "译文：没有字段"
+    quoted = next(m for m in code if m is not fielded and "{" not in m.msgid and "code string" in m.comment)
+    quoted.msgstr = "译文\"'完"  # both quotes: it closes the literal, whichever quote the code used
+    translate.write_catalog(catalog, catalog_path)
+    translate.build("zh_CN", tmp_path)
+    found = translate.problems("zh_CN", tmp_path)
+    assert any("{fields} are not the English's" in line for line in found), found
+    assert any("does not parse" in line for line in found), found
+
+
+def test_a_code_unit_is_found_after_non_ascii_text_on_its_line():
+    """ast counts columns in UTF-8 bytes, tokenize in characters: after a Chinese (or α–β) word on the same
+    line, the literal printed is still the one cut out, and a dictionary key beside it is not."""
+    from dtfkit.course.code_units import code_units
+
+    line = 'print("梯度：", x, "-> 总和", r["task"])'
+    assert [u.text for u in code_units(line, every=True)] == ["梯度：", "-> 总和"]
+    assert [u.text for u in code_units('print("α–β model", r["task"], "the sum")')] == [
+        "α–β model",
+        "the sum",
+    ]

@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import ast
 import difflib
 import json
 import os
@@ -39,6 +40,7 @@ from pathlib import Path
 
 import polib
 
+from dtfkit.course.code_units import code_units, placeholders, translate_code
 from dtfkit.errors import DtfkitError
 from dtfkit.i18n import LANGUAGE_CELL_ID
 
@@ -224,6 +226,9 @@ def template(chapter: Path) -> list[polib.POEntry]:
     notebook = json.loads(chapter.read_text(encoding="utf-8"))
     entries = []
     for number, cell in enumerate(notebook["cells"]):
+        if cell["cell_type"] == "code":
+            entries += _code_entries(chapter, number, cell)
+            continue
         if cell["cell_type"] != "markdown":
             continue
         for key, piece in units(_source(cell), cell["id"]):
@@ -237,6 +242,42 @@ def template(chapter: Path) -> list[polib.POEntry]:
                 )
             )
     return entries
+
+
+CODE = ":code"  # a code cell's units are keyed by its id and this (``code_units``: comments, printed words)
+
+
+def _code_entries(chapter: Path, number: int, cell: dict) -> list[polib.POEntry]:
+    """The units a reader reads in a code cell (``code_units``), once per text."""
+    seen: dict[str, str] = {}
+    for unit in code_units(_source(cell)):
+        seen.setdefault(unit.text, unit.kind)
+    return [
+        polib.POEntry(
+            msgctxt=cell["id"] + CODE,
+            msgid=text,
+            msgstr="",
+            comment=f"cell {number}, code {kind}"
+            + (" (keep every {field} as it is)" if placeholders(text) else ""),
+            occurrences=[(chapter.name, str(number))],
+        )
+        for text, kind in seen.items()
+    ]
+
+
+def translate_code_cell(
+    source: str, cell_id: str, entries: dict[tuple[str, str], polib.POEntry]
+) -> tuple[str, list[str]]:
+    """A code cell with its comments and printed words in translation (``entries``: a catalog's, by key),
+    and the keys of the units that had none (left in English)."""
+    translations, missing = {}, []
+    for unit in code_units(source):
+        entry = entries.get((cell_id + CODE, unit.text))
+        if entry is not None and entry.msgstr and "fuzzy" not in entry.flags:
+            translations[unit.text] = entry.msgstr
+        elif cell_id + CODE not in missing:
+            missing.append(cell_id + CODE)
+    return translate_code(source, translations), missing
 
 
 def read_catalog(path: Path, lang: str = "zh_CN") -> polib.POFile:
@@ -444,6 +485,10 @@ def build_notebook(chapter: Path, lang: str) -> tuple[dict, list[str]]:
     executed = {c["id"]: c for c in translated["cells"] if c["cell_type"] == "code"}
     missing: list[str] = []
     for cell in built["cells"]:
+        if cell["cell_type"] == "code":
+            text, left = translate_code_cell(_source(cell), cell["id"], entries)
+            cell["source"] = text.splitlines(keepends=True)
+            missing += left
         if cell["cell_type"] == "markdown":
             text, left = translate_markdown(_source(cell), cell["id"], entries)
             # One folder down (notebooks/<lang>/): the same chapter names, everything else one level up.
@@ -672,6 +717,7 @@ def problems(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> list[str]:
             found.append(f"{source.name}: {len(stale)} unit(s) not in the catalog; run extract")
         found += _message_problems(source.name, catalog)
         expected, _ = _built_text(source, lang)
+        found += _broken_code(source.name, expected)
         if not source.built.exists():
             found.append(f"{source.name}: not built ({source.built.relative_to(repo)}); run build")
         elif source.built.read_text(encoding="utf-8") != expected:
@@ -689,6 +735,31 @@ def problems(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> list[str]:
                 found.append(f"{LIBRARY}: {len(stale)} string(s) not in the catalog; run extract")
             found += _message_problems(LIBRARY, catalog)
             found += _placeholder_problems(LIBRARY, catalog)
+    return found
+
+
+def _broken_code(name: str, built_text: str) -> list[str]:
+    """The code cells of a built chapter that no longer parse (a translation closed a quote of the literal
+    it stands in, say); [] for a document."""
+    try:
+        cells = json.loads(built_text)["cells"]
+    except (ValueError, KeyError, TypeError):
+        return []
+    found = []
+    for cell in cells:
+        if cell.get("cell_type") != "code":
+            continue
+        source = _source(cell)
+        if source.lstrip().startswith(("%%", "!")):
+            continue
+        lines = source.split("\n")
+        runnable = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in lines)
+        try:
+            ast.parse(runnable)
+        except SyntaxError as error:
+            found.append(
+                f"{name} cell {cell.get('id')}: the translated code does not parse ({error.msg}, line {error.lineno})"
+            )
     return found
 
 
@@ -730,6 +801,13 @@ def _message_problems(name: str, catalog: polib.POFile) -> list[str]:
             found.append(f"{where}: untranslated")
         elif "fuzzy" in message.flags:
             found.append(f"{where}: fuzzy (the English changed)")
+        elif (message.msgctxt or "").endswith(CODE):
+            if sorted(placeholders(message.msgid)) != sorted(placeholders(message.msgstr)):
+                found.append(
+                    f"{where}: the translation's {{fields}} are not the English's (the code fills them)"
+                )
+            elif "\n" in message.msgstr:
+                found.append(f"{where}: the translation breaks a line of code (keep it on one line)")
         elif has_prose(message.msgid) and not set(_CJK.findall(message.msgstr)) - set(
             _CJK.findall(message.msgid)
         ):

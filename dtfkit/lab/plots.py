@@ -21,7 +21,7 @@ import numpy as np
 
 from dtfkit import fonts
 from dtfkit.engine.platform import notebook
-from dtfkit.i18n import _
+from dtfkit.i18n import _, language
 from dtfkit.recipes import analysis
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ def _figure(width: float, height: float):
     from matplotlib.figure import Figure
 
     _show_as_png_in_ipython(Figure)
-    fonts.draw_in_the_language()
+    fonts.draw_in_the_language(language())
     return Figure(figsize=(width, height), layout="constrained")
 
 

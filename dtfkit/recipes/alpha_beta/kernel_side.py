@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from dtfkit import fonts
-from dtfkit.i18n import _
+from dtfkit.i18n import _, language
 from dtfkit.recipes import allreduce
 from dtfkit.recipes.allreduce import METHODS
 
@@ -243,7 +243,7 @@ def plot_alpha_beta(
     """
     import matplotlib.pyplot as plt
 
-    fonts.draw_in_the_language()  # the reader's language in the figure's words
+    fonts.draw_in_the_language(language())  # the reader's language in the figure's words
     import numpy as np
 
     for method in methods:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from dtfkit import fonts
-from dtfkit.i18n import _
+from dtfkit.i18n import _, language
 from dtfkit.recipes.allreduce.kernel_side import require_workers
 from dtfkit.recipes.compression.task_side import (
     HIDDEN,
@@ -86,7 +86,7 @@ def plot_tradeoff(runs: Sequence[dict[str, Any]], *, title: str | None = None):
     """
     import matplotlib.pyplot as plt
 
-    fonts.draw_in_the_language()  # the reader's language in the figure's words
+    fonts.draw_in_the_language(language())  # the reader's language in the figure's words
 
     if not runs:
         raise ValueError("no runs to draw: run compression.compare(cluster) first")

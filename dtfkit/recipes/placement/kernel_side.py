@@ -10,7 +10,7 @@ from typing import Any
 
 from dtfkit import fonts
 from dtfkit.htmltable import html_table
-from dtfkit.i18n import _
+from dtfkit.i18n import _, language
 
 
 # ------------------------------------------------------- plain Python (no TensorFlow)
@@ -131,7 +131,7 @@ def plot_timeline(
     """
     import matplotlib.pyplot as plt
 
-    fonts.draw_in_the_language()  # the reader's language in the figure's words
+    fonts.draw_in_the_language(language())  # the reader's language in the figure's words
 
     rows = list(rows)
     tasks = sorted({row["task"] for row in rows})

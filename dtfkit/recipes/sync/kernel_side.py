@@ -15,7 +15,7 @@ import numpy as np
 
 from dtfkit import fonts
 from dtfkit.errors import DtfkitError
-from dtfkit.i18n import _
+from dtfkit.i18n import _, language
 from dtfkit.recipes import analysis
 from dtfkit.recipes.sync.task_side import (
     read_sync_state,
@@ -251,7 +251,7 @@ class SyncRun:
         import matplotlib.pyplot as plt
         from matplotlib.patches import Patch
 
-        fonts.draw_in_the_language()  # the reader's language in the figure's words
+        fonts.draw_in_the_language(language())  # the reader's language in the figure's words
 
         if ax is None:
             ax = plt.subplots(figsize=(9, 0.6 + 0.55 * len(self.workers)))[1]
@@ -291,7 +291,7 @@ class SyncRun:
         """For each update, a stacked bar: whose gradients it averaged."""
         import matplotlib.pyplot as plt
 
-        fonts.draw_in_the_language()  # the reader's language in the figure's words
+        fonts.draw_in_the_language(language())  # the reader's language in the figure's words
 
         if ax is None:
             ax = plt.subplots(figsize=(9, 2.2))[1]
@@ -315,7 +315,7 @@ def plot_shares(runs: dict[str, SyncRun], ax=None, of: str = AGGREGATED, title: 
     """Grouped bars: each worker's share of the aggregated gradients, one group per run."""
     import matplotlib.pyplot as plt
 
-    fonts.draw_in_the_language()  # the reader's language in the figure's words
+    fonts.draw_in_the_language(language())  # the reader's language in the figure's words
 
     if ax is None:
         ax = plt.subplots(figsize=(7, 2.8))[1]

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from dtfkit import fonts
-from dtfkit.i18n import _
+from dtfkit.i18n import _, language
 from dtfkit.recipes.timeline.task_side import (
     _is_count,
     _is_number,
@@ -137,7 +137,7 @@ def plot_timeline(records: Sequence[dict[str, Any]], *, step: int | None = None,
         raise ValueError(f"title must be a string or None, not {shown(title)}")
     import matplotlib.pyplot as plt
 
-    fonts.draw_in_the_language()  # the reader's language in the figure's words
+    fonts.draw_in_the_language(language())  # the reader's language in the figure's words
 
     records = [r for r in records if step is None or r["step"] == step]
     if not records:

@@ -1,0 +1,220 @@
+"""What a reader reads in a code cell, as translation units: its comments, and the strings it prints or draws.
+
+A chapter's code is one program in every language. What a learner reads of it is its comments and the
+sentences it prints (``print``) or draws (a figure's title, axis labels, legend labels, notes); those are
+cut out as units, translated in the chapter's catalog beside its prose, and put back where they were. Every
+other token stays the English chapter's (``tests/test_translations.py`` compares them), so a translated
+chapter runs the same program.
+
+- A **comment** unit is the text after ``#`` (a whole-line or a trailing comment). Comments the tools read
+  are left alone: ``# NBVAL_CHECK_OUTPUT``, nbgrader's ``### BEGIN SOLUTION`` markers, ``# YOUR CODE HERE``,
+  ``# check exercise N.M``, ``# noqa``/``# type:`` and ``%%``/``!`` lines.
+- A **string** unit is the body of a string literal (an f-string's placeholders included, which a translation
+  must keep) that is an argument of ``print(...)``, of a figure's ``set_title``/``set_xlabel``/``set_ylabel``/
+  ``suptitle``/``annotate``/``text``, or a ``label=``/``title=`` keyword; also one joined with ``+``, chosen by
+  ``if``/``else``, or formatted with ``.format(...)`` there. A literal without a letter is left alone.
+
+Example::
+
+    >>> [(u.kind, u.text) for u in code_units('print(f"{n} workers")  # the count')]
+    [('string', '{n} workers'), ('comment', 'the count')]
+    >>> translate_code('print(f"{n} workers")  # the count', {"{n} workers": "{n} 个 worker", "the count": "个数"})
+    'print(f"{n} 个 worker")  # 个数'
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# Calls whose string arguments a reader sees: printed, or drawn on a figure.
+SHOWN_CALLS = {"print", "set_title", "set_xlabel", "set_ylabel", "suptitle", "annotate", "text", "set_text"}
+SHOWN_KEYWORDS = {"label", "title", "xlabel", "ylabel"}
+# Comments a tool reads: never translated.
+_TOOL_COMMENT = re.compile(
+    r"^#+\s*(NBVAL_|BEGIN |END |YOUR CODE HERE|check exercise|noqa|type:|pragma|fmt:|ruff:)|^#!"
+)
+
+
+@dataclass(frozen=True)
+class CodeUnit:
+    """One unit of a code cell: ``kind`` "comment" or "string", the ``text`` a translator sees, and where
+    its text lies in the cell (``start``, ``end``: offsets into the cell's source)."""
+
+    kind: str
+    text: str
+    start: int
+    end: int
+
+
+def _offsets(source: str) -> list[int]:
+    """The offset of each line's first character (lines numbered from 1, as ``ast`` and ``tokenize`` do)."""
+    starts, total = [0, 0], 0
+    for line in source.splitlines(keepends=True):
+        total += len(line)
+        starts.append(total)
+    return starts
+
+
+def _shown_literals(tree: ast.AST) -> list[ast.Constant | ast.JoinedStr]:
+    """The string literals a reader sees: arguments of the calls in ``SHOWN_CALLS`` (and ``label=`` ...)."""
+    found: list[ast.Constant | ast.JoinedStr] = []
+
+    def take(node: ast.AST) -> None:
+        if isinstance(node, ast.JoinedStr) or (
+            isinstance(node, ast.Constant) and isinstance(node.value, str)
+        ):
+            found.append(node)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            take(node.left)
+            take(node.right)
+        elif isinstance(node, ast.IfExp):
+            take(node.body)
+            take(node.orelse)
+        elif (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"
+        ):
+            take(node.func.value)
+
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+        if name in SHOWN_CALLS:
+            for argument in node.args:
+                take(argument)
+        for keyword in node.keywords:
+            if keyword.arg in SHOWN_KEYWORDS or (name in SHOWN_CALLS and keyword.arg is None):
+                take(keyword.value)
+    return found
+
+
+def _string_body(token_text: str) -> tuple[int, int] | None:
+    """Where the body of one string token lies in it (after its prefix and opening quotes), or None."""
+    match = re.match(r"(?i)([rbuf]{0,2})('''|\"\"\"|'|\")", token_text)
+    if not match or "b" in match.group(1).lower():
+        return None
+    quote = match.group(2)
+    start = match.end()
+    end = len(token_text) - len(quote)
+    return (start, end) if end >= start and token_text.endswith(quote) else None
+
+
+def code_units(source: str, *, every: bool = False) -> list[CodeUnit]:
+    """The units of one code cell, in the order they appear; [] for a cell that is not Python (a ``%%`` cell
+    magic) or does not parse. ``every``: also the comments and shown literals without a word to translate
+    (in any language: what ``skeleton`` blanks).
+
+    Example::
+
+        >>> [u.text for u in code_units('ax.set_title("loss")\\nx = "not shown"')]
+        ['loss']
+    """
+    if source.lstrip().startswith(("%%", "!")):
+        return []
+    # IPython's line magics are not Python: blanked with a comment of the same length (offsets stay).
+    runnable = "\n".join(
+        "#" + " " * (len(line) - 1) if line.lstrip().startswith(("%", "!")) else line
+        for line in source.split("\n")
+    )
+    try:
+        tree = ast.parse(runnable)
+        tokens = list(tokenize.generate_tokens(io.StringIO(runnable).readline))
+    except (SyntaxError, tokenize.TokenError, IndentationError):
+        return []
+    starts = _offsets(runnable)
+    lines = runnable.split("\n")
+
+    def column(line: int, byte_offset: int) -> int:
+        # ast counts a column in UTF-8 bytes, tokenize in characters (a Chinese word is 3 bytes a character).
+        return len(lines[line - 1].encode("utf-8")[:byte_offset].decode("utf-8", errors="ignore"))
+
+    shown = {
+        (n.lineno, column(n.lineno, n.col_offset), n.end_lineno, column(n.end_lineno, n.end_col_offset))
+        for n in _shown_literals(tree)
+    }
+    units: list[CodeUnit] = []
+    for token in tokens:
+        begin = starts[token.start[0]] + token.start[1]
+        if token.type == tokenize.COMMENT:
+            if _TOOL_COMMENT.search(token.string):
+                continue
+            body = token.string.lstrip("#")
+            text = body.strip()
+            if every or has_words(text):
+                offset = begin + len(token.string) - len(body) + (len(body) - len(body.lstrip()))
+                units.append(CodeUnit("comment", text, offset, offset + len(text)))
+        elif token.type == tokenize.STRING:
+            inside = any(
+                (line, col) <= token.start and token.end <= (end_line, end_col)
+                for line, col, end_line, end_col in shown
+            )
+            where = _string_body(token.string) if inside else None
+            if where is None:
+                continue
+            text = token.string[where[0] : where[1]]
+            if every or has_words(text):
+                units.append(CodeUnit("string", text, begin + where[0], begin + where[1]))
+    return units
+
+
+def skeleton(source: str) -> str:
+    """The cell with every comment and every shown literal's body blanked (``…``, the literal's ``{fields}``
+    kept): what a translation must leave as it is. Two editions of a cell run the same program when their skeletons are equal.
+
+    Example::
+
+        >>> skeleton('print(f"{n} workers")  # count') == skeleton('print(f"{n} 个 worker")  # 个数')
+        True
+    """
+    out = source
+    for unit in sorted(code_units(source, every=True), key=lambda u: u.start, reverse=True):
+        kept = "".join(sorted(placeholders(unit.text))) if unit.kind == "string" else ""
+        out = out[: unit.start] + "…" + kept + out[unit.end :]
+    return out
+
+
+def translate_code(source: str, translations: Mapping[str, str]) -> str:
+    """The cell with each unit that has a translation replaced by it; the rest as it was.
+
+    Example::
+
+        >>> translate_code('print("done")', {"done": "完成"})
+        'print("完成")'
+    """
+    out = source
+    for unit in sorted(code_units(source), key=lambda u: u.start, reverse=True):
+        translated = translations.get(unit.text)
+        if translated:
+            out = out[: unit.start] + translated + out[unit.end :]
+    return out
+
+
+# A word a reader reads: two letters or more, not part of a name such as ``worker:0``, ``ps_strategy`` or ``tf.Variable``.
+_WORD = re.compile(r"(?<![\w:./\-'`])[A-Za-z]{2,}(?![\w:./(\-'`])")
+
+
+def has_words(text: str) -> bool:
+    """True when ``text`` (placeholders left out) has a word to translate, not only names and numbers.
+
+    Example::
+
+        >>> has_words("{task}: ps:0 ->"), has_words("steps/s: {rate}"), has_words("the loss went down")
+        (False, False, True)
+    """
+    return bool(_WORD.search(re.sub(r"\{[^{}]*\}", " ", text)))
+
+
+def placeholders(text: str) -> list[str]:
+    """An f-string body's ``{...}`` fields, in order (a translation must keep every one).
+
+    Example::
+
+        >>> placeholders("{n} workers, {rate:.1f} steps/s")
+        ['{n}', '{rate:.1f}']
+    """
+    return re.findall(r"(?<!\{)\{[^{}]+\}(?!\})", text)
