@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dtfkit.i18n import N_, _
+
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
@@ -78,6 +80,15 @@ class _LiveBar:
         self.box.close()
         self.label.close()
         self.bar.close()
+
+
+# The summary lines of a start, in the reader's language (dtfkit.i18n).
+DONE_LINES = {
+    ("started", True): N_("started {n} task ({names}) in {elapsed}"),
+    ("started", False): N_("started {n} tasks ({names}) in {elapsed}"),
+    ("restarted", True): N_("restarted {n} task ({names}) in {elapsed}"),
+    ("restarted", False): N_("restarted {n} tasks ({names}) in {elapsed}"),
+}
 
 
 class Progress:
@@ -142,10 +153,13 @@ class Progress:
             self._redraw()
 
     def done(self, verb: str = "started") -> str:
-        """End with success: "<verb> N tasks (a, b) in T s", shown and returned."""
+        """End with success: "<verb> N tasks (a, b) in T s" (in the reader's language), shown and returned."""
         names = ", ".join(self.tasks)
         n = len(self.tasks)
-        return self._end(f"{verb} {n} task{'s' if n != 1 else ''} ({names}) in {self._elapsed()}")
+        template = DONE_LINES.get((verb, n == 1))
+        if template is None:
+            return self._end(f"{verb} {n} task{'s' if n != 1 else ''} ({names}) in {self._elapsed()}")
+        return self._end(_(template).format(n=n, names=names, elapsed=self._elapsed()))
 
     def failed(self, reason: str) -> str:
         """End without success: what was being done, how far it got, and ``reason``."""

@@ -196,3 +196,38 @@ def test_the_recipes_figures_are_drawn_in_the_readers_language():
     ax = alpha_beta.plot_alpha_beta(3, 0.001, 8 / 100e6)
     assert ax.get_xlabel() == "gradient size S (bytes)"
     plt.close(ax.figure)
+
+
+def test_the_start_line_the_fates_and_the_lab_history_follow_the_language():
+    """What a Chinese chapter shows under a cell that starts tasks, in a sync run's table and legend, and in
+    the lab's history: in Chinese; in English otherwise (the data stays English either way)."""
+    from dtfkit.i18n import _, set_language
+    from dtfkit.lab.runner import RunRecord, Settings
+    from dtfkit.progress import Progress
+    from dtfkit.recipes.sync.kernel_side import FATE_LABELS
+
+    record = RunRecord(number=1, settings=Settings(mode="async"), state="finished")
+    lab = type(
+        "LabLike", (), {"history": [record], "table": lambda self: [{"run": 1, "state": "finished"}]}
+    )()
+    from dtfkit.lab.runner import Lab
+
+    try:
+        set_language("zh_CN")
+        line = Progress(["ps:0", "worker:0"], "starting", enabled=False).done("started")
+        assert line.startswith("已启动 2 个任务（ps:0, worker:0），用时 ")
+        assert [_(FATE_LABELS[f]) for f in ("aggregated", "dropped", "pending")] == [
+            "已聚合",
+            "被丢弃",
+            "待处理",
+        ]
+        html = Lab.history_html(lab)
+        assert "已完成" in html and ">finished<" not in html
+    finally:
+        set_language(None)
+    assert (
+        Progress(["ps:0"], "starting", enabled=False)
+        .done("restarted")
+        .startswith("restarted 1 task (ps:0) in ")
+    )
+    assert ">finished<" in Lab.history_html(lab)

@@ -75,6 +75,9 @@ def _shown_literals(tree: ast.AST) -> list[ast.Constant | ast.JoinedStr]:
         elif isinstance(node, ast.IfExp):
             take(node.body)
             take(node.orelse)
+        elif isinstance(node, ast.BoolOp):  # x or "no known mistake"
+            for value in node.values:
+                take(value)
         elif (
             isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"
         ):
@@ -194,8 +197,9 @@ def translate_code(source: str, translations: Mapping[str, str]) -> str:
     return out
 
 
-# A word a reader reads: two letters or more, not part of a name such as ``worker:0``, ``ps_strategy`` or ``tf.Variable``.
-_WORD = re.compile(r"(?<![\w:./\-'`])[A-Za-z]{2,}(?![\w:./(\-'`])")
+# A word a reader reads: two letters or more, not part of a name such as ``worker:0``, ``ps_strategy`` or
+# ``tf.Variable`` (a colon followed by a space ends a label, ``stuck:``; one followed by more is a name).
+_WORD = re.compile(r"(?<![\w:./\-'`])[A-Za-z]{2,}(?![\w./(\-'`])(?!:\S)")
 
 
 def has_words(text: str) -> bool:

@@ -383,7 +383,7 @@ def _loopback_rules(good: dict[str, str], machines: int) -> list[Finding]:
             ).format(
                 task=task,
                 good_task=good[task],
-                loopback_if_addresses_is_loo="loopback"
+                loopback_if_addresses_is_loo=_("loopback")
                 if addresses.is_loopback(good[task])
                 else _("any-address (where a server listens)"),
                 why=why,

@@ -94,7 +94,28 @@ class Settings:
 
 
 # How a run's state reads in describe() (the data, ``RunRecord.state``, stays English).
-RUN_STATES = {"starting": N_("starting"), "running": N_("running"), "stopped": N_("stopped")}
+RUN_STATES = {
+    "starting": N_("starting"),
+    "running": N_("running"),
+    "stopped": N_("stopped"),
+    "finished": N_("finished"),
+    "failed": N_("run failed"),
+}
+# The history table's column titles (``RunRecord.summary()``'s keys stay English: code reads them).
+HISTORY_COLUMNS = {
+    "run": N_("run"),
+    "mode": N_("mode"),
+    "workers": N_("workers"),
+    "aggregate": N_("aggregate"),
+    "straggler": N_("straggler"),
+    "lr": N_("lr"),
+    "steps": N_("steps"),
+    "steps/s": N_("steps/s"),
+    "final loss": N_("final loss"),
+    "accuracy": N_("accuracy"),
+    "staleness (mean/max)": N_("staleness (mean/max)"),
+    "state": N_("state"),
+}
 
 
 @dataclass
@@ -393,11 +414,14 @@ class Lab:
         """The history as an HTML table; each finished run is a ``<tr class="dtfkit-lab-row">``."""
         rows = self.table()
         if not rows:
-            return "<table class='dtfkit-lab-table'><tr><td><i>no finished run yet</i></td></tr></table>"
+            return (
+                f"<table class='dtfkit-lab-table'><tr><td><i>{_('no finished run yet')}</i></td></tr></table>"
+            )
         cols = list(rows[0])
+        shown = [[_(RUN_STATES.get(r[c], r[c])) if c == "state" else r[c] for c in cols] for r in rows]
         return html_table(
-            cols,
-            [[r[c] for c in cols] for r in rows],
+            [_(HISTORY_COLUMNS.get(c, c)) for c in cols],
+            shown,
             css_class="dtfkit-lab-table",
             row_class="dtfkit-lab-row",
             cell_style="padding:2px 8px;border-bottom:1px solid #ddd;text-align:left",

@@ -15,7 +15,7 @@ import numpy as np
 
 from dtfkit import fonts
 from dtfkit.errors import DtfkitError
-from dtfkit.i18n import _, language
+from dtfkit.i18n import N_, _, language
 from dtfkit.recipes import analysis
 from dtfkit.recipes.sync.task_side import (
     read_sync_state,
@@ -24,6 +24,8 @@ from dtfkit.recipes.sync.task_side import (
 
 AGGREGATED, DROPPED, PENDING = "aggregated", "dropped", "pending"
 FATE_COLORS = {AGGREGATED: "tab:green", DROPPED: "tab:red", PENDING: "tab:gray"}
+# How each fate reads in a table or a legend (the data keeps the English words).
+FATE_LABELS = {AGGREGATED: N_("aggregated"), DROPPED: N_("dropped"), PENDING: N_("pending")}
 
 
 # --------------------------------------------------------------- in the notebook
@@ -219,7 +221,10 @@ class SyncRun:
 
     def table(self) -> str:
         """The counts as a small text table."""
-        head = f"{'worker':<10}{'local steps':>12}{'aggregated':>12}{'dropped':>9}{'pending':>9}{'share':>8}"
+        head = (
+            f"{_('worker'):<10}{_('local steps'):>12}{_(FATE_LABELS[AGGREGATED]):>12}"
+            f"{_(FATE_LABELS[DROPPED]):>9}{_(FATE_LABELS[PENDING]):>9}{_('share'):>8}"
+        )
         lines = [head]
         shares = self.shares()
         for task, row in self.counts().items():
@@ -228,11 +233,19 @@ class SyncRun:
                 f"{row[PENDING]:>9}{shares[task]:>8.0%}"
             )
         t = self.totals()
-        lines.append(f"{'total':<10}{t['local_steps']:>12}{t[AGGREGATED]:>12}{t[DROPPED]:>9}{t[PENDING]:>9}")
         lines.append(
-            f"global step {self.global_step} x replicas_to_aggregate {self.replicas_to_aggregate} "
-            f"= {self.global_step * self.replicas_to_aggregate} (aggregated can only be more); "
-            f"the accumulator still held {self.pending_read}"
+            f"{_('total'):<10}{t['local_steps']:>12}{t[AGGREGATED]:>12}{t[DROPPED]:>9}{t[PENDING]:>9}"
+        )
+        lines.append(
+            _(
+                "global step {step} x replicas_to_aggregate {r} = {product} (aggregated can only be more); "
+                "the accumulator still held {pending}"
+            ).format(
+                step=self.global_step,
+                r=self.replicas_to_aggregate,
+                product=self.global_step * self.replicas_to_aggregate,
+                pending=self.pending_read,
+            )
         )
         return "\n".join(lines)
 
@@ -278,7 +291,7 @@ class SyncRun:
             _("wall time (s), from each worker's second step") if skip_first else _("wall time (s)")
         )
         ax.legend(
-            handles=[Patch(color=c, label=f) for f, c in FATE_COLORS.items()],
+            handles=[Patch(color=c, label=_(FATE_LABELS[f])) for f, c in FATE_COLORS.items()],
             loc="upper left",
             bbox_to_anchor=(1.0, 1.0),
             fontsize="small",
