@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from dtfkit.errors import TaskFailed, TaskTimeout
+from dtfkit.i18n import _
 from dtfkit.recipes.failures.task_side import (
     _allreduce_with_localhost_config_in,
     allreduce_ranks,
@@ -128,10 +129,20 @@ def summary_line(seen: dict[str, Any]) -> str:
     line alone when it starts with the symptom), or with a fixed outcome ``"<case>: fixed:
     <outcome>"``; the same on every machine."""
     if "fixed" in seen:
-        return f"{seen['case']}: fixed: {seen['fixed']}"
+        return _("{case}: fixed: {fixed}").format(case=seen["case"], fixed=seen["fixed"])
     symptom, line = seen["symptom"], seen.get("key_line") or ""
-    said = line if line.startswith(symptom) else f"{symptom} — {line}" if line else symptom
+    shown = _shown_symptom(symptom)
+    said = line if line.startswith(symptom) else f"{shown} — {line}" if line else shown
     return f"{seen['case']} ({seen['issue']}): {said}"
+
+
+def _shown_symptom(symptom: str) -> str:
+    """A symptom as the reader reads it ("timed out in join" in their language); the data stays English."""
+    if symptom.startswith("timed out in "):
+        return _("timed out in {where}").format(where=symptom[len("timed out in ") :])
+    if symptom == "still running":
+        return _("still running")
+    return symptom
 
 
 def _case(name: str, **facts: Any) -> dict[str, Any]:
@@ -151,7 +162,7 @@ def _timed_out(error: TaskTimeout, stacks: dict[str, str]) -> dict[str, Any]:
     """The facts of a hang, from each stuck task's stack (dtfkit's, or faulthandler's dump)."""
     where = {task: _innermost(stack) for task, stack in stacks.items()}
     stuck = {task: w for task, w in where.items() if w is not None}
-    function = sorted({name for _, name in stuck.values()})
+    function = sorted({name for _file, name in stuck.values()})
     return {
         "symptom": "timed out in " + (", ".join(function) if function else "an unknown place"),
         "stuck": sorted(error.stacks),
@@ -187,7 +198,7 @@ def fix_collective_after_op(cluster) -> dict[str, Any]:
     """Fresh processes, the strategy created first: every worker all-reduces (sum 3.0)."""
     cluster.ensure_running(fresh="workers")
     results = cluster.run(allreduce_ranks, timeout=60)
-    return _allreduced("collective_after_op", results, "the strategy was created before any op")
+    return _allreduced("collective_after_op", results, _("the strategy was created before any op"))
 
 
 def _allreduced(name: str, results: dict[str, dict], how: str) -> dict[str, Any]:
@@ -198,7 +209,9 @@ def _allreduced(name: str, results: dict[str, dict], how: str) -> dict[str, Any]
         sums=sums,
         replicas=replicas,
         workers=sorted(results),
-        fixed=f"{how}: {len(results)} workers all-reduced 1 + 2 = {sums[0]:g} with {replicas[0]} replicas in sync",
+        fixed=_(
+            "{how}: {workers} workers all-reduced 1 + 2 = {total:g} with {replicas} replicas in sync"
+        ).format(how=how, workers=len(results), total=sums[0], replicas=replicas[0]),
     )
 
 
@@ -248,7 +261,7 @@ def fix_missing_worker(cluster) -> dict[str, Any]:
     """Start every task of the cluster: the same function on both workers all-reduces."""
     cluster.ensure_running(fresh="workers")
     results = cluster.run(allreduce_ranks, timeout=60)
-    return _allreduced("missing_worker", results, "both workers started")
+    return _allreduced("missing_worker", results, _("both workers started"))
 
 
 def reproduce_localhost_config(cluster, timeout: float = HANG_TIMEOUT) -> dict[str, Any]:
@@ -288,7 +301,7 @@ def fix_localhost_config(cluster) -> dict[str, Any]:
     """The real addresses (``cluster.address(...)``, what dtfkit's ``TF_CONFIG`` has): it all-reduces."""
     cluster.ensure_running(fresh="workers")
     results = cluster.run(allreduce_ranks, timeout=60)
-    out = _allreduced("localhost_config", results, "TF_CONFIG with each machine's own address")
+    out = _allreduced("localhost_config", results, _("TF_CONFIG with each machine's own address"))
     out["addresses"] = results["worker:0"]["cluster"]
     return out
 
@@ -328,7 +341,7 @@ def fix_join_forever(cluster, timeout: float = 60.0) -> dict[str, Any]:
         ps_returned=sorted(returned),
         tokens=tokens,
         said_done=sorted(done.values()),
-        fixed=f"every ps returned once {len(tokens)} workers said they were done",
+        fixed=_("every ps returned once {workers} workers said they were done").format(workers=len(tokens)),
     )
 
 
@@ -353,7 +366,7 @@ def fix_port_taken(cluster) -> dict[str, Any]:
         "port_taken",
         started=result["port"] > 0,
         other_port=result["port"] != result["cluster_port"],
-        fixed="a server on port 0 started, on a free port the OS chose",
+        fixed=_("a server on port 0 started, on a free port the OS chose"),
     )
 
 
@@ -462,7 +475,9 @@ def fix_ps_died(cluster, seen: dict[str, Any], more_steps: int = 40, bound: floa
         restored=restored,
         finished=sorted(results),
         restarted_at=restarted_at,
-        fixed=f"the ps restarted: every worker made session {sessions[-1]} and training went on to the end",
+        fixed=_(
+            "the ps restarted: every worker made session {session} and training went on to the end"
+        ).format(session=sessions[-1]),
     )
 
 
@@ -487,5 +502,7 @@ def fix_keras_fit_ps(cluster, steps: int = 20) -> dict[str, Any]:
         "keras_fit_ps",
         completed=result["completed"],
         scheduled=result["scheduled"],
-        fixed=f"a ClusterCoordinator ran {result['completed']} of {result['scheduled']} scheduled steps",
+        fixed=_("a ClusterCoordinator ran {completed} of {scheduled} scheduled steps").format(
+            completed=result["completed"], scheduled=result["scheduled"]
+        ),
     )
