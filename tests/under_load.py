@@ -1,9 +1,9 @@
-"""Run the timing-sensitive tests and chapters 3, 4, 8, 9, 10, 11 and 12 with CPU burners beside them.
+"""Run the timing-sensitive tests and chapters 3, 4, 7, 8, 9, 10, 11 and 12 with CPU burners beside them.
 
 What a test or a chapter checks must hold on a busy 2-core classroom server, not only on
 a quiet machine. This command starts ``--burners`` processes that each spin one core at
 100 %, runs the tests marked ``timing`` and the chapters whose facts come from real
-training runs (3, 4, 8, 9, 10: on a simulated Ray cluster, 11: on delayed links, and 12: failures bounded by timeouts) under nbval, then ends the burners (by pid, also on Ctrl-C or
+training runs (3, 4, 7, 8, 9, 10: on a simulated Ray cluster, 11: on delayed links, and 12: failures bounded by timeouts) under nbval, then ends the burners (by pid, also on Ctrl-C or
 a failure) and prints one line per part with its exit code and duration.
 
 Usage, from the repository root::
@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 CHAPTERS = [
     "notebooks/03_sync_replicas_optimizer.ipynb",
     "notebooks/04_monitored_training_session.ipynb",
+    "notebooks/07_multi_worker_and_parameter_server.ipynb",
     "notebooks/08_sync_async_lab.ipynb",
     "notebooks/09_ps_vs_ring_allreduce.ipynb",
     "notebooks/10_beyond_one_machine.ipynb",
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             if not opts.no_chapters:
                 results.append(
                     run_part(
-                        f"round {round_no}: chapters 3, 4, 8, 9, 10, 11, 12", [*CHAPTERS, *opts.pytest_args]
+                        f"round {round_no}: chapters {', '.join(str(int(Path(c).name[:2])) for c in CHAPTERS)}",
+                        [*CHAPTERS, *opts.pytest_args],
                     )
                 )
     finally:
