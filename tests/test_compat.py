@@ -115,3 +115,34 @@ def test_the_cli_prints_json_for_one_cell():
     else:
         assert cells["tf_keras_fit"]["outcome"] == "works"
     assert "TensorFlow" in table["versions"] and "Keras" in table["versions"]
+
+
+def test_a_fault_of_tensorflows_transport_is_run_again_and_said(monkeypatch, no_spawn):
+    """A cell spoiled by TensorFlow's own gRPC fault ("Unable to parse request", seen once under load) is run
+    again on a fresh cluster; it works then, and its footnote says what happened. A real error is not."""
+    runs = iter(
+        [
+            (
+                kernel_side.Cell(
+                    "ParameterServerStrategy",
+                    "tf_only_loop",
+                    kernel_side.FAILS,
+                    "InternalError: 2 root error(s) found. …",
+                ),
+                "InternalError: 2 root error(s) found. … (Unable to parse request)",
+            ),
+            (
+                kernel_side.Cell("ParameterServerStrategy", "tf_only_loop", kernel_side.WORKS, "", 40, None),
+                None,
+            ),
+        ]
+    )
+    monkeypatch.setattr(kernel_side, "_run_once", lambda *args: next(runs))
+    cell = kernel_side.run_cell("ParameterServerStrategy", "tf_only_loop")
+    assert cell.outcome == kernel_side.WORKS and "after 1 run(s) again on a fresh cluster" in cell.detail
+    table = kernel_side.CompatTable((cell,), 40)
+    assert "works (1)" in str(table) and "Unable to parse request" in str(table)
+    real = kernel_side.Cell("MultiWorkerMirroredStrategy", "keras3_fit", kernel_side.FAILS, "ValueError: …")
+    monkeypatch.setattr(kernel_side, "_run_once", lambda *args: (real, None))
+    assert kernel_side.run_cell("MultiWorkerMirroredStrategy", "keras3_fit").detail == "ValueError: …"
+    assert no_spawn == []
