@@ -74,11 +74,14 @@ FAILING = textwrap.dedent(
     me = f"{opts['job_name']}:{opts['task_index']}"
     folder = opts["pid_dir"]
     print(f"{me} running", flush=True)  # before the pid file: a task that is counted has printed
-    with open(os.path.join(folder, me.replace(":", "-") + ".pid"), "w") as f:
+    path = os.path.join(folder, me.replace(":", "-") + ".pid")
+    with open(path + ".tmp", "w") as f:
         f.write(str(os.getpid()))
+    os.replace(path + ".tmp", path)  # whole or not there: a task killed while it writes leaves no empty pid file
     if me == opts.get("fail", "-"):
         deadline = time.monotonic() + 60  # bounded wait for the other tasks
-        while len(os.listdir(folder)) < int(opts["tasks"]) and time.monotonic() < deadline:
+        written = lambda: [n for n in os.listdir(folder) if n.endswith(".pid")]
+        while len(written()) < int(opts["tasks"]) and time.monotonic() < deadline:
             time.sleep(0.05)
         print(f"{me} fails now", flush=True)
         sys.exit(1)
