@@ -202,19 +202,9 @@ def _compat(ns: argparse.Namespace) -> int:
     return 0
 
 
-def compat_strategies() -> tuple[str, ...]:
-    from dtfkit.recipes.compat.task_side import STRATEGIES
-
-    return STRATEGIES
-
-
-def compat_trainers() -> tuple[str, ...]:
-    from dtfkit.recipes.compat.task_side import TRAINERS
-
-    return TRAINERS
-
-
 def build_parser() -> argparse.ArgumentParser:
+    from dtfkit.recipes.compat.task_side import STRATEGIES, TRAINERS
+
     parser = argparse.ArgumentParser(prog="python -m dtfkit", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -284,12 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
         "a few steps and print 'works' or the first line of the real error; also Keras 3's optimizer.iterations "
         "against the steps that ran. Run it against your own TensorFlow and Keras versions.",
     )
-    k.add_argument(
-        "--strategy", action="append", choices=compat_strategies(), help="only this strategy (repeatable)"
-    )
-    k.add_argument(
-        "--trainer", action="append", choices=compat_trainers(), help="only this trainer (repeatable)"
-    )
+    k.add_argument("--strategy", action="append", choices=STRATEGIES, help="only this strategy (repeatable)")
+    k.add_argument("--trainer", action="append", choices=TRAINERS, help="only this trainer (repeatable)")
     k.add_argument("--steps", type=int, default=40, help="training steps in each cell (default 40)")
     k.add_argument(
         "--timeout", type=float, default=120.0, help="seconds before a cell is stopped (default 120)"

@@ -107,6 +107,23 @@ def _string_body(token_text: str) -> tuple[int, int] | None:
     return (start, end) if end >= start and token_text.endswith(quote) else None
 
 
+def as_python(source: str) -> str | None:
+    """A code cell as Python: its IPython line magics blanked with a comment of the same length (offsets stay);
+    None for a cell that is not Python at all (a ``%%`` cell magic, a ``!`` shell line first).
+
+    Example::
+
+        >>> as_python("%matplotlib inline") == "#" + " " * 17, as_python("%%bash") is None
+        (True, True)
+    """
+    if source.lstrip().startswith(("%%", "!")):
+        return None
+    return "\n".join(
+        "#" + " " * (len(line) - 1) if line.lstrip().startswith(("%", "!")) else line
+        for line in source.split("\n")
+    )
+
+
 def code_units(source: str, *, every: bool = False) -> list[CodeUnit]:
     """The units of one code cell, in the order they appear; [] for a cell that is not Python (a ``%%`` cell
     magic) or does not parse. ``every``: also the comments and shown literals without a word to translate
@@ -117,13 +134,9 @@ def code_units(source: str, *, every: bool = False) -> list[CodeUnit]:
         >>> [u.text for u in code_units('ax.set_title("loss")\\nx = "not shown"')]
         ['loss']
     """
-    if source.lstrip().startswith(("%%", "!")):
+    runnable = as_python(source)
+    if runnable is None:
         return []
-    # IPython's line magics are not Python: blanked with a comment of the same length (offsets stay).
-    runnable = "\n".join(
-        "#" + " " * (len(line) - 1) if line.lstrip().startswith(("%", "!")) else line
-        for line in source.split("\n")
-    )
     try:
         tree = ast.parse(runnable)
         tokens = list(tokenize.generate_tokens(io.StringIO(runnable).readline))

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import polib
 
-from dtfkit.course.code_units import code_units, placeholders, translate_code
+from dtfkit.course.code_units import as_python, code_units, placeholders, translate_code
 from dtfkit.errors import DtfkitError
 from dtfkit.i18n import LANGUAGE_CELL_ID
 
@@ -749,11 +749,9 @@ def _broken_code(name: str, built_text: str) -> list[str]:
     for cell in cells:
         if cell.get("cell_type") != "code":
             continue
-        source = _source(cell)
-        if source.lstrip().startswith(("%%", "!")):
+        runnable = as_python(_source(cell))
+        if runnable is None:
             continue
-        lines = source.split("\n")
-        runnable = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in lines)
         try:
             ast.parse(runnable)
         except SyntaxError as error:
