@@ -140,7 +140,12 @@ def _export(ns: argparse.Namespace) -> int:
 def _classroom_bench(ns: argparse.Namespace) -> int:
     import signal
 
+    from dtfkit import i18n
     from dtfkit.hubbench import bench
+    from dtfkit.i18n import _
+
+    if ns.lang:  # a Chinese class's bench writes its tables in Chinese too
+        i18n.set_language(ns.lang)
 
     def interrupted(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # so that a killed bench still removes its users, hub and groups
@@ -177,8 +182,8 @@ def _classroom_bench(ns: argparse.Namespace) -> int:
     held = max((r.students for r in results if not r.stopped), default=0)
     text = bench.table(results) + "\n\n"
     text += (
-        f"Held: {held} student(s) at once"
-        + (f"; stopped: {stopped}" if stopped else "; every size held")
+        _("Held: {held} student(s) at once").format(held=held)
+        + (_("; stopped: {stopped}").format(stopped=stopped) if stopped else _("; every size held"))
         + "\n\n"
     )
     text += bench.sizing(results) + "\n"

@@ -92,6 +92,8 @@ STATES = {
     "running": N_("running"),
     "busy": N_("busy"),
     "killed": N_("killed"),
+    "missing": N_("missing"),
+    "it ran a call before": N_("it ran a call before"),
 }
 
 

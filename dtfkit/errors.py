@@ -26,6 +26,10 @@ class TaskFailed(DtfkitError):
         exc_type: the remote exception's class name, e.g. ``"ValueError"``.
         remote_traceback: the traceback as the task printed it.
         others: what happened to the other tasks of the same call.
+
+    ``headlines`` are the message's first line and the traceback's title, to be formatted with
+    ``task``, ``exc_type`` and ``message``, in the language the person chose (the engine passes them
+    translated: this module is below ``dtfkit.i18n``).
     """
 
     def __init__(
@@ -35,13 +39,19 @@ class TaskFailed(DtfkitError):
         message: str,
         remote_traceback: str,
         others: str = "",
+        headlines: tuple[str, str] = (
+            "{task} raised {exc_type}: {message}",
+            "--- remote traceback ({task}) ---",
+        ),
     ):
         self.task = task
         self.exc_type = exc_type
         self.remote_message = message
         self.remote_traceback = remote_traceback
         self.others = others
-        text = f"{task} raised {exc_type}: {message}\n\n--- remote traceback ({task}) ---\n"
+        first, traceback_title = headlines
+        text = first.format(task=task, exc_type=exc_type, message=message)
+        text += "\n\n" + traceback_title.format(task=task) + "\n"
         text += remote_traceback.rstrip()
         if others:
             text += "\n\n" + others

@@ -29,6 +29,7 @@ import functools
 import gettext
 import io
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from dtfkit.errors import DtfkitError
@@ -111,11 +112,38 @@ def _translations(lang: str) -> gettext.NullTranslations:
     return gettext.GNUTranslations(io.BytesIO(catalog.to_binary()))
 
 
+def in_language(message: str, lang: str) -> str:
+    """``message`` in ``lang``, whatever language dtfkit speaks now (to read back what it wrote in another).
+
+    Example::
+
+        >>> in_language("Run", "en")
+        'Run'
+    """
+    return _translations(lang).gettext(message) if message else message
+
+
 def _(message: str) -> str:
     """``message`` in the language dtfkit speaks now (itself where it has no translation)."""
     if not message:  # gettext("") is the catalog's header
         return message
     return _translations(language()).gettext(message)
+
+
+# How a language lists things: items of a list, and clauses of a sentence.
+_SEPARATORS = {"en": (", ", "; "), "zh_CN": ("、", "；")}
+
+
+def joined(items: Iterable[str], *, clauses: bool = False) -> str:
+    """``items`` as the language dtfkit speaks now lists them: ``a, b`` (``a; b`` for ``clauses``) in English,
+    ``a、b`` (``a；b``) in Chinese.
+
+    Example::
+
+        >>> joined(["worker:0", "worker:1"])
+        'worker:0, worker:1'
+    """
+    return _SEPARATORS[language()][1 if clauses else 0].join(items)
 
 
 def N_(message: str) -> str:

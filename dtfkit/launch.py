@@ -28,6 +28,7 @@ from dtfkit.engine.owner.output import OUTPUT_DRAIN_SECONDS
 from dtfkit.engine.owner.runtime import ClusterRuntime, Script
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId
 from dtfkit.errors import DtfkitError
+from dtfkit.i18n import _, joined
 from dtfkit.progress import start_display
 
 HANG_HINT_AFTER = 30.0
@@ -55,9 +56,15 @@ class LaunchResult:
     def summary(self) -> str:
         parts = []
         for name, code in self.exit_codes.items():
-            parts.append(f"{name}: {'ended by the launcher' if code is None else f'exit {code}'}")
-        head = "all workers finished" if self.ok else "FAILED: " + ", ".join(self.failed or ["timeout"])
-        return f"{head} in {self.seconds:.1f} s ({'; '.join(parts)}); logs in {self.log_dir}"
+            ending = _("ended by the launcher") if code is None else _("exit {code}").format(code=code)
+            parts.append(_("{task}: {ending}").format(task=name, ending=ending))
+        if self.ok:
+            head = _("all workers finished")
+        else:
+            head = _("FAILED: {tasks}").format(tasks=", ".join(self.failed or [_("timeout")]))
+        return _("{head} in {seconds:.1f} s ({exit_codes}); logs in {log_dir}").format(
+            head=head, seconds=self.seconds, exit_codes=joined(parts, clauses=True), log_dir=self.log_dir
+        )
 
 
 def launch(
@@ -142,11 +149,13 @@ def _ray_launcher(ray: str, layout: ClusterLayout):
             raise DtfkitError(f"ray={ray!r}: the number of simulated nodes must be a positive whole number")
         address, nodes = None, int(count)
         print(
-            f"dtfkit: starting a simulated {nodes}-node Ray cluster on this machine (10-20 s); for a "
-            "real one give its address instead (--ray ray://<head>:10001, or --ray auto on a node)",
+            _(
+                "dtfkit: starting a simulated {nodes}-node Ray cluster on this machine (10-20 s); for a "
+                "real one give its address instead (--ray ray://<head>:10001, or --ray auto on a node)"
+            ).format(nodes=nodes),
             flush=True,
         )
-    warnings.warn(RAY_NETWORK_WARNING, stacklevel=3)
+    warnings.warn(_(RAY_NETWORK_WARNING), stacklevel=3)
     return RayLauncher(address, nodes=nodes, tasks=[t.name for t in layout.tasks])
 
 

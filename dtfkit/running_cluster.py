@@ -28,6 +28,7 @@ from dtfkit.engine.owner.runtime import ClusterRuntime
 from dtfkit.engine.platform.notebook import cell_key
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId
 from dtfkit.errors import DtfkitError
+from dtfkit.i18n import _, joined
 from dtfkit.progress import start_display
 
 # The open clusters by name (in a notebook: the cell that started them), so that running a cell
@@ -281,12 +282,17 @@ class RunningCluster:
         chosen = None if fresh is None else self._rt.layout.select(fresh)  # a bad selector fails first
         if self.closed:
             self._start_again()
-            print(f"dtfkit: the cluster was closed; started it again ({self.id}, new addresses)")
+            print(
+                _("dtfkit: the cluster was closed; started it again ({id}, new addresses)").format(id=self.id)
+            )
             return self.tasks
         stale = self._rt.ensure_running(chosen)
         if stale:
-            states = ", ".join(f"{task} ({state})" for task, state in stale.items())
-            print(f"dtfkit: started again: {states}")
+            states = joined(
+                _("{task} ({state})").format(task=task, state=cluster_display.shown_state(state))
+                for task, state in stale.items()
+            )
+            print(_("dtfkit: started again: {states}").format(states=states))
         return [task.name for task in stale]
 
     def _start_again(self) -> None:

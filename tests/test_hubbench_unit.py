@@ -201,6 +201,26 @@ def test_the_plot_reads_the_table_the_bench_writes(tmp_path):
         read_table(tmp_path / "empty.md")
 
 
+def test_a_chinese_class_bench_writes_its_table_in_chinese_and_the_plot_reads_it(tmp_path):
+    from dtfkit import i18n
+    from dtfkit.hubbench.plot import read_table
+
+    rows = [_row("a", server_s=3.0, first_cluster_s=10.0, checked_s=30.0, peak_pss=2**30)]
+    result = ClassResult(1, False, "4G", rows=rows, class_peak_pss=2**30, machine_peak=2 * 2**30)
+    i18n.set_language("zh_CN")
+    try:
+        text = table([result])
+        sized = sizing([result])
+    finally:
+        i18n.set_language(None)
+    head = text.splitlines()[0]
+    assert "students" not in head and "学生" in head, head
+    assert "From the class" not in sized and "GiB" in sized
+    (tmp_path / "bench.md").write_text(text + "\n")
+    (parsed,) = read_table(tmp_path / "bench.md")
+    assert (parsed["students"], parsed["first_p50"], parsed["machine_peak"]) == (1, 10.0, 2.0)
+
+
 def test_the_bench_runs_its_tools_from_its_own_environment(tmp_path, monkeypatch):
     """`sudo /venv/bin/python -m dtfkit classroom-bench` with the venv not activated: nbgrader's
     alembic is found beside the interpreter; where it is nowhere, preflight says what to install."""

@@ -159,7 +159,7 @@ def test_the_cluster_tables_words_follow_the_language():
             "启动中",
             "运行中",
             "忙碌",
-            "已被杀死",
+            "已被杀掉",
             "已退出（17）",
         ]
         titles = [_(COLUMN_TITLES[c]) for c in ("task", "role", "address", "state")]
@@ -231,3 +231,71 @@ def test_the_start_line_the_fates_and_the_lab_history_follow_the_language():
         .startswith("restarted 1 task (ps:0) in ")
     )
     assert ">finished<" in Lab.history_html(lab)
+
+
+def test_a_listed_function_shows_its_comments_and_docstring_in_chinese_and_its_code_as_it_is(capsys):
+    from dtfkit.course.listing import listing_units, show_source
+    from dtfkit.recipes import allreduce
+
+    show_source(allreduce.build_ring)
+    english = capsys.readouterr().out
+    dtfkit.set_language("zh_CN")
+    show_source(allreduce.build_ring)
+    chinese = capsys.readouterr().out
+    assert "Ring all-reduce of" in english and "环形全归约" in chinese and "Ring all-reduce of" not in chinese
+    assert "# what was sent, before any add" not in chinese
+    # the same program: every token but the comments' and the docstring's words is the English one
+
+    def blanked(source):
+        for start, end, _text in sorted(listing_units(source, every=True), reverse=True):
+            source = source[:start] + "…" + source[end:]
+        return source
+
+    assert blanked(english) == blanked(chinese)
+    assert len(listing_units(english)) == len(listing_units(chinese, every=True)) == 3
+
+
+def test_the_tutorial_scripts_listing_keeps_the_files_line_numbers_in_chinese(capsys):
+    from dtfkit.recipes import tutorial_script as script
+
+    script.show("main")
+    english = capsys.readouterr().out.splitlines()
+    dtfkit.set_language("zh_CN")
+    script.show("main")
+    chinese = capsys.readouterr().out.splitlines()
+    assert len(english) == len(chinese)
+    assert [line.split()[0] for line in english[1:]] == [line.split()[0] for line in chinese[1:]]
+    assert "create a server for local task" in "\n".join(english)
+    assert "为本地任务创建一个 server" in "\n".join(chinese)
+
+
+def test_what_the_tutorial_script_prints_is_read_back_in_either_language():
+    from dtfkit.recipes.tutorial_script import kernel_side
+
+    english = "Train step 20, loss: 1.000000\nworker 1 done: local_steps=3 global_step=40\n"
+    assert kernel_side.printed_line_pattern(kernel_side._TRAIN_STEP).findall(english) == [("20", "1.000000")]
+    dtfkit.set_language("zh_CN")
+    chinese = (
+        i18n._("Train step {step:d}, loss: {loss:f}").format(step=20, loss=1.0)
+        + "\n"
+        + i18n._("worker {index} done: local_steps={local_steps:d} global_step={step:d}").format(
+            index=1, local_steps=3, step=40
+        )
+    )
+    assert "Train step" not in chinese
+    assert kernel_side.printed_line_pattern(kernel_side._TRAIN_STEP).findall(chinese) == [("20", "1.000000")]
+    assert kernel_side.printed_line_pattern(kernel_side._DONE).findall(chinese) == [("1", "3", "40")]
+
+
+def test_a_launchs_summary_and_a_remote_failure_speak_chinese():
+    from dtfkit.engine.owner.calls import _describe_failure
+    from dtfkit.launch import LaunchResult
+
+    result = LaunchResult({"ps:0": None, "worker:0": 0}, [], False, 2.0, "/tmp/logs")
+    assert result.summary().startswith("all workers finished in 2.0 s (ps:0: ended by the launcher")
+    dtfkit.set_language("zh_CN")
+    shown = result.summary()
+    assert "finished" not in shown and "ended by the launcher" not in shown and "/tmp/logs" in shown
+    assert _describe_failure(dtfkit.engine.wire.layout.TaskId.parse("worker:1"), ("ValueError", "", "")) == (
+        "worker:1 也抛出了 ValueError"
+    )

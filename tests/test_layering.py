@@ -55,6 +55,8 @@ BOTTOM = {
     "dtfkit.taskapi": "this_task()/report(), the task-side API the task bootstrap fills in",
     "dtfkit.shown": "shown(value): a bad argument quoted in an error, cut to a readable length",
     "dtfkit.lazy": "lazy_attributes(): a package's names imported on first use (PEP 562)",
+    "dtfkit.i18n": "_(): the words a person is shown, in the language they chose",
+    "dtfkit.fonts": "a font with the chosen language's glyphs for matplotlib (set_language calls it)",
 }
 # Edges that break the rules and are on their way out; a listed edge that no longer exists is fine.
 # Imports that break a rule on purpose, with the reason (none today).

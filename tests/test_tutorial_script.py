@@ -33,7 +33,7 @@ def test_show_prints_the_ps_join_of_main_with_its_line_numbers(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("# distributed_mnist.py, lines ")
     assert 'if job_name == "ps":' in out[1] and "server.join()" in out[-1]
-    assert len(out) == 4  # the header, the if, the print, the join
+    assert len(out) == 5  # the header, the if, the line, its print, the join
     number = int(out[-1].split()[0])
     assert "server.join()" in lines[number - first]
 

@@ -10,8 +10,12 @@ chapter runs the same program.
   are left alone: ``# NBVAL_CHECK_OUTPUT``, nbgrader's ``### BEGIN SOLUTION`` markers, ``# YOUR CODE HERE``,
   ``# check exercise N.M``, ``# noqa``/``# type:`` and ``%%``/``!`` lines.
 - A **string** unit is the body of a string literal (an f-string's placeholders included, which a translation
-  must keep) that is an argument of ``print(...)``, of a figure's ``set_title``/``set_xlabel``/``set_ylabel``/
-  ``suptitle``/``annotate``/``text``, or a ``label=``/``title=`` keyword; also one joined with ``+``, chosen by
+  must keep) that is an argument of ``print(...)`` or ``HTML(...)`` (an element of a list there too, a method
+  called on it, the text a ``", ".join(...)`` joins), a function's docstring, of a figure's ``set_title``/``set_xlabel``/``set_ylabel``/
+  ``suptitle``/``annotate``/``text``, or a ``label=``/``title=`` keyword, or a key of a ``{label: run}`` dict
+  given to one of dtfkit's ``plot_...`` functions; a sentence that reaches such a call through a name
+  that nothing else reads (assigned to the name or to an item of it, or an element of a literal list, tuple or
+  dict that a ``for`` loop walks over, bound to a loop variable the loop only shows); also one joined with ``+``, chosen by
   ``if``/``else``, or formatted with ``.format(...)`` there. A literal without a letter is left alone.
 
 Example::
@@ -32,7 +36,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 # Calls whose string arguments a reader sees: printed, or drawn on a figure.
-SHOWN_CALLS = {"print", "set_title", "set_xlabel", "set_ylabel", "suptitle", "annotate", "text", "set_text"}
+SHOWN_CALLS = {
+    "print",
+    "HTML",
+    "bar",
+    "barh",
+    "set_title",
+    "set_xlabel",
+    "set_ylabel",
+    "suptitle",
+    "annotate",
+    "text",
+    "set_text",
+}
 SHOWN_KEYWORDS = {"label", "title", "xlabel", "ylabel"}
 # Comments a tool reads: never translated.
 _TOOL_COMMENT = re.compile(
@@ -78,11 +94,126 @@ def _shown_literals(tree: ast.AST) -> list[ast.Constant | ast.JoinedStr]:
         elif isinstance(node, ast.BoolOp):  # x or "no known mistake"
             for value in node.values:
                 take(value)
-        elif (
-            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"
-        ):
+        elif isinstance(node, (ast.List, ast.Tuple)):  # ax.barh(["sparse lookup", "dense read"], ...)
+            for element in node.elts:
+                take(element)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            # "x".format(...), "variable".ljust(16); ", ".join(f"{t} in {w}" for ...): the joined text too
             take(node.func.value)
+            if (
+                node.func.attr == "join"
+                and node.args
+                and isinstance(node.args[0], (ast.GeneratorExp, ast.ListComp))
+            ):
+                take(node.args[0].elt)
 
+    def shown_calls(where: ast.AST) -> list[ast.Call]:
+        return [
+            n
+            for n in ast.walk(where)
+            if isinstance(n, ast.Call)
+            and (n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", None)) in SHOWN_CALLS
+        ]
+
+    def names_read(calls: list[ast.Call]) -> set[str]:
+        return {n.id for call in calls for a in call.args for n in ast.walk(a) if isinstance(n, ast.Name)}
+
+    def only_shown(where: list[ast.AST]) -> set[str]:
+        """The names read in ``where`` only by shown calls: a name also read elsewhere is data (a key, a
+        value compared), whose literals must stay as they are."""
+
+        def shown_as_text(node: ast.AST) -> list[ast.AST]:
+            # the name itself, an item of it (outcomes[name]: the items are shown, name is a key), or either in
+            # an f-string's {...}: shown as text, not used as a key or an argument
+            if isinstance(node, ast.Name):
+                return [node]
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+                return [node.value]
+            if isinstance(node, ast.JoinedStr):
+                return [
+                    n
+                    for v in node.values
+                    if isinstance(v, ast.FormattedValue)
+                    for n in shown_as_text(v.value)
+                ]
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+                return shown_as_text(node.left) + shown_as_text(node.right)
+            return []
+
+        inside = {id(n) for w in where for c in shown_calls(w) for a in c.args for n in shown_as_text(a)}
+        # outcomes[name] = "...": an item stored, not the name read
+        inside |= {
+            id(n.value)
+            for w in where
+            for n in ast.walk(w)
+            if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store)
+        }
+        read = {
+            n.id
+            for w in where
+            for n in ast.walk(w)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        }
+        elsewhere = {
+            n.id
+            for w in where
+            for n in ast.walk(w)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in inside
+        }
+        return read - elsewhere
+
+    def take_sentences(node: ast.AST) -> None:
+        # Through a name, only sentences (two words in a row): a single word there is too often a key.
+        before = len(found)
+        take(node)
+        found[before:] = [n for n in found[before:] if _SENTENCE.search(_literal_text(n))]
+
+    # A literal that reaches a shown call through a name that nothing else reads: assigned to it (or to an
+    # item of it), or an element of a literal container a loop walks over to show its loop variable.
+    shown_only = only_shown([tree])
+    containers: dict[str, ast.AST] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                base = target.value if isinstance(target, ast.Subscript) else target
+                if isinstance(base, ast.Name) and base.id in shown_only:
+                    take_sentences(node.value)
+                if isinstance(target, ast.Name) and isinstance(node.value, (ast.Dict, ast.List, ast.Tuple)):
+                    containers[target.id] = node.value
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.For):
+            continue
+        shown_here = only_shown(node.body)
+        walked, method = node.iter, None
+        if isinstance(walked, ast.Call) and isinstance(walked.func, ast.Attribute) and not walked.args:
+            walked, method = walked.func.value, walked.func.attr
+        if isinstance(walked, ast.Name):
+            walked = containers.get(walked.id, walked)
+        # (the loop variable an element is bound to, the element)
+        if isinstance(walked, ast.Dict) and method in (None, "keys", "items"):
+            key_target = node.target
+            if method == "items" and isinstance(node.target, ast.Tuple) and len(node.target.elts) == 2:
+                key_target = node.target.elts[0]
+            bound = [(key_target, key) for key in walked.keys if key is not None]
+        elif isinstance(walked, (ast.List, ast.Tuple)) and method is None:
+            bound = []
+            for element in walked.elts:
+                if isinstance(element, ast.Tuple) and isinstance(node.target, ast.Tuple):
+                    bound += list(zip(node.target.elts, element.elts, strict=False))
+                else:
+                    bound.append((node.target, element))
+        else:
+            bound = []
+        for target, element in bound:
+            if isinstance(target, ast.Name) and target.id in shown_here:
+                if isinstance(element, (ast.Constant, ast.JoinedStr)):
+                    take_sentences(element)
+
+    for node in ast.walk(tree):  # a function's docstring: what the learner reads of an exercise's stub
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                take(first.value)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
@@ -90,10 +221,28 @@ def _shown_literals(tree: ast.AST) -> list[ast.Constant | ast.JoinedStr]:
         if name in SHOWN_CALLS:
             for argument in node.args:
                 take(argument)
+        elif name and name.startswith("plot_"):  # dtfkit's plots draw a {label: run} argument's labels
+            for argument in node.args:
+                if isinstance(argument, ast.Dict):
+                    for key in argument.keys:
+                        if key is not None:
+                            take(key)
         for keyword in node.keywords:
             if keyword.arg in SHOWN_KEYWORDS or (name in SHOWN_CALLS and keyword.arg is None):
                 take(keyword.value)
     return found
+
+
+_SENTENCE = re.compile(r"[A-Za-z]{2,}[ ,;:]+[A-Za-z]{2,}|[\u3400-\u9fff]")  # (a translated sentence too)
+
+
+def _literal_text(node: ast.AST) -> str:
+    """A literal's words, an f-string's placeholders left out."""
+    if isinstance(node, ast.JoinedStr):
+        return " ".join(
+            v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str)
+        )
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ""
 
 
 def _string_body(token_text: str) -> tuple[int, int] | None:

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import polib
 
+from dtfkit.course import listing
 from dtfkit.course.code_units import as_python, code_units, placeholders, translate_code
 from dtfkit.errors import DtfkitError
 from dtfkit.i18n import LANGUAGE_CELL_ID
@@ -64,7 +65,7 @@ _VERBATIM = re.compile(r"^\s*(?:#{3} (?:BEGIN|END) (?:SOLUTION|HIDDEN TESTS)|=+|
 _ORDERED = re.compile(r"^([ \t]*)(\d{1,3})[.)][ \t]")
 _TABLE = re.compile(r"^[ \t]*\|")
 _TABLE_RULE = re.compile(r"^[ \t|:\-]+$")
-_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef]")  # (full-width punctuation too)
 # What is not prose in a unit: code spans, links' targets, URLs, inline math, HTML tags.
 _NOT_PROSE = re.compile(r"`[^`]*`|\]\([^)]*\)|https?://\S+|\$[^$]*\$|<[^>]+>")
 
@@ -358,7 +359,8 @@ PACKAGE = Path(__file__).resolve().parents[1]
 
 def library_template() -> list[polib.POEntry]:
     """Every string dtfkit marks for translation, once, in source order: ``_("...")`` and
-    ``N_("...")`` (``dtfkit.i18n``), and each exercise's title (``@exercise("3.1", "Backup workers")``)."""
+    ``N_("...")`` (``dtfkit.i18n``), and each exercise's title (``@exercise("3.1", "Backup workers")``);
+    then the comments and docstrings of the code chapters list (``listing.LISTED``)."""
     import ast
 
     found: dict[str, polib.POEntry] = {}
@@ -370,6 +372,9 @@ def library_template() -> list[polib.POEntry]:
                 where = (path.relative_to(PACKAGE.parent).as_posix(), str(node.lineno))
                 entry = found.setdefault(message, polib.POEntry(msgid=message, msgstr=""))
                 entry.occurrences.append(where)
+    for message, where in listing.listed_messages():
+        entry = found.setdefault(message, polib.POEntry(msgid=message, msgstr=""))
+        entry.occurrences.append(tuple(where.rsplit(":", 1)))
     return list(found.values())
 
 
@@ -377,9 +382,15 @@ def _marked_message(node: object) -> str | None:
     """The string a call marks for translation: ``_("…")``, ``N_("…")``, or ``exercise(number, "title")``."""
     import ast
 
-    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+    if not isinstance(node, ast.Call):
         return None
-    position = {"_": 0, "N_": 0, "exercise": 1}.get(node.func.id)
+    if isinstance(node.func, ast.Name):
+        name = node.func.id
+    elif isinstance(node.func, ast.Attribute) and node.func.attr in ("_", "N_"):
+        name = node.func.attr  # i18n._("..."), where a plain _ is taken (the tutorial's "_, loss = ...")
+    else:
+        return None
+    position = {"_": 0, "N_": 0, "exercise": 1}.get(name)
     if position is None or len(node.args) != position + 1:
         return None
     argument = node.args[position]
@@ -455,12 +466,16 @@ def _render(
     return "\n".join(out), missing
 
 
-def _one_folder_down(path: str) -> str:
+def _one_folder_down(path: str, lang: str, notebooks: Path = NOTEBOOKS) -> str:
     """A chapter's link target as seen from ``notebooks/<lang>/``: a sibling chapter is translated
-    too (same name), anything else is one folder up."""
+    too (same name); an image with a version in ``lang`` (``images/x.zh_CN.png`` beside ``images/x.png``, a
+    screenshot of the Chinese interface, say) is that one; anything else is one folder up."""
     bare = path.removeprefix("./")
     if re.fullmatch(r"\d\d_[\w-]+\.ipynb", bare.split("#")[0]):
         return bare
+    local = Path(bare).with_suffix(f".{lang}{Path(bare).suffix}")
+    if Path(bare).suffix.lower() in (".png", ".svg", ".jpg") and (notebooks / local).is_file():
+        return f"../{local.as_posix()}"
     return f"../{bare}"
 
 
@@ -492,7 +507,7 @@ def build_notebook(chapter: Path, lang: str) -> tuple[dict, list[str]]:
         if cell["cell_type"] == "markdown":
             text, left = translate_markdown(_source(cell), cell["id"], entries)
             # One folder down (notebooks/<lang>/): the same chapter names, everything else one level up.
-            text = _relink(text, _one_folder_down)
+            text = _relink(text, lambda path: _one_folder_down(path, lang, chapter.parent))
             cell["source"] = text.splitlines(keepends=True)
             missing += left
     language_cell = {
@@ -678,7 +693,9 @@ def has_prose(text: str) -> bool:
     return len(re.findall(r"[A-Za-z]{2,}", _NOT_PROSE.sub(" ", text))) >= 2
 
 
-_CODE_SPAN = re.compile(r"`[^`]+`")
+_CODE_SPAN = re.compile(
+    r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S
+)  # a run of backticks to the same run (CommonMark, rST)
 _LINK_TARGET = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -693,8 +710,8 @@ def markup_lost(english: str, translation: str) -> list[str]:
     """
     found = []
     for what, pattern in (("code span", _CODE_SPAN), ("link target", _LINK_TARGET)):
-        ours = [" ".join(x.split()) for x in pattern.findall(translation)]
-        for item in [" ".join(x.split()) for x in pattern.findall(english)]:
+        ours = [" ".join(m.group(0).split()) for m in pattern.finditer(translation)]
+        for item in [" ".join(m.group(0).split()) for m in pattern.finditer(english)]:
             if item in ours:
                 ours.remove(item)
             else:

@@ -36,7 +36,8 @@ Output: a ps prints ``ps N serving at grpc://...``; a worker prints
 (``--log_every``; 1 prints every local step),
 ``worker N stopped training, closing the session (...)`` when its loop ends,
 and finally ``worker N done: local_steps=<int> global_step=<int>`` (the steps
-this worker ran, and the global step read when its session closed). The chief
+this worker ran, and the global step read when its session closed); these lines
+are in the language of ``DTFKIT_LANG`` (``dtfkit.i18n``), English by default. The chief
 (worker 0) checkpoints into ``--checkpoint_dir``, by default a fresh temp dir
 removed at exit, so two runs never share state.
 
@@ -85,6 +86,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from dtfkit import i18n  # i18n._: the lines it prints, in the language of DTFKIT_LANG
 from dtfkit.datasets import batches, load_digits, shard
 
 flags = tf.compat.v1.app.flags
@@ -215,7 +217,12 @@ def wait_for_chief(target, config, task_index, poll_secs):
     with tf.compat.v1.Session(target, config=config) as sess:
         while sess.run(not_ready).size:
             if not announced:
-                print(f"worker {task_index} waiting for the chief to initialize the model", flush=True)
+                print(
+                    i18n._("worker {index} waiting for the chief to initialize the model").format(
+                        index=task_index
+                    ),
+                    flush=True,
+                )
                 announced = True
             time.sleep(poll_secs)
 
@@ -306,10 +313,13 @@ def run_worker(server, cluster, task_index):
                 )
                 local_steps += 1
                 if step % FLAGS.log_every == 0:
-                    print(f"Train step {step:d}, loss: {ls:f}", flush=True)
+                    print(
+                        i18n._("Train step {step:d}, loss: {loss:f}").format(step=step, loss=ls), flush=True
+                    )
             print(
-                f"worker {task_index} stopped training, closing the session "
-                f"(stop_grace_secs={FLAGS.stop_grace_secs})",
+                i18n._(
+                    "worker {index} stopped training, closing the session (stop_grace_secs={grace})"
+                ).format(index=task_index, grace=FLAGS.stop_grace_secs),
                 flush=True,
             )
     finally:
@@ -317,7 +327,12 @@ def run_worker(server, cluster, task_index):
             shutil.rmtree(checkpoint_dir, ignore_errors=True)
     if final_step.global_step is not None:
         step = final_step.global_step
-    print(f"worker {task_index} done: local_steps={local_steps:d} global_step={step:d}", flush=True)
+    print(
+        i18n._("worker {index} done: local_steps={local_steps:d} global_step={step:d}").format(
+            index=task_index, local_steps=local_steps, step=step
+        ),
+        flush=True,
+    )
 
 
 def main(_):
@@ -331,7 +346,8 @@ def main(_):
     server = tf.compat.v1.train.Server(cluster, job_name=job_name, task_index=task_index)
 
     if job_name == "ps":
-        print(f"ps {task_index} serving at {server.target}", flush=True)
+        serving = i18n._("ps {index} serving at {target}").format(index=task_index, target=server.target)
+        print(serving, flush=True)
         server.join()  # ps hosts only join
     else:
         run_worker(server, cluster, task_index)

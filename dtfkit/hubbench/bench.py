@@ -53,6 +53,7 @@ from dtfkit.hubbench.workload import (
     lesson_cells,
     solution_of,
 )
+from dtfkit.i18n import N_, _
 
 GIB = 2**30
 PORT_ERRORS = ("Address already in use", "address already in use", "port-taken", "EADDRINUSE")
@@ -404,17 +405,30 @@ def _pcts(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} / {p95:.1f} / {values[-1]:.1f}"
 
 
+# The table's columns, in the language dtfkit speaks (``plot.read_table`` reads either language back).
+TABLE_COLUMNS = (
+    N_("students"),
+    N_("task zygote"),
+    N_("server ready, s (p50 / max)"),
+    N_("first cluster, s (p50 / p95 / max)"),
+    N_("exercise checked, s (p50 / p95 / max)"),
+    N_("autograde per student, s (p50 / max)"),
+    N_("peak PSS per student, GiB (max)"),
+    N_("class PSS peak, GiB"),
+    N_("machine used, GiB (before → peak)"),
+    N_("CPU s per student (mean)"),
+    N_("threads per student (max)"),
+    N_("failures"),
+    N_("port collisions"),
+)
+
+
 def table(results: list[ClassResult]) -> str:
     """A markdown table, one row per class."""
-    head = (
-        "| students | task zygote | server ready, s (p50 / max) | first cluster, s (p50 / p95 / max) "
-        "| exercise checked, s (p50 / p95 / max) "
-        "| autograde per student, s (p50 / max) | peak PSS per student, GiB (max) | class PSS peak, GiB "
-        "| machine used, GiB (before → peak) | CPU s per student (mean) | threads per student (max) "
-        "| failures | port collisions |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-    )
-    lines = [head]
+    lines = [
+        "| " + " | ".join(_(column) for column in TABLE_COLUMNS) + " |",
+        "|" + "---|" * len(TABLE_COLUMNS),
+    ]
     for r in results:
         firsts = [row.first_cluster_s for row in r.rows if row.first_cluster_s is not None]
         checks = [row.checked_s for row in r.rows if row.checked_s is not None]
@@ -424,7 +438,7 @@ def table(results: list[ClassResult]) -> str:
         server = f"{statistics.median(servers):.1f} / {servers[-1]:.1f}" if servers else "—"
         failures = ", ".join(f"{k} × {v}" for k, v in r.failures().items()) or "0"
         lines.append(
-            f"| {r.students} | {'on' if r.zygote else 'off'} | {server} | {_pcts(firsts)} | {_pcts(checks)} | {grading} "
+            f"| {r.students} | {_('on') if r.zygote else _('off')} | {server} | {_pcts(firsts)} | {_pcts(checks)} | {grading} "
             f"| {max(row.peak_pss for row in r.rows) / GIB:.2f} | {r.class_peak_pss / GIB:.2f} "
             f"| {r.machine_base / GIB:.1f} → {r.machine_peak / GIB:.1f} "
             f"| {statistics.mean(row.cpu_s for row in r.rows):.0f} | {max(row.peak_threads for row in r.rows)} "
@@ -501,16 +515,35 @@ def sizing(
     """
     held = [r for r in results if not r.stopped]
     if not held:
-        return "no class held here: nothing to size from"
+        return _("no class held here: nothing to size from")
     r = max(held, key=lambda c: c.students)
     per_student = max(row.peak_pss for row in r.rows)
     cpu = statistics.mean(row.cpu_s for row in r.rows)
     lines = [
-        f"From the class of {r.students} (task zygote {'on' if r.zygote else 'off'}): {per_student / GIB:.2f} GiB PSS "
-        f"per student at the peak, {cpu:.1f} CPU s per student, the machine using {r.machine_base / GIB:.1f} GiB before.",
+        _(
+            "From the class of {students} (task zygote {zygote}): {pss:.2f} GiB PSS per student at the peak, "
+            "{cpu:.1f} CPU s per student, the machine using {before:.1f} GiB before."
+        ).format(
+            students=r.students,
+            zygote=_("on") if r.zygote else _("off"),
+            pss=per_student / GIB,
+            cpu=cpu,
+            before=r.machine_base / GIB,
+        ),
         "",
-        f"| students | memory, GiB (students × {per_student / GIB:.2f} + {r.machine_base / GIB:.1f}) "
-        f"| cores for the lab's burst within {burst_s:.0f} s (students × {cpu:.1f} CPU s / {burst_s:.0f} s, rounded up) |",
+        "| "
+        + " | ".join(
+            [
+                _("students"),
+                _("memory, GiB (students × {pss:.2f} + {before:.1f})").format(
+                    pss=per_student / GIB, before=r.machine_base / GIB
+                ),
+                _(
+                    "cores for the lab's burst within {burst:.0f} s (students × {cpu:.1f} CPU s / {burst:.0f} s, rounded up)"
+                ).format(burst=burst_s, cpu=cpu),
+            ]
+        )
+        + " |",
         "|---|---|---|",
     ]
     for n in class_sizes:

@@ -19,6 +19,10 @@ import argparse
 import re
 from pathlib import Path
 
+from dtfkit import fonts
+from dtfkit.hubbench.bench import TABLE_COLUMNS
+from dtfkit.i18n import LANGUAGES, _, in_language, language
+
 
 def _numbers(cell: str) -> list[float]:
     return [float(x) for x in re.findall(r"\d+(?:\.\d+)?", cell)]
@@ -28,6 +32,8 @@ def read_table(path: Path) -> list[dict[str, float | str]]:
     """The class rows of the bench's table in ``path`` (the first markdown table whose header names students)."""
     rows: list[dict[str, float | str]] = []
     header: list[str] | None = None
+    # Each column's title in every language the bench writes, to its English title.
+    columns = {in_language(c, lang): c for c in TABLE_COLUMNS for lang in LANGUAGES}
     for line in path.read_text(encoding="utf-8").splitlines():
         if not line.startswith("|"):
             if header and rows:
@@ -35,8 +41,8 @@ def read_table(path: Path) -> list[dict[str, float | str]]:
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if header is None:
-            if cells[0] == "students":
-                header = cells
+            if columns.get(cells[0]) == "students":
+                header = [columns.get(c, c) for c in cells]
             continue
         if set(cells[0]) <= {"-"}:
             continue
@@ -71,27 +77,38 @@ def draw(runs: dict[str, list[dict[str, float | str]]], output: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fonts.draw_in_the_language(language())  # a Chinese class's bench draws Chinese words
+
     fig, (times, memory) = plt.subplots(1, 2, figsize=(11, 4.2))
     for label, rows in runs.items():
         n = [r["students"] for r in rows]
         line = times.plot(
-            n, [r["checked_p50"] for r in rows], marker="o", label=f"exercise checked ({label})"
+            n,
+            [r["checked_p50"] for r in rows],
+            marker="o",
+            label=_("exercise checked ({run})").format(run=label),
         )[0]
         times.plot(n, [r["checked_max"] for r in rows], ls=":", color=line.get_color())
-        line = times.plot(n, [r["first_p50"] for r in rows], marker="s", label=f"first cluster ({label})")[0]
+        line = times.plot(
+            n, [r["first_p50"] for r in rows], marker="s", label=_("first cluster ({run})").format(run=label)
+        )[0]
         times.plot(n, [r["first_max"] for r in rows], ls=":", color=line.get_color())
-        line = memory.plot(n, [r["class_pss"] for r in rows], marker="o", label=f"students' PSS ({label})")[0]
+        line = memory.plot(
+            n, [r["class_pss"] for r in rows], marker="o", label=_("students' PSS ({run})").format(run=label)
+        )[0]
         memory.plot(
             n,
             [r["machine_peak"] for r in rows],
             ls="--",
             color=line.get_color(),
-            label=f"machine used ({label})",
+            label=_("machine used ({run})").format(run=label),
         )
-    times.set(xlabel="students pressing run together", ylabel="seconds after run (median; dotted: slowest)")
-    times.set_title("How long each student waited")
-    memory.set(xlabel="students pressing run together", ylabel="GiB at the peak")
-    memory.set_title("What the class held in memory")
+    times.set(
+        xlabel=_("students pressing run together"), ylabel=_("seconds after run (median; dotted: slowest)")
+    )
+    times.set_title(_("How long each student waited"))
+    memory.set(xlabel=_("students pressing run together"), ylabel=_("GiB at the peak"))
+    memory.set_title(_("What the class held in memory"))
     for ax in (times, memory):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import json
 
+from dtfkit.i18n import _
+
 DEFAULT_PORT = 2222
 PORT_NAME = "tfjob-port"
 CONTAINER = "tensorflow"
@@ -220,19 +222,19 @@ def job_verdict(tfjob: dict, exit_codes: dict[tuple[str, int], int | None]) -> t
     failed = [(t, i, c) for (t, i), c in exit_codes.items() if c not in (None, 0)]
     if failed:
         t, i, c = failed[0]
-        return "Failed", f"{t.lower()}-{i} exited {c}"
+        return "Failed", _("{replica} exited {code}").format(replica=f"{t.lower()}-{i}", code=c)
     spec = tfjob["spec"]
     leaders = [t for t in replica_counts(tfjob) if t in ("Chief", "Master")]
     if leaders:
-        mine = [c for (t, _), c in exit_codes.items() if t in leaders]
+        mine = [c for (t, _index), c in exit_codes.items() if t in leaders]
         if mine and all(c == 0 for c in mine):
-            return "Succeeded", f"the {leaders[0].lower()} succeeded"
+            return "Succeeded", _("the {replica_type} succeeded").format(replica_type=leaders[0].lower())
         return None
     workers = {i: c for (t, i), c in exit_codes.items() if t == "Worker"}
     if workers and all(c == 0 for c in workers.values()):
-        return "Succeeded", "every worker succeeded"
+        return "Succeeded", _("every worker succeeded")
     if spec.get("successPolicy", "") != "AllWorkers" and workers.get(0) == 0:
-        return "Succeeded", 'worker 0 succeeded (successPolicy "": the others are not waited for)'
+        return "Succeeded", _('worker 0 succeeded (successPolicy "": the others are not waited for)')
     return None
 
 

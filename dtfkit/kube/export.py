@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dtfkit.errors import DtfkitError
+from dtfkit.i18n import N_, _
 from dtfkit.kube import tfjob_entry
 from dtfkit.kube.names import (
     LABEL_MAX,
@@ -42,49 +43,58 @@ VOLUME = "dtfkit-files"
 REPLICA_ORDER = (("Chief", "chief"), ("PS", "ps"), ("Worker", "worker"), ("Evaluator", "evaluator"))
 _QUANTITY = re.compile(r"^(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[numkMGTPE]|[KMGTPE]i)?$")
 
-HEADER = """\
-# Kubeflow TFJob: {summary}
-# Made by dtfkit:
-#   {command}
-# Needs the Kubeflow Training Operator v1 (TFJob kubeflow.org/v1, e.g. v1.9.4) in the cluster. Apply, watch, delete:
-#   kubectl apply -f job.yaml        (or pipe this output to: kubectl apply -f -)
-#   kubectl -n {namespace} get tfjob {name}
-#   kubectl -n {namespace} logs -f {name}-{first}-0
-#   kubectl -n {namespace} delete -f job.yaml
-# Checked offline against the TFJob schema of kubeflow/trainer v1.9.4 (unknown fields rejected) and the rules of
-# its admission webhook (pkg/webhooks/tensorflow/tfjob_webhook.go).
-# Service meshes: every pod is annotated sidecar.istio.io/inject: "false". An injected proxy sidecar keeps running
-# after the tensorflow container exits, so its pod, and the job, never complete; and the proxy's mTLS and
-# redirection get in the way of TensorFlow's direct gRPC connections between the pods. Another mesh needs its own
-# opt-out annotation (Linkerd: linkerd.io/inject: disabled).
-# Security: each TensorFlow server (port {port}) takes unauthenticated gRPC on every interface of its pod. Allow
-# only this job's pods to reach it with a NetworkPolicy (dtfkit's docs/kubeflow.md has one).
+# The manifest's comments, for the reader: each line is written as a YAML comment (``_commented``), so that
+# the words (and their translations) need no "#".
+HEADER = N_(
+    """\
+Kubeflow TFJob: {summary}
+Made by dtfkit:
+  {command}
+Needs the Kubeflow Training Operator v1 (TFJob kubeflow.org/v1, e.g. v1.9.4) in the cluster. Apply, watch, delete:
+  kubectl apply -f job.yaml        (or pipe this output to: kubectl apply -f -)
+  kubectl -n {namespace} get tfjob {name}
+  kubectl -n {namespace} logs -f {name}-{first}-0
+  kubectl -n {namespace} delete -f job.yaml
+Checked offline against the TFJob schema of kubeflow/trainer v1.9.4 (unknown fields rejected) and the rules of
+its admission webhook (pkg/webhooks/tensorflow/tfjob_webhook.go).
+Service meshes: every pod is annotated sidecar.istio.io/inject: "false". An injected proxy sidecar keeps running
+after the tensorflow container exits, so its pod, and the job, never complete; and the proxy's mTLS and
+redirection get in the way of TensorFlow's direct gRPC connections between the pods. Another mesh needs its own
+opt-out annotation (Linkerd: linkerd.io/inject: disabled).
+Security: each TensorFlow server (port {port}) takes unauthenticated gRPC on every interface of its pod. Allow
+only this job's pods to reach it with a NetworkPolicy (dtfkit's docs/kubeflow.md has one).
 """
+)
 
-# Above tfReplicaSpecs, for the reader: why the manifest has no successPolicy.
-SUCCESS_NOTE_CHIEF = (
-    "  # no successPolicy: with a Chief the operator ends the job when the chief succeeds, "
-    "whatever successPolicy says\n"
+# Above tfReplicaSpecs (indented as the spec's keys): why the manifest has no successPolicy.
+SUCCESS_NOTE_CHIEF = N_(
+    "no successPolicy: with a Chief the operator ends the job when the chief succeeds, whatever successPolicy says"
 )
-SUCCESS_NOTE_WORKER0 = (
-    "  # no successPolicy: the job succeeds when worker 0, the chief, does (the operator's default);\n"
-    "  # cleanPodPolicy then deletes the ps and any worker still running. AllWorkers would wait for\n"
-    "  # every worker, and one that opens its session after worker 0 has exited may wait for it for ever.\n"
+SUCCESS_NOTE_WORKER0 = N_(
+    "no successPolicy: the job succeeds when worker 0, the chief, does (the operator's default);\n"
+    "cleanPodPolicy then deletes the ps and any worker still running. AllWorkers would wait for\n"
+    "every worker, and one that opens its session after worker 0 has exited may wait for it for ever."
 )
-NO_DEVICE_FILTERS = """\
-# No device_filters (none in the script, or its arguments turn them off): a worker's session then needs every
-# task of the cluster, so a worker that opens its session after {chief} has exited waits for it for ever (TensorFlow logs
-# "CreateSession still waiting for response from worker: ..."). The job still ends when {chief} does, and
-# cleanPodPolicy deletes the waiting worker. To let every worker finish by itself, give its session
-#   tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{{task_index}}"])
+NO_DEVICE_FILTERS = N_(
+    """\
+No device_filters (none in the script, or its arguments turn them off): a worker's session then needs every
+task of the cluster, so a worker that opens its session after {chief} has exited waits for it for ever (TensorFlow logs
+"CreateSession still waiting for response from worker: ..."). The job still ends when {chief} does, and
+cleanPodPolicy deletes the waiting worker. To let every worker finish by itself, give its session
+  tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{{task_index}}"])
 """
+)
 
 # Shown after the first line that reads exactly like the key (YAML comments, for the reader).
 INLINE_NOTES = {
-    "cleanPodPolicy: Running": "delete pods still running (the ps) when the job ends (kubeflow/trainer#774, #657)",
-    "restartPolicy: ExitCode": "recreate after a kill (exit 128+); fail the job on a script error (1-127)",
-    "sidecar.istio.io/inject: 'false'": "no service-mesh sidecar (see the note at the top)",
-    f"name: {PORT_NAME}": "the operator reads the TF_CONFIG port from this name",
+    "cleanPodPolicy: Running": N_(
+        "delete pods still running (the ps) when the job ends (kubeflow/trainer#774, #657)"
+    ),
+    "restartPolicy: ExitCode": N_(
+        "recreate after a kill (exit 128+); fail the job on a script error (1-127)"
+    ),
+    "sidecar.istio.io/inject: 'false'": N_("no service-mesh sidecar (see the note at the top)"),
+    f"name: {PORT_NAME}": N_("the operator reads the TF_CONFIG port from this name"),
 }
 
 
@@ -92,23 +102,35 @@ def _counts(ps: int, workers: int, chief: int, evaluator: int) -> dict[str, int]
     counts = {"chief": chief, "ps": ps, "worker": workers, "evaluator": evaluator}
     for role, n in counts.items():
         if isinstance(n, bool) or not isinstance(n, int):
-            raise DtfkitError(f"the number of {role} replicas must be a whole number, not {n!r}")
+            raise DtfkitError(
+                _("the number of {role} replicas must be a whole number, not {count!r}").format(
+                    role=role, count=n
+                )
+            )
         if n < 0:
             raise DtfkitError(
-                f"the number of {role} replicas cannot be negative (got {n}); use 0 to leave them out"
+                _(
+                    "the number of {role} replicas cannot be negative (got {count}); use 0 to leave them out"
+                ).format(role=role, count=n)
             )
     if workers == 0:
         raise DtfkitError(
-            "a TFJob for a tutorial-style script needs at least one worker (got --workers 0): "
-            "the workers train; for example --ps 1 --workers 2"
+            _(
+                "a TFJob for a tutorial-style script needs at least one worker (got --workers 0): "
+                "the workers train; for example --ps 1 --workers 2"
+            )
         )
     if chief > 1:
         raise DtfkitError(
-            f"a TFJob has at most one chief (got --chief {chief}): use --chief 1 or leave it out"
+            _("a TFJob has at most one chief (got --chief {chief}): use --chief 1 or leave it out").format(
+                chief=chief
+            )
         )
     if evaluator > 1:
         raise DtfkitError(
-            f"dtfkit exports at most one evaluator (got --evaluator {evaluator}): use --evaluator 1"
+            _("dtfkit exports at most one evaluator (got --evaluator {evaluator}): use --evaluator 1").format(
+                evaluator=evaluator
+            )
         )
     return counts
 
@@ -122,9 +144,11 @@ def _job_name(name: str | None, script: Path, counts: dict[str, int]) -> str:
     why = dns1035_problems(name, limit)
     if why:
         raise DtfkitError(
-            f"--name {name!r} cannot name a TFJob: it {', '.join(why)}. Kubernetes needs a DNS-1035 label "
-            f"(lowercase letters, digits and '-', starting with a letter, at most {limit} characters here so that "
-            f"the operator's per-replica service names fit in 63); for example --name {to_dns1035(name, limit)}"
+            _(
+                "--name {name!r} cannot name a TFJob: it {reasons}. Kubernetes needs a DNS-1035 label "
+                "(lowercase letters, digits and '-', starting with a letter, at most {limit} characters here so "
+                "that the operator's per-replica service names fit in 63); for example --name {suggestion}"
+            ).format(name=name, reasons=", ".join(why), limit=limit, suggestion=to_dns1035(name, limit))
         )
     return name
 
@@ -132,7 +156,9 @@ def _job_name(name: str | None, script: Path, counts: dict[str, int]) -> str:
 def _quantity(flag: str, value: str) -> str:
     if not isinstance(value, str) or not _QUANTITY.match(value):
         raise DtfkitError(
-            f"{flag} {value!r} is not a Kubernetes quantity: use for example --cpu 500m or --cpu 2, --memory 2Gi"
+            _(
+                "{flag} {value!r} is not a Kubernetes quantity: use for example --cpu 500m or --cpu 2, --memory 2Gi"
+            ).format(flag=flag, value=value)
         )
     return value
 
@@ -140,20 +166,26 @@ def _quantity(flag: str, value: str) -> str:
 def _read_script(script: Path) -> str:
     if not script.is_file():
         raise DtfkitError(
-            f"the script {script} does not exist (or is not a file): give the path of the Python script to run, "
-            "relative to this folder or absolute"
+            _(
+                "the script {script} does not exist (or is not a file): give the path of the Python script to "
+                "run, relative to this folder or absolute"
+            ).format(script=script)
         )
     why = configmap_key_problems(script.name)
     if why or script.name == ENTRY_KEY:
-        reason = ", ".join(why) or f"is the entry point's own name {ENTRY_KEY}"
+        reason = ", ".join(why) or _("is the entry point's own name {entry}").format(entry=ENTRY_KEY)
         raise DtfkitError(
-            f"the script's file name {script.name!r} cannot be a ConfigMap key: it {reason}; "
-            "rename the file (letters, digits, '-', '_', '.')"
+            _(
+                "the script's file name {name!r} cannot be a ConfigMap key: it {reason}; "
+                "rename the file (letters, digits, '-', '_', '.')"
+            ).format(name=script.name, reason=reason)
         )
     try:
         return script.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise DtfkitError(f"the script {script} is not UTF-8 text; a ConfigMap holds text") from None
+        raise DtfkitError(
+            _("the script {script} is not UTF-8 text; a ConfigMap holds text").format(script=script)
+        ) from None
 
 
 def tfjob_documents(
@@ -181,8 +213,10 @@ def tfjob_documents(
     """
     if not image or not isinstance(image, str):
         raise DtfkitError(
-            "no container image given: use --image with an image that has Python and TensorFlow "
-            "(and whatever the script imports), e.g. --image tensorflow/tensorflow:2.21.0"
+            _(
+                "no container image given: use --image with an image that has Python and TensorFlow "
+                "(and whatever the script imports), e.g. --image tensorflow/tensorflow:2.21.0"
+            )
         )
     counts = _counts(ps, workers, chief, evaluator)
     path = Path(script)
@@ -191,18 +225,24 @@ def tfjob_documents(
     why = dns1123_label_problems(namespace)
     if why:
         raise DtfkitError(
-            f"--namespace {namespace!r} is not a namespace name: it {', '.join(why)}; e.g. --namespace default"
+            _(
+                "--namespace {namespace!r} is not a namespace name: it {reasons}; e.g. --namespace default"
+            ).format(namespace=namespace, reasons=", ".join(why))
         )
     if isinstance(gpus_per_worker, bool) or not isinstance(gpus_per_worker, int) or gpus_per_worker < 0:
-        raise DtfkitError(f"--gpus-per-worker must be a whole number >= 0, not {gpus_per_worker!r}")
+        raise DtfkitError(
+            _("--gpus-per-worker must be a whole number >= 0, not {gpus!r}").format(gpus=gpus_per_worker)
+        )
     requests = {"cpu": _quantity("--cpu", cpu), "memory": _quantity("--memory", memory)}
     entry_source = Path(tfjob_entry.__file__).read_text(encoding="utf-8")
     files = {ENTRY_KEY: entry_source, path.name: source}
     size = sum(len(v.encode("utf-8")) for v in files.values())
     if size > CONFIGMAP_MAX_BYTES:
         raise DtfkitError(
-            f"the script and the entry point are {size} bytes, more than a ConfigMap holds "
-            f"({CONFIGMAP_MAX_BYTES}): put the script in the image instead"
+            _(
+                "the script and the entry point are {size} bytes, more than a ConfigMap holds "
+                "({limit}): put the script in the image instead"
+            ).format(size=size, limit=CONFIGMAP_MAX_BYTES)
         )
     labels = {"app.kubernetes.io/created-by": "dtfkit", "app.kubernetes.io/name": job}
     configmap = {
@@ -267,6 +307,17 @@ def _sets_device_filters(source: str, args: Sequence[str]) -> bool:
     return "device_filters" in source and not turned_off
 
 
+def _commented(text: str, indent: str = "") -> str:
+    """``text`` as YAML comment lines, each ``indent`` + ``# `` + the line, ending with a newline.
+
+    Example::
+
+        >>> _commented("a\\n  b", indent="  ")
+        '  # a\\n  #   b\\n'
+    """
+    return "".join(f"{indent}#{' ' + line if line else ''}\n" for line in text.splitlines())
+
+
 def _dump(docs: list[dict]) -> str:
     import yaml
 
@@ -286,7 +337,7 @@ def _dump(docs: list[dict]) -> str:
         key = line.strip().removeprefix("- ")
         if key in INLINE_NOTES and key not in seen:
             seen.add(key)
-            line = f"{line}  # {INLINE_NOTES[key]}"
+            line = f"{line}  # {' '.join(_(INLINE_NOTES[key]).splitlines())}"
         lines.append(line)
     return "\n".join(lines) + "\n"
 
@@ -348,8 +399,10 @@ def export_tfjob(
     command += ["--memory", memory] if memory != "2Gi" else []
     command += ["--gpus-per-worker", str(gpus_per_worker)] if gpus_per_worker else []
     command += [str(script), "--", *map(str, args)] if args else [str(script)]
-    header = HEADER.format(
-        summary=f"{Path(script).name} as {parts}, image {image}",
+    header = _commented(_(HEADER)).format(
+        summary=_("{script} as {replicas}, image {image}").format(
+            script=Path(script).name, replicas=parts, image=image
+        ),
         command=shlex.join(command),
         namespace=namespace,
         name=tfjob["metadata"]["name"],
@@ -357,14 +410,16 @@ def export_tfjob(
         port=PORT,
     )
     if re.search(r"^\s*(import|from)\s+dtfkit\b", configmap["data"][Path(script).name], re.M):
-        header += "# The script imports dtfkit: the image must have it installed (pip install dtfkit).\n"
+        header += _commented(
+            _("The script imports dtfkit: the image must have it installed (pip install dtfkit).")
+        )
     if not _sets_device_filters(configmap["data"][Path(script).name], args):
-        header += NO_DEVICE_FILTERS.format(chief="the chief" if chief else "worker 0")
+        header += _commented(_(NO_DEVICE_FILTERS)).format(chief=_("the chief") if chief else _("worker 0"))
     body = _dump(docs)
-    note = SUCCESS_NOTE_CHIEF if chief else SUCCESS_NOTE_WORKER0
+    note = _commented(_(SUCCESS_NOTE_CHIEF) if chief else _(SUCCESS_NOTE_WORKER0), indent="  ")
     body = body.replace("\n  tfReplicaSpecs:\n", "\n" + note + "  tfReplicaSpecs:\n", 1)
     text = header + body
     problems = manifest_problems(text)  # what kubectl will read: the text, not the dicts
     if problems:
-        raise ManifestInvalid(problems, "the exported manifest")
+        raise ManifestInvalid(problems, _("the exported manifest"))
     return text

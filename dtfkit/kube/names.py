@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 import string
 
+from dtfkit.i18n import _
+
 LABEL_MAX = 63
 SUBDOMAIN_MAX = 253
 CONFIGMAP_KEY_MAX = 253
@@ -34,23 +36,27 @@ def dns1035_problems(name: str, max_length: int = LABEL_MAX) -> list[str]:
         []
     """
     if not name:
-        return ["is empty"]
+        return [_("is empty")]
     problems = []
     if any(c in string.ascii_uppercase for c in name):
-        problems.append("contains uppercase letters")
+        problems.append(_("contains uppercase letters"))
     allowed = string.ascii_letters + string.digits + "-"
     bad = sorted({c for c in name if c not in allowed})
     if bad:
         shown = ", ".join(repr(c) for c in bad)
-        problems.append(f"contains {shown} (only lowercase letters, digits and '-' are allowed)")
+        problems.append(
+            _("contains {characters} (only lowercase letters, digits and '-' are allowed)").format(
+                characters=shown
+            )
+        )
     if name[0] not in string.ascii_letters:
-        problems.append("does not start with a letter")
+        problems.append(_("does not start with a letter"))
     elif name[-1] not in string.ascii_letters + string.digits:
-        problems.append("does not end with a letter or digit")
+        problems.append(_("does not end with a letter or digit"))
     if len(name) > max_length:
-        problems.append(f"is {len(name)} characters long (at most {max_length})")
+        problems.append(_too_long(name, max_length))
     if not problems and not _DNS1035.match(name):
-        problems.append("is not a DNS-1035 label")
+        problems.append(_("is not a DNS-1035 label"))
     return problems
 
 
@@ -77,13 +83,13 @@ def dns1123_subdomain_problems(name: str) -> list[str]:
         []
     """
     if not name:
-        return ["is empty"]
+        return [_("is empty")]
     problems = []
     if len(name) > SUBDOMAIN_MAX:
-        problems.append(f"is {len(name)} characters long (at most {SUBDOMAIN_MAX})")
+        problems.append(_too_long(name, SUBDOMAIN_MAX))
     if not _DNS1123_SUBDOMAIN.match(name):
         problems.append(
-            "must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
+            _("must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit")
         )
     return problems
 
@@ -97,11 +103,11 @@ def dns1123_label_problems(name: str) -> list[str]:
         []
     """
     if not name:
-        return ["is empty"]
+        return [_("is empty")]
     if len(name) > LABEL_MAX:
-        return [f"is {len(name)} characters long (at most {LABEL_MAX})"]
+        return [_too_long(name, LABEL_MAX)]
     if not re.match(rf"^{_DNS1123_LABEL}$", name):
-        return ["must be lowercase letters, digits and '-', starting and ending with a letter or digit"]
+        return [_("must be lowercase letters, digits and '-', starting and ending with a letter or digit")]
     return []
 
 
@@ -115,9 +121,13 @@ def configmap_key_problems(key: str) -> list[str]:
     """
     problems = []
     if not key or not _CONFIGMAP_KEY.match(key):
-        problems.append("must be letters, digits, '-', '_' and '.' only")
+        problems.append(_("must be letters, digits, '-', '_' and '.' only"))
     if len(key) > CONFIGMAP_KEY_MAX:
-        problems.append(f"is {len(key)} characters long (at most {CONFIGMAP_KEY_MAX})")
+        problems.append(_too_long(key, CONFIGMAP_KEY_MAX))
     if key in (".", "..") or key.startswith(".."):
-        problems.append("must not be '.' or '..' or start with '..'")
+        problems.append(_("must not be '.' or '..' or start with '..'"))
     return problems
+
+
+def _too_long(name: str, limit: int) -> str:
+    return _("is {length} characters long (at most {limit})").format(length=len(name), limit=limit)

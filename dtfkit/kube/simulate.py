@@ -44,6 +44,7 @@ from pathlib import Path
 from dtfkit.engine.launchers.local import kill_group, spawn_group
 from dtfkit.engine.platform.ports import free_ports
 from dtfkit.errors import DtfkitError, exit_code
+from dtfkit.i18n import N_, _, joined
 from dtfkit.kube import controller
 from dtfkit.kube.validate import check_manifest
 
@@ -55,7 +56,8 @@ class ReplicaRun:
     """One replica as the simulator ran it.
 
     ``outcome`` is ``"exited 0"``, ``"deleted by cleanPodPolicy Running"``, ``"left running by
-    cleanPodPolicy None (ended by the simulator)"`` or ``"ended by the simulator's timeout"``.
+    cleanPodPolicy None (ended by the simulator)"`` or ``"ended by the simulator's timeout"``: in English
+    whatever the language, for code to compare; ``shown_outcome`` is the same in the reader's language.
     """
 
     name: str
@@ -68,6 +70,7 @@ class ReplicaRun:
     command: list[str]
     exit_code: int | None = None
     outcome: str = "not started"
+    shown_outcome: str = field(default_factory=lambda: _("not started"))
     output: list[str] = field(default_factory=list)
     pid: int | None = None
 
@@ -95,9 +98,17 @@ class SimulationResult:
     def ok(self) -> bool:
         return self.verdict == "Succeeded"
 
+    def headline(self) -> str:
+        """``TFJob default/name Succeeded (why)``: the verdict, in the reader's language (the state as the operator names it)."""
+        return _("TFJob {job} {verdict} ({reason})").format(
+            job=f"{self.namespace}/{self.job}", verdict=self.verdict, reason=self.reason
+        )
+
     def summary(self) -> str:
-        parts = ", ".join(f"{r.name} {r.outcome}" for r in self.replicas.values())
-        return f"TFJob {self.namespace}/{self.job} {self.verdict} ({self.reason}) in {self.seconds:.1f} s: {parts}"
+        parts = joined(f"{r.name} {r.shown_outcome}" for r in self.replicas.values())
+        return _("{headline} in {seconds:.1f} s: {replicas}").format(
+            headline=self.headline(), seconds=self.seconds, replicas=parts
+        )
 
 
 def _mapped(text: str, mapping: dict[str, str]) -> str:
@@ -116,15 +127,19 @@ def _materialise(
         volume = volumes.get(mount.get("name"))
         if volume is None:
             raise DtfkitError(
-                f"{where}: volumeMount {mount.get('name')!r} names no volume of the pod; add it"
+                f"{where}: "
+                + _("volumeMount {name!r} names no volume of the pod; add it").format(name=mount.get("name"))
             )
         folder = root / "volumes" / mount["name"]
         if "configMap" in volume:
             cm_name = volume["configMap"].get("name")
             if cm_name not in configmaps:
                 raise DtfkitError(
-                    f"{where}: the pod mounts ConfigMap {cm_name!r}, which is not in the manifest: "
-                    "the simulator only has the manifest's own ConfigMaps; add it to the manifest"
+                    f"{where}: "
+                    + _(
+                        "the pod mounts ConfigMap {name!r}, which is not in the manifest: "
+                        "the simulator only has the manifest's own ConfigMaps; add it to the manifest"
+                    ).format(name=cm_name)
                 )
             data = configmaps[cm_name].get("data") or {}
             items = volume["configMap"].get("items") or [{"key": k, "path": k} for k in data]
@@ -136,7 +151,10 @@ def _materialise(
             folder.mkdir(parents=True, exist_ok=True)
         else:
             kind = next((k for k in volume if k != "name"), "?")
-            raise DtfkitError(f"{where}: cannot simulate a {kind} volume; only configMap and emptyDir ones")
+            raise DtfkitError(
+                f"{where}: "
+                + _("cannot simulate a {kind} volume; only configMap and emptyDir ones").format(kind=kind)
+            )
         mounts[mount["mountPath"].rstrip("/") or "/"] = str(folder)
     return mounts
 
@@ -151,7 +169,9 @@ class _Simulation:
     def __init__(self, docs: list[dict], env: dict[str, str] | None, echo: Callable[[str], None] | None):
         jobs = [d for d in docs if d.get("kind") == "TFJob"]
         if len(jobs) != 1:
-            raise DtfkitError(f"the manifest holds {len(jobs)} TFJobs; the simulator runs exactly one")
+            raise DtfkitError(
+                _("the manifest holds {count} TFJobs; the simulator runs exactly one").format(count=len(jobs))
+            )
         self.job = jobs[0]
         self.configmaps = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "ConfigMap"}
         self.base_env = dict(os.environ if env is None else env)
@@ -171,12 +191,12 @@ class _Simulation:
         services = [
             (t, i, controller.service_address(self.job, t, i)) for t, n in counts.items() for i in range(n)
         ]
-        for (_, _, service), port in zip(services, free_ports(len(services)), strict=True):
+        for (_type, _index, service), port in zip(services, free_ports(len(services)), strict=True):
             self.mapping[service] = f"127.0.0.1:{port}"
         plans = []
         for rtype, index, service in services:
             name = f"{rtype.lower()}-{index}"
-            where = f"replica {name}"
+            where = _("replica {name}").format(name=name)
             spec = self.job["spec"]["tfReplicaSpecs"][rtype]
             pod = spec["template"]["spec"]
             container = controller.tensorflow_container(self.job, rtype)
@@ -184,8 +204,11 @@ class _Simulation:
             command = list(container.get("command") or []) + list(container.get("args") or [])
             if not command:
                 raise DtfkitError(
-                    f"{where}: the tensorflow container has no command or args; the simulator cannot run "
-                    "an image's own entrypoint: give the container a command"
+                    f"{where}: "
+                    + _(
+                        "the tensorflow container has no command or args; the simulator cannot run "
+                        "an image's own entrypoint: give the container a command"
+                    )
                 )
             command = [_rewrite(str(a), mounts) for a in command]
             if Path(command[0]).name in PYTHON_NAMES:
@@ -198,7 +221,10 @@ class _Simulation:
                     env[var["name"]] = _rewrite(str(var["value"]), mounts)
                 else:
                     self.say(
-                        f"[simulator] {name}: env {var['name']} comes from valueFrom, which is not simulated"
+                        "[simulator] "
+                        + _("{replica}: env {variable} comes from valueFrom, which is not simulated").format(
+                            replica=name, variable=var["name"]
+                        )
                     )
             if local:
                 env["TF_CONFIG"] = local
@@ -227,11 +253,14 @@ class _Simulation:
                 proc = spawn_group(run.command, env, workdir)
             except OSError as exc:
                 raise DtfkitError(
-                    f"replica {run.name}: cannot start {run.command[0]!r} ({exc}); the simulator runs the "
-                    "container command on this machine, so that program must exist here"
+                    _(
+                        "replica {name}: cannot start {program!r} ({error}); the simulator runs the "
+                        "container command on this machine, so that program must exist here"
+                    ).format(name=run.name, program=run.command[0], error=exc)
                 ) from None
             self.procs[run.name] = proc
-            run.pid, run.outcome = proc.pid, "running"
+            run.pid = proc.pid
+            _set_outcome(run, N_("running"))
             for target in (self._read, self._wait):
                 thread = threading.Thread(target=target, args=(run.name, proc), daemon=True)
                 thread.start()
@@ -241,22 +270,24 @@ class _Simulation:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return "Timeout", "the simulator's timeout passed before the operator would decide"
+                return "Timeout", _("the simulator's timeout passed before the operator would decide")
             try:
                 name, returncode = self.events.get(timeout=remaining)
             except queue.Empty:
                 continue
             run = self.runs[name]
             run.exit_code = controller.container_exit_code(returncode)
-            run.outcome = f"exited {run.exit_code}"
-            self.say(f"[simulator] {name} exited {run.exit_code}")
+            _set_outcome(run, EXITED, code=run.exit_code)
+            self.say("[simulator] " + _("{replica} exited {code}").format(replica=name, code=run.exit_code))
             codes = {(r.replica_type, r.index): r.exit_code for r in self.runs.values()}
             verdict = controller.job_verdict(self.job, codes)
             if verdict is not None:
                 state, reason = verdict
                 policy = self.job["spec"]["tfReplicaSpecs"][run.replica_type].get("restartPolicy", "Never")
                 if state == "Failed" and controller.restarts(policy, run.exit_code):
-                    reason += f"; the operator would start it again (restartPolicy {policy}): not simulated"
+                    reason += "; " + _(
+                        "the operator would start it again (restartPolicy {policy}): not simulated"
+                    ).format(policy=policy)
                 return state, reason
 
     def clean(self, verdict: str, grace: float) -> str:
@@ -266,16 +297,18 @@ class _Simulation:
             run = self.runs[name]
             if run.exit_code is None and proc.poll() is not None:  # exited while the verdict was made
                 run.exit_code = controller.container_exit_code(proc.returncode)
-                run.outcome = f"exited {run.exit_code}"
+                _set_outcome(run, EXITED, code=run.exit_code)
             if run.exit_code is not None:
                 continue
             if verdict == "Timeout":
-                run.outcome = "ended by the simulator's timeout"
+                _set_outcome(run, N_("ended by the simulator's timeout"))
             elif controller.pods_deleted_at_end(policy, running=True):
-                run.outcome = f"deleted by cleanPodPolicy {policy}"
+                _set_outcome(run, N_("deleted by cleanPodPolicy {policy}"), policy=policy)
             else:
-                run.outcome = f"left running by cleanPodPolicy {policy} (ended by the simulator)"
-            self.say(f"[simulator] {name}: {run.outcome}")
+                _set_outcome(
+                    run, N_("left running by cleanPodPolicy {policy} (ended by the simulator)"), policy=policy
+                )
+            self.say(f"[simulator] {name}: {run.shown_outcome}")
             kill_group(proc, grace=grace)
         return policy
 
@@ -285,6 +318,15 @@ class _Simulation:
             kill_group(proc, leftovers=True)
         for thread in self.readers:
             thread.join(timeout=10)
+
+
+EXITED = N_("exited {code}")
+
+
+def _set_outcome(run: ReplicaRun, template: str, **fields: object) -> None:
+    """A replica's outcome: in English (``outcome``, for code) and in the reader's language (``shown_outcome``)."""
+    run.outcome = template.format(**fields)
+    run.shown_outcome = _(template).format(**fields)
 
 
 def simulate(
@@ -318,16 +360,23 @@ def simulate(
         try:
             plans = sim.plan(Path(tmp))
             sim.say(
-                f"[simulator] TFJob {sim.job['metadata'].get('namespace', 'default')}/{sim.job['metadata']['name']}:"
+                "[simulator] "
+                + _("TFJob {job}:").format(
+                    job=f"{sim.job['metadata'].get('namespace', 'default')}/{sim.job['metadata']['name']}"
+                )
             )
             for service, local in sim.mapping.items():
                 sim.say(f"[simulator]   {service} -> {local}")
-            sim.say(f"[simulator] 'python' in the container command runs as {sys.executable}")
+            sim.say(
+                "[simulator] "
+                + _("'python' in the container command runs as {python}").format(python=sys.executable)
+            )
             sim.start(plans)
             verdict, reason = sim.watch(started + limit)
             if verdict == "Timeout" and deadline_s and deadline_s <= timeout:
-                verdict, reason = "Failed", f"runPolicy.activeDeadlineSeconds ({deadline_s} s) passed"
-            sim.say(f"[simulator] job {verdict}: {reason}")
+                verdict = "Failed"
+                reason = _("runPolicy.activeDeadlineSeconds ({seconds} s) passed").format(seconds=deadline_s)
+            sim.say("[simulator] " + _("job {verdict}: {reason}").format(verdict=verdict, reason=reason))
             policy = sim.clean(verdict, grace)
         finally:
             sim.end_all()
@@ -349,23 +398,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m dtfkit.kube.simulate", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("manifest", help="a TFJob manifest (YAML), or - to read it from standard input")
+    parser.add_argument("manifest", help=_("a TFJob manifest (YAML), or - to read it from standard input"))
     parser.add_argument(
-        "--timeout", type=float, default=600.0, help="seconds before every replica is stopped"
+        "--timeout", type=float, default=600.0, help=_("seconds before every replica is stopped")
     )
-    parser.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument("--grace", type=float, default=5.0, help=_("seconds between SIGTERM and SIGKILL"))
     ns = parser.parse_args(argv)
 
     def run() -> int:
         try:
             text = sys.stdin.read() if ns.manifest == "-" else Path(ns.manifest).read_text(encoding="utf-8")
         except OSError as exc:
-            raise DtfkitError(f"cannot read {ns.manifest}: {exc}") from None
+            raise DtfkitError(_("cannot read {path}: {error}").format(path=ns.manifest, error=exc)) from None
         result = simulate(text, timeout=ns.timeout, grace=ns.grace)
         print(f"[simulator] {result.summary()}", flush=True)
         return 0 if result.ok else 1
 
-    return exit_code("dtfkit.kube.simulate", "every replica was stopped", run)
+    return exit_code("dtfkit.kube.simulate", _("every replica was stopped"), run)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from dtfkit.errors import DtfkitError
+from dtfkit.i18n import _
 from dtfkit.kube.names import (
     configmap_key_problems,
     dns1035_problems,
@@ -75,15 +76,23 @@ class ManifestInvalid(DtfkitError):
     them; the others ``kubectl apply`` would refuse.
     """
 
-    def __init__(self, problems: list[str], what: str = "the manifest"):
+    def __init__(self, problems: list[str], what: str | None = None):
         self.problems = list(problems)
         lines = "\n".join(f"  - {p}" for p in self.problems)
         ours = sum(is_dtfkit_rule(p) for p in self.problems)
         theirs = len(self.problems) - ours
         super().__init__(
-            f"{what} is not valid: {theirs} problem(s) that kubectl apply would refuse (the TFJob schema, "
-            f"the API server, the operator's admission webhook), {ours} of dtfkit's own rules (marked "
-            f"'dtfkit rule:', which a real operator accepts but which would not run as written):\n{lines}"
+            _(
+                "{what} is not valid: {theirs} problem(s) that kubectl apply would refuse (the TFJob schema, "
+                "the API server, the operator's admission webhook), {ours} of dtfkit's own rules (marked "
+                "{marker}, which a real operator accepts but which would not run as written):"
+            ).format(
+                what=_("the manifest") if what is None else what,
+                theirs=theirs,
+                ours=ours,
+                marker=repr(DTFKIT_RULE.strip()),
+            )
+            + f"\n{lines}"
         )
 
 
@@ -92,7 +101,10 @@ def _need(module: str):
         return __import__(module)
     except ImportError:
         raise DtfkitError(
-            f"checking a TFJob needs the {module} package, which is not installed: pip install pyyaml jsonschema"
+            _(
+                "checking a TFJob needs the {module} package, which is not installed: "
+                "pip install pyyaml jsonschema"
+            ).format(module=module)
         ) from None
 
 
@@ -162,11 +174,14 @@ def _schema_problems(job: dict) -> list[str]:
         if error.validator == "additionalProperties" and isinstance(error.instance, dict):
             known = set(error.schema.get("properties", {}))
             for key in sorted(k for k in error.instance if k not in known):
-                problems.append(f"{_join(where, key)}: unknown field (not in the TFJob schema, {CRD_SOURCE})")
+                problems.append(
+                    f"{_join(where, key)}: "
+                    + _("unknown field (not in the TFJob schema, {source})").format(source=CRD_SOURCE)
+                )
         elif error.validator == "required" and isinstance(error.instance, dict):
             for key in error.validator_value:
                 if key not in error.instance:
-                    problems.append(f"{_join(where, key)}: required")
+                    problems.append(f"{_join(where, key)}: " + _("required"))
         else:
             problems.append(f"{where}: {error.message}")
     return problems
@@ -175,15 +190,17 @@ def _schema_problems(job: dict) -> list[str]:
 def _replica_problems(rtype: str, spec: Any) -> list[str]:
     base = f"spec.tfReplicaSpecs.{rtype}"
     if not isinstance(spec, dict):
-        return [f"{base}: must be an object with 'replicas' and 'template'"]
+        return [f"{base}: " + _("must be an object with 'replicas' and 'template'")]
     problems = []
     if rtype not in REPLICA_TYPES:
         problems.append(
             _dtfkit_rule(
                 base,
-                f"unknown replica type {rtype!r}: use one of {', '.join(REPLICA_TYPES)} (the operator takes any "
-                "key: its defaulting renames a known type in another case, and gives any other type pods that "
-                "count for neither the job's success nor isDistributed)",
+                _(
+                    "unknown replica type {replica_type!r}: use one of {types} (the operator takes any "
+                    "key: its defaulting renames a known type in another case, and gives any other type pods "
+                    "that count for neither the job's success nor isDistributed)"
+                ).format(replica_type=rtype, types=", ".join(REPLICA_TYPES)),
             )
         )
     policy = spec.get("restartPolicy")
@@ -191,32 +208,43 @@ def _replica_problems(rtype: str, spec: Any) -> list[str]:
         problems.append(
             _dtfkit_rule(
                 f"{base}.restartPolicy",
-                f"{policy!r} is not one of {', '.join(RESTART_POLICIES)} (the CRD has no enum and the webhook "
-                "does not check it; the operator copies it to the pods, which the API server then refuses)",
+                _(
+                    "{policy!r} is not one of {policies} (the CRD has no enum and the webhook "
+                    "does not check it; the operator copies it to the pods, which the API server then refuses)"
+                ).format(policy=policy, policies=", ".join(RESTART_POLICIES)),
             )
         )
     replicas = spec.get("replicas", 1)
     if rtype in ("Chief", "Master") and isinstance(replicas, int) and replicas > 1:
         problems.append(
-            _dtfkit_rule(f"{base}.replicas", f"a TensorFlow cluster has one {rtype.lower()}, not {replicas}")
+            _dtfkit_rule(
+                f"{base}.replicas",
+                _("a TensorFlow cluster has one {role}, not {replicas}").format(
+                    role=rtype.lower(), replicas=replicas
+                ),
+            )
         )
     containers_path = f"{base}.template.spec.containers"
     containers = ((spec.get("template") or {}).get("spec") or {}).get("containers")
     if not isinstance(containers, list) or not containers:
-        return problems + [f"{containers_path}: required (the admission webhook: must be specified)"]
+        return problems + [f"{containers_path}: " + _("required (the admission webhook: must be specified)")]
     named = False
     for i, container in enumerate(containers):
         if not isinstance(container, dict):
             continue
         if not container.get("image"):
             problems.append(
-                f"{containers_path}[{i}].image: required (the admission webhook: every container needs an image)"
+                f"{containers_path}[{i}].image: "
+                + _("required (the admission webhook: every container needs an image)")
             )
         named = named or container.get("name") == "tensorflow"
     if not named:
         problems.append(
-            f"{containers_path}: must have a container named 'tensorflow' (the admission webhook; "
-            "the operator gives TF_CONFIG and the port to that container only)"
+            f"{containers_path}: "
+            + _(
+                "must have a container named 'tensorflow' (the admission webhook; "
+                "the operator gives TF_CONFIG and the port to that container only)"
+            )
         )
     return problems
 
@@ -227,27 +255,36 @@ def _webhook_problems(job: dict) -> list[str]:
     metadata = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
     name = metadata.get("name")
     if not isinstance(name, str) or not name:
-        problems.append("metadata.name: required")
+        problems.append("metadata.name: " + _("required"))
         name = None
     else:
         why = dns1035_problems(name)
         if why:
             problems.append(
-                f"metadata.name: {name!r} is not a DNS-1035 label (the admission webhook): {', '.join(why)}"
+                "metadata.name: "
+                + _("{name!r} is not a DNS-1035 label (the admission webhook): {reasons}").format(
+                    name=name, reasons=", ".join(why)
+                )
             )
     namespace = metadata.get("namespace")
     if namespace is not None:
-        why = dns1123_label_problems(namespace) if isinstance(namespace, str) else ["is not text"]
+        why = dns1123_label_problems(namespace) if isinstance(namespace, str) else [_("is not text")]
         if why:
             problems.append(
-                f"metadata.namespace: {namespace!r} is not a namespace name (the API server): {', '.join(why)}"
+                "metadata.namespace: "
+                + _("{namespace!r} is not a namespace name (the API server): {reasons}").format(
+                    namespace=namespace, reasons=", ".join(why)
+                )
             )
     spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
     run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}
     managed_by = run_policy.get("managedBy")
     if managed_by is not None and managed_by not in MANAGED_BY:
         problems.append(
-            f"spec.runPolicy.managedBy: {managed_by!r} is not one of {', '.join(MANAGED_BY)} (the admission webhook)"
+            "spec.runPolicy.managedBy: "
+            + _("{value!r} is not one of {allowed} (the admission webhook)").format(
+                value=managed_by, allowed=", ".join(MANAGED_BY)
+            )
         )
     return problems + _policy_problems(spec, run_policy) + _replica_set_problems(spec, name)
 
@@ -260,19 +297,24 @@ def _policy_problems(spec: dict, run_policy: dict) -> list[str]:
             run_policy.get("cleanPodPolicy"),
             CLEAN_POD_POLICIES,
             ", ".join(CLEAN_POD_POLICIES),
-            "the operator accepts any text: the CRD has no enum and the webhook does not check it; it then "
-            "deletes every pod, as with All",
+            _(
+                "the operator accepts any text: the CRD has no enum and the webhook does not check it; it then "
+                "deletes every pod, as with All"
+            ),
         ),
         (
             "spec.successPolicy",
             spec.get("successPolicy"),
             SUCCESS_POLICIES,
             "'', AllWorkers",
-            "the operator accepts any text and treats anything but AllWorkers as ''",
+            _("the operator accepts any text and treats anything but AllWorkers as ''"),
         ),
     )
     return [
-        _dtfkit_rule(field, f"{value!r} is not one of {allowed_text} ({why})")
+        _dtfkit_rule(
+            field,
+            _("{value!r} is not one of {allowed} ({why})").format(value=value, allowed=allowed_text, why=why),
+        )
         for field, value, allowed, allowed_text, why in rules
         if value is not None and value not in allowed
     ]
@@ -282,13 +324,14 @@ def _replica_set_problems(spec: dict, name: str | None) -> list[str]:
     problems = []
     replicas = spec.get("tfReplicaSpecs")
     if not isinstance(replicas, dict):
-        return ["spec.tfReplicaSpecs: required (the admission webhook: must be required)"]
+        return ["spec.tfReplicaSpecs: " + _("required (the admission webhook: must be required)")]
     if not replicas:
-        return [_dtfkit_rule("spec.tfReplicaSpecs", "no replica types: the job would run nothing")]
+        return [_dtfkit_rule("spec.tfReplicaSpecs", _("no replica types: the job would run nothing"))]
     chief_types = [t for t in replicas if t in ("Chief", "Master")]
     if len(chief_types) > 1:
         problems.append(
-            "spec.tfReplicaSpecs: must not have more than 1 Chief or Master role (the admission webhook)"
+            "spec.tfReplicaSpecs: "
+            + _("must not have more than 1 Chief or Master role (the admission webhook)")
         )
     for rtype, rspec in replicas.items():
         problems += _replica_problems(rtype, rspec)
@@ -299,8 +342,10 @@ def _replica_set_problems(spec: dict, name: str | None) -> list[str]:
                 problems.append(
                     _dtfkit_rule(
                         "metadata.name",
-                        f"the operator's service name {service!r} would be {len(service)} characters long "
-                        "(at most 63, or the API server refuses the Service): use a shorter name",
+                        _(
+                            "the operator's service name {service!r} would be {length} characters long "
+                            "(at most 63, or the API server refuses the Service): use a shorter name"
+                        ).format(service=service, length=len(service)),
                     )
                 )
     return problems
@@ -318,7 +363,9 @@ def tfjob_problems(job: dict) -> list[str]:
     """
     problems = _kind_problems(job, "kubeflow.org/v1", "TFJob")
     if problems is None:
-        return [f"(the document): a TFJob must be a mapping, not {type(job).__name__}"]
+        return [
+            "(the document): " + _("a TFJob must be a mapping, not {type}").format(type=type(job).__name__)
+        ]
     return problems + _schema_problems(job) + _webhook_problems(job)
 
 
@@ -328,9 +375,14 @@ def _kind_problems(document: object, api_version: str, kind: str) -> list[str] |
         return None
     problems = []
     if document.get("apiVersion") != api_version:
-        problems.append(f"apiVersion: {document.get('apiVersion')!r} is not {api_version!r}")
+        problems.append(
+            "apiVersion: "
+            + _("{value!r} is not {wanted!r}").format(value=document.get("apiVersion"), wanted=api_version)
+        )
     if document.get("kind") != kind:
-        problems.append(f"kind: {document.get('kind')!r} is not {kind!r}")
+        problems.append(
+            "kind: " + _("{value!r} is not {wanted!r}").format(value=document.get("kind"), wanted=kind)
+        )
     return problems
 
 
@@ -345,34 +397,46 @@ def configmap_problems(cm: dict) -> list[str]:
     """
     problems = _kind_problems(cm, "v1", "ConfigMap")
     if problems is None:
-        return [f"(the document): a ConfigMap must be a mapping, not {type(cm).__name__}"]
+        return [
+            "(the document): " + _("a ConfigMap must be a mapping, not {type}").format(type=type(cm).__name__)
+        ]
     for key in cm:
         if key not in CONFIGMAP_FIELDS:
-            problems.append(f"{key}: unknown field (a ConfigMap has {', '.join(CONFIGMAP_FIELDS)})")
+            problems.append(
+                f"{key}: "
+                + _("unknown field (a ConfigMap has {fields})").format(fields=", ".join(CONFIGMAP_FIELDS))
+            )
     metadata = cm.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
     if not isinstance(name, str):
-        problems.append("metadata.name: required")
+        problems.append("metadata.name: " + _("required"))
     else:
         why = dns1123_subdomain_problems(name)
         if why:
-            problems.append(f"metadata.name: {name!r} is not a DNS-1123 subdomain: {', '.join(why)}")
+            problems.append(
+                "metadata.name: "
+                + _("{name!r} is not a DNS-1123 subdomain: {reasons}").format(
+                    name=name, reasons=", ".join(why)
+                )
+            )
     data = cm.get("data", {})
     if not isinstance(data, dict):
-        return problems + ["data: must be a mapping of file names to text"]
+        return problems + ["data: " + _("must be a mapping of file names to text")]
     size = 0
     for key, value in data.items():
         why = configmap_key_problems(str(key))
         if why:
-            problems.append(f"data.{key}: not a valid key: {', '.join(why)}")
+            problems.append(f"data.{key}: " + _("not a valid key: {reasons}").format(reasons=", ".join(why)))
         if not isinstance(value, str):
-            problems.append(f"data.{key}: must be text, not {type(value).__name__}")
+            problems.append(f"data.{key}: " + _("must be text, not {type}").format(type=type(value).__name__))
         else:
             size += len(value.encode("utf-8"))
     if size > CONFIGMAP_MAX_BYTES:
         problems.append(
-            f"data: {size} bytes, more than a ConfigMap holds ({CONFIGMAP_MAX_BYTES}): "
-            "put the files in the image instead"
+            "data: "
+            + _(
+                "{size} bytes, more than a ConfigMap holds ({limit}): put the files in the image instead"
+            ).format(size=size, limit=CONFIGMAP_MAX_BYTES)
         )
     return problems
 
@@ -419,10 +483,10 @@ def manifest_problems(manifest: str | list[dict]) -> list[str]:
             found = configmap_problems(doc)
             maps[meta.get("name")] = meta.get("namespace", "default")
         else:
-            found = [f"kind {kind!r} is not checked here: only TFJob and ConfigMap"]
+            found = [_("kind {kind!r} is not checked here: only TFJob and ConfigMap").format(kind=kind)]
         problems += [f"{label}: {p}" for p in found]
     if not docs:
-        problems.append("(the manifest): no documents")
+        problems.append("(the manifest): " + _("no documents"))
     for n, doc in enumerate(docs, 1):
         if isinstance(doc, dict) and doc.get("kind") == "TFJob":
             problems += [f"document {n} (TFJob): {p}" for p in _mount_problems(doc, maps)]
@@ -442,8 +506,10 @@ def _mount_problems(job: dict, maps: dict[str, str]) -> list[str]:
                 problems.append(
                     _dtfkit_rule(
                         f"spec.tfReplicaSpecs.{rtype}.template.spec.volumes[{i}].configMap.name",
-                        f"ConfigMap {name!r} is in namespace {maps[name]!r}, the TFJob in {namespace!r}: "
-                        "a pod mounts only its own namespace's",
+                        _(
+                            "ConfigMap {name!r} is in namespace {its_namespace!r}, the TFJob in {namespace!r}: "
+                            "a pod mounts only its own namespace's"
+                        ).format(name=name, its_namespace=maps[name], namespace=namespace),
                     )
                 )
     return problems

@@ -26,10 +26,11 @@ from dtfkit.engine.launchers.contract import LauncherDescription, LauncherSpec
 from dtfkit.engine.owner.runtime import check_task_count
 from dtfkit.engine.wire import frames
 from dtfkit.engine.wire.layout import ClusterLayout
+from dtfkit.i18n import N_, _
 from dtfkit.ray.launcher import RayLauncher, RayStart, check_resources
 from dtfkit.running_cluster import RunningCluster, runtime_options
 
-RAY_NETWORK_WARNING = (
+RAY_NETWORK_WARNING = N_(
     "dtfkit: RayCluster: every TensorFlow server of this cluster listens on every network "
     "interface of its node without authentication (TensorFlow offers no way to bind one "
     "address or to require a key), so anything that can reach the Ray cluster's network can "
@@ -38,7 +39,7 @@ RAY_NETWORK_WARNING = (
     "nodes with a firewall, or a Kubernetes NetworkPolicy that admits only the cluster's own "
     "pods; on a simulated cluster the servers listen on this machine's interfaces."
 )
-SIMULATED_NOTE = (
+SIMULATED_NOTE = N_(
     "dtfkit: no Ray address given: starting a simulated {nodes}-node Ray cluster on this machine "
     '(10-20 s). For a real one: RayCluster(..., address="ray://<head>:10001") or address="auto".'
 )
@@ -107,8 +108,8 @@ class RayCluster(RunningCluster):
         spec = LauncherSpec(RayLauncher, MappingProxyType(self._ray_options))
         launcher = spec.build()  # checks its arguments before anything prints; connects in its first start
         if address is None and not _connected():
-            print(SIMULATED_NOTE.format(nodes=nodes), flush=True)
-        frames.warn(RAY_NETWORK_WARNING)  # names the learner's cell as IPython does: Cell In[4]
+            print(_(SIMULATED_NOTE).format(nodes=nodes), flush=True)
+        frames.warn(_(RAY_NETWORK_WARNING))  # names the learner's cell as IPython does: Cell In[4]
         check_task_count(len(layout.tasks), max_tasks)
         options = runtime_options(
             start_servers=start_servers,
@@ -139,14 +140,16 @@ class RayCluster(RunningCluster):
 
     @staticmethod
     def _network_note(described: LauncherDescription) -> str:
-        return "Ray cluster network: TF servers reachable by anything on it"
+        return _("Ray cluster network: TF servers reachable by anything on it")
 
     @staticmethod
     def _start_note_of(described: LauncherDescription) -> str:
         start = described.start
         if not isinstance(start, RayStart):
             return ""
-        return f"Ray cluster {start.address}, {start.nodes} node(s), placement {start.placement}"
+        return _("Ray cluster {address}, {nodes} node(s), placement {placement}").format(
+            address=start.address, nodes=start.nodes, placement=start.placement
+        )
 
 
 def _connected() -> bool:

@@ -32,6 +32,7 @@ from dtfkit.engine.launchers.contract import Launcher, LauncherDescription, Repo
 from dtfkit.engine.platform import state
 from dtfkit.engine.wire.protocol import TaskConfig
 from dtfkit.errors import ClusterStartError, DtfkitError
+from dtfkit.i18n import N_, _
 from dtfkit.ray.simulated import SimulatedRayCluster, connect, is_loopback, require_ray
 
 PLACEMENTS = ("spread", "pack")
@@ -43,7 +44,7 @@ CLOSE_SECONDS = 20.0
 # Variables that describe the driver's machine, not the task's: never sent to a node.
 # (The driver's GPU plan does not apply on a node: Ray sets CUDA_VISIBLE_DEVICES for an actor given GPUs.)
 _LOCAL_ONLY_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "TF_FORCE_GPU_ALLOW_GROWTH", "PWD", "OLDPWD", "_"})
-RESOURCE_KEYS_FORM = "a job ('ps', 'worker', 'chief', 'evaluator') or a task ('worker:1')"
+RESOURCE_KEYS_FORM = N_("a job ('ps', 'worker', 'chief', 'evaluator') or a task ('worker:1')")
 
 log = logging.getLogger(__name__)
 
@@ -65,18 +66,28 @@ def check_resources(resources: dict | None) -> dict[str, dict[str, float]]:
     if isinstance(resources, ResourcePlan):
         return resources
     if not isinstance(resources, dict):
-        raise DtfkitError(f"resources must be a dict such as {{'worker': {{'GPU': 1}}}}, not {resources!r}")
+        raise DtfkitError(
+            _("resources must be a dict such as {{'worker': {{'GPU': 1}}}}, not {resources!r}").format(
+                resources=resources
+            )
+        )
     out = {}
     for key, wanted in resources.items():
         job, colon, index = key.partition(":") if isinstance(key, str) else ("", "", "")
         if job not in ("ps", "worker", "chief", "evaluator") or (colon and not index.isdigit()):
-            raise DtfkitError(f"resources key {key!r} names no task: use {RESOURCE_KEYS_FORM}")
+            raise DtfkitError(
+                _("resources key {key!r} names no task: use {form}").format(
+                    key=key, form=_(RESOURCE_KEYS_FORM)
+                )
+            )
         if not isinstance(wanted, dict) or not all(
             isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
             for k, v in wanted.items()
         ):
             raise DtfkitError(
-                f"resources[{key!r}] must map Ray resource names to amounts, such as {{'GPU': 1}}, not {wanted!r}"
+                _(
+                    "resources[{key!r}] must map Ray resource names to amounts, such as {{'GPU': 1}}, not {wanted!r}"
+                ).format(key=key, wanted=wanted)
             )
         out[key] = {k: float(v) for k, v in wanted.items()}
     return ResourcePlan(out)
@@ -115,11 +126,11 @@ def plan_placement(
         {'ps:0': 'a', 'worker:0': 'a'}
     """
     if placement not in PLACEMENTS:
-        raise DtfkitError(f"placement must be one of {', '.join(PLACEMENTS)}, not {placement!r}")
+        raise DtfkitError(_placement_error(placement))
     ordered = sorted(nodes, key=lambda n: n["id"])
     candidates = [n for n in ordered if n["free"].get("CPU", 0) > 0] or ordered
     if not candidates:
-        raise DtfkitError("the Ray cluster has no alive node to place tasks on")
+        raise DtfkitError(_("the Ray cluster has no alive node to place tasks on"))
     free = {n["id"]: dict(n["free"]) for n in ordered}
     plan: dict[str, str] = {}
     turn = 0
@@ -129,9 +140,11 @@ def plan_placement(
         if not fits:
             have = "; ".join(f"{n['id'][:8]}: {_short(free[n['id']])}" for n in ordered)
             raise DtfkitError(
-                f"{task} asks for {_short(want)}, and no node of the Ray cluster has that left "
-                f"(free per node, after the tasks placed before it: {have}). Nothing was started. "
-                "Next step: ask for less (resources=), fewer tasks, or add nodes with those resources."
+                _(
+                    "{task} asks for {wanted}, and no node of the Ray cluster has that left "
+                    "(free per node, after the tasks placed before it: {free}). Nothing was started. "
+                    "Next step: ask for less (resources=), fewer tasks, or add nodes with those resources."
+                ).format(task=task, wanted=_short(want), free=have)
             )
         if placement == "spread":
             # The next node in turn that fits.
@@ -152,7 +165,13 @@ def plan_placement(
 
 def _short(amounts: dict[str, float]) -> str:
     shown = {k: (int(v) if float(v).is_integer() else round(v, 2)) for k, v in amounts.items()}
-    return str(shown) if shown else "nothing"
+    return str(shown) if shown else _("nothing")
+
+
+def _placement_error(placement: object) -> str:
+    return _("placement must be one of {placements}, not {placement!r}").format(
+        placements=", ".join(PLACEMENTS), placement=placement
+    )
 
 
 def _actor_options(want: dict[str, float]) -> dict[str, Any]:
@@ -211,7 +230,7 @@ class RayRelay:
         try:
             ray.get(self.handle.actor.send.remote(data), timeout=START_REPLY_SECONDS + RPC_SLACK)
         except Exception as exc:  # noqa: BLE001 - any failure means the task cannot be reached
-            raise ConnectionError(f"through its Ray actor: {_reason(exc)}") from None
+            raise ConnectionError(_("through its Ray actor: {reason}").format(reason=_reason(exc))) from None
 
     def recv(self) -> Any:
         while not self.buffer:
@@ -300,8 +319,13 @@ class RayTaskHandle(ReportedExit, TaskHandle):
                 if not _is_dead(exc) and not self._start_failed():
                     continue
                 why = _reason(exc)
-                log.info("dtfkit: the Ray actor of %s ended: %s", self.task, why)
-                self._lines.append(f"[dtfkit: the Ray actor that ran {self.task} ended: {why}]\n".encode())
+                log.info(
+                    _("dtfkit: the Ray actor of {task} ended: {reason}").format(task=self.task, reason=why)
+                )
+                line = _("dtfkit: the Ray actor that ran {task} ended: {reason}").format(
+                    task=self.task, reason=why
+                )
+                self._lines.append(f"[{line}]\n".encode())
                 self._finish(-9)
                 continue
             self._lines.extend(batch)
@@ -357,14 +381,20 @@ class RayLauncher(Launcher):
     ):
         require_ray()
         if placement not in PLACEMENTS:
-            raise DtfkitError(f"placement must be one of {', '.join(PLACEMENTS)}, not {placement!r}")
+            raise DtfkitError(_placement_error(placement))
         if address is not None and (not isinstance(address, str) or not address):
             raise DtfkitError(
-                f"address must be None (a simulated cluster), 'auto', 'ray://<head>:10001' or "
-                f"'<host>:<port>', not {address!r}"
+                _(
+                    "address must be None (a simulated cluster), 'auto', 'ray://<head>:10001' or "
+                    "'<host>:<port>', not {address!r}"
+                ).format(address=address)
             )
         if runtime_env is not None and not isinstance(runtime_env, dict):
-            raise DtfkitError(f"runtime_env must be a dict (Ray's runtime_env), not {runtime_env!r}")
+            raise DtfkitError(
+                _("runtime_env must be a dict (Ray's runtime_env), not {runtime_env!r}").format(
+                    runtime_env=runtime_env
+                )
+            )
         self.address = address
         self.placement = placement
         self.resources = check_resources(resources)
@@ -408,10 +438,15 @@ class RayLauncher(Launcher):
                 connect(target, **options)
             except Exception as exc:  # noqa: BLE001 - version mismatch, unreachable head, ...
                 raise ClusterStartError(
-                    f"could not connect to the Ray cluster at {target!r}: {type(exc).__name__}: {exc}\n"
-                    "Next step: check the address (ray status on the head prints it); the driver must "
-                    "run the same Ray and Python minor versions as the cluster "
-                    f"(here: Ray {ray.__version__}, Python {_python()})."
+                    _("could not connect to the Ray cluster at {address!r}: {error}").format(
+                        address=target, error=f"{type(exc).__name__}: {exc}"
+                    )
+                    + "\n"
+                    + _(
+                        "Next step: check the address (ray status on the head prints it); the driver must "
+                        "run the same Ray and Python minor versions as the cluster "
+                        "(here: Ray {ray_version}, Python {python_version})."
+                    ).format(ray_version=ray.__version__, python_version=_python())
                 ) from None
             self.connected_here = True
         self.node_info = self._alive_nodes(ray)
@@ -424,14 +459,20 @@ class RayLauncher(Launcher):
         current = self.cluster_address()
         if self.address in (None, "auto") or self.address == current:
             if self.address is None:
-                log.info("dtfkit: using the Ray cluster this process is connected to (%s)", current)
+                log.info(
+                    _("dtfkit: using the Ray cluster this process is connected to ({address})").format(
+                        address=current
+                    )
+                )
             return
         if self.address.startswith("ray://") and _client_connected():
             return
         raise DtfkitError(
-            f"this Python process is connected to the Ray cluster at {current} already, and Ray "
-            f"allows one per process, so it cannot use {self.address!r} too. Next step: pass "
-            f"address={current!r}, or call ray.shutdown() first."
+            _(
+                "this Python process is connected to the Ray cluster at {current} already, and Ray "
+                "allows one per process, so it cannot use {address!r} too. Next step: pass "
+                "address={current!r}, or call ray.shutdown() first."
+            ).format(current=current, address=self.address)
         )
 
     def cluster_address(self) -> str:
@@ -563,7 +604,9 @@ class RayLauncher(Launcher):
                 _end_actors(actors)
                 alive = [a for a in actors if not _gone(a)]
                 if alive:
-                    log.warning("dtfkit: %d Ray actor(s) still alive after close", len(alive))
+                    log.warning(
+                        _("dtfkit: {count} Ray actor(s) still alive after close").format(count=len(alive))
+                    )
         finally:
             if self.connected_here:
                 ray.shutdown()

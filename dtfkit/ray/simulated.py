@@ -32,6 +32,7 @@ import threading
 
 from dtfkit.engine.platform import state
 from dtfkit.errors import ClusterStartError, DtfkitError
+from dtfkit.i18n import _
 
 START_SECONDS = 120.0  # a head and two nodes take 10-15 s on a busy 2-core machine
 CLOSE_SECONDS = 20.0
@@ -44,8 +45,10 @@ def require_ray():
         import ray
     except ImportError as exc:
         raise DtfkitError(
-            f"Ray is not installed in this Python ({sys.executable}): {exc}. "
-            f"Next step: {INSTALL_HINT}, or use dtfkit.LocalCluster for tasks on this machine."
+            _(
+                "Ray is not installed in this Python ({python}): {error}. "
+                "Next step: {install}, or use dtfkit.LocalCluster for tasks on this machine."
+            ).format(python=sys.executable, error=exc, install=INSTALL_HINT)
         ) from None
     return ray
 
@@ -101,9 +104,11 @@ class SimulatedRayCluster(contextlib.AbstractContextManager):
 
     def __init__(self, nodes: int = 2, cpus_per_node: int = 1, *, start_timeout: float = START_SECONDS):
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-            raise DtfkitError(f"nodes must be a positive whole number, not {nodes!r}")
+            raise DtfkitError(_("nodes must be a positive whole number, not {nodes!r}").format(nodes=nodes))
         if isinstance(cpus_per_node, bool) or not isinstance(cpus_per_node, int) or cpus_per_node < 1:
-            raise DtfkitError(f"cpus_per_node must be a positive whole number, not {cpus_per_node!r}")
+            raise DtfkitError(
+                _("cpus_per_node must be a positive whole number, not {cpus!r}").format(cpus=cpus_per_node)
+            )
         require_ray()  # a clear error before anything starts
         self.nodes = nodes
         self.closed = False
@@ -160,18 +165,25 @@ class SimulatedRayCluster(contextlib.AbstractContextManager):
         deadline = _monotonic() + timeout
         while True:
             left = deadline - _monotonic()
-            ready, _, _ = select.select([out], [], [], max(0.0, left))
+            ready, _writable, _errors = select.select([out], [], [], max(0.0, left))
             if not ready:
                 raise ClusterStartError(
-                    f"the simulated Ray cluster did not come up within {timeout:g} s; its output:\n"
+                    _("the simulated Ray cluster did not come up within {seconds:g} s; its output:").format(
+                        seconds=timeout
+                    )
+                    + "\n"
                     + "\n".join(seen[-20:])
-                    + "\nNext step: on a busy machine pass a larger start_timeout."
+                    + "\n"
+                    + _("Next step: on a busy machine pass a larger start_timeout.")
                 )
             line = out.readline().decode("utf-8", errors="replace").rstrip("\n")
             if not line:
                 raise ClusterStartError(
-                    f"the simulated Ray cluster failed to start (exit code {self.popen.wait()}); "
-                    "its output:\n" + "\n".join(seen[-20:])
+                    _("the simulated Ray cluster failed to start (exit code {code}); its output:").format(
+                        code=self.popen.wait()
+                    )
+                    + "\n"
+                    + "\n".join(seen[-20:])
                 )
             if line.startswith("dtfkit-ray-address "):
                 # Keep reading (and dropping) what Ray prints, so that the pipe never fills.
@@ -213,8 +225,10 @@ class SimulatedRayCluster(contextlib.AbstractContextManager):
         self.close()
 
     def __repr__(self) -> str:
-        status = "closed" if self.closed else f"address {self.address}"
-        return f"SimulatedRayCluster({self.nodes} nodes, {status}, supervisor pid {self.pid})"
+        status = _("closed") if self.closed else _("address {address}").format(address=self.address)
+        return _("SimulatedRayCluster({nodes} nodes, {status}, supervisor pid {pid})").format(
+            nodes=self.nodes, status=status, pid=self.pid
+        )
 
 
 def _monotonic() -> float:
@@ -273,7 +287,7 @@ def _serve(nodes: int, cpus: int) -> None:
         shutdown_at_exit=False,
         head_node_args={"num_cpus": 0, "include_dashboard": False},
     )
-    for _ in range(nodes):
+    for _node in range(nodes):
         cluster.add_node(num_cpus=cpus)
     cluster.wait_for_nodes()
     print(f"dtfkit-ray-address {cluster.address}", flush=True)

@@ -220,7 +220,7 @@ def _real_run(every: int) -> dict | CheckResult:
     return mwms_fault.recovery_summary(killed_at, {}, resumed, saved_digests=saved)
 
 
-@exercise("12.2", "Choose the recovery setting for a loss budget")
+@exercise("12.2", "How often to save")
 def check_12_2(choose_save_every: Callable, *, hidden: bool = False) -> CheckResult:
     """Grade ``choose_save_every(max_lost_steps, seconds_per_step, seconds_per_save,
     mean_seconds_between_failures) -> int`` on variants drawn fresh, then in one real run where both

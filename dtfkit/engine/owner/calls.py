@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -32,13 +33,14 @@ from dtfkit.engine.wire import dumps, protocol
 from dtfkit.engine.wire.layout import TaskId
 from dtfkit.engine.wire.sources import PickledCall, pickle_call
 from dtfkit.errors import DtfkitError, TaskExited, TaskFailed, TaskNotRunning, TaskTimeout
+from dtfkit.i18n import N_, _, joined
 
 if TYPE_CHECKING:
     from dtfkit.engine.owner.runtime import ClusterRuntime
 
 ERROR_POLICIES = ("interrupt", "wait")
 STACK_DUMP_WAIT = 5.0
-NO_ANSWER_NOTE = (
+NO_ANSWER_NOTE = N_(
     "(it could not answer: code outside Python, TensorFlow's C++ most often, held the interpreter; "
     "these stacks are faulthandler's, written as it was ended with SIGABRT)"
 )
@@ -73,6 +75,7 @@ class RunHandle:
         self._results: dict[TaskId, Any] = {}
         self._failures: list[tuple[TaskId, Any]] = []
         self._notes: dict[TaskId, str] = {}
+        self._reasons: dict[TaskId, str] = {}  # why each interrupted task was interrupted
         self._killed: set[TaskId] = set()  # killed after the grace period: their note says it all
         self._on_error = on_error
         self._grace = grace
@@ -170,7 +173,9 @@ class RunHandle:
                         self._time_out()
                     if until is not None and now >= until:
                         raise TimeoutError(
-                            f"{self.fn_name} is still running on {', '.join(t.name for t in self._pending)}"
+                            _("{function} is still running on {tasks}").format(
+                                function=self.fn_name, tasks=", ".join(t.name for t in self._pending)
+                            )
                         )
         except KeyboardInterrupt:
             if self._pending:
@@ -196,7 +201,12 @@ class RunHandle:
                         self._results[task] = cloudpickle.loads(reply.value)
                     except Exception as exc:  # noqa: BLE001
                         self._fail(
-                            task, DtfkitError(f"{task} returned a value the notebook cannot load: {exc}")
+                            task,
+                            DtfkitError(
+                                _("{task} returned a value the notebook cannot load: {exc}").format(
+                                    task=task, exc=exc
+                                )
+                            ),
                         )
                 else:
                     self._fail(task, (reply.exc_type, reply.message, reply.traceback))
@@ -206,29 +216,40 @@ class RunHandle:
                 self._pending.pop(task)
                 proc.busy_with = None
                 if proc.killed:
-                    text = f"{task} was killed while running {self.fn_name}; {self._restart_hint(task)}."
+                    text = _("{task} was killed while running {function}; {restart_hint}.").format(
+                        task=task, function=self.fn_name, restart_hint=self._restart_hint(task)
+                    )
                 else:
                     # Only this call's lines: earlier calls' output would mislead.
                     crash = proc.crash_stacks()
                     since = self._output.last_lines([task.name], since=self._log_start)
                     text = (
-                        f"{task} exited with code {proc.exit_code} while running {self.fn_name}; "
-                        f"its last lines during this call:\n{since}\n"
-                        + (f"Where it was when it died (faulthandler's stacks):\n{crash}\n" if crash else "")
-                        + f"Next step: fix the cause above; {self._restart_hint(task)}."
+                        _(
+                            "{task} exited with code {code} while running {function}; its last lines during this call:"
+                        ).format(task=task, code=proc.exit_code, function=self.fn_name)
+                        + f"\n{since}\n"
+                        + (
+                            _("Where it was when it died (faulthandler's stacks):") + f"\n{crash}\n"
+                            if crash
+                            else ""
+                        )
+                        + _("Next step: fix the cause above; {restart_hint}.").format(
+                            restart_hint=self._restart_hint(task)
+                        )
                     )
                 self._fail(task, TaskExited(text))
 
     def _fail(self, task: TaskId, failure: Any) -> None:
         self._failures.append((task, failure))
         if self._pending and self._on_error == "interrupt" and self._grace_deadline is None:
-            self._interrupt(f"{self._failures[0][0]} failed")
+            self._interrupt(_("{task} failed").format(task=self._failures[0][0]))
 
     def _interrupt(self, reason: str) -> None:
         for task in self._pending:
             try:
                 self._procs[task].send(protocol.Interrupt(self.call_id))
-                self._notes[task] = f"{task} was interrupted ({reason})"
+                self._reasons[task] = reason
+                self._notes[task] = _("{task} was interrupted ({reason})").format(task=task, reason=reason)
             except TaskNotRunning:
                 pass
         self._grace_deadline = time.monotonic() + self._grace
@@ -245,10 +266,9 @@ class RunHandle:
         pending = list(self._pending)
         for task in pending:
             why = self._why_interrupted(task)
-            note = (
-                f"{task} was still running {self._grace:g} s after the interrupt and was killed; "
-                f"{self._restart_hint(task)}"
-            )
+            note = _(
+                "{task} was still running {seconds:g} s after the interrupt and was killed; {restart_hint}"
+            ).format(task=task, seconds=self._grace, restart_hint=self._restart_hint(task))
             self._notes[task] = note
             self._killed.add(task)
             self._failures.append((task, TaskExited(f"{why}: {note}.")))
@@ -262,13 +282,14 @@ class RunHandle:
         """How to get the task back; says so when it was started again since (restart())."""
         now = self._tasks_part.procs.get(task)
         if now is not None and now.gen != self._procs[task].gen and now.alive:
-            return "it has been started again since (by cluster.restart() or cluster.ensure_running())"
-        return f"cluster.restart('{task}') starts it again"
+            return _("it has been started again since (by cluster.restart() or cluster.ensure_running())")
+        return _("cluster.restart('{task}') starts it again").format(task=task)
 
     def _why_interrupted(self, task: TaskId) -> str:
-        note = self._notes.get(task, "")
-        reason = note[note.find("(") + 1 : note.rfind(")")] if "(" in note else "it was interrupted"
-        return f"{self.fn_name} on {task} was interrupted ({reason})"
+        reason = self._reasons.get(task) or _("it was interrupted")
+        return _("{function} on {task} was interrupted ({reason})").format(
+            function=self.fn_name, task=task, reason=reason
+        )
 
     def _time_out(self) -> None:
         for task in self._pending:
@@ -285,26 +306,31 @@ class RunHandle:
         silent = [self._procs[task] for task in self._pending if task not in stacks and task not in frozen]
         dumped = _stacks_by_abort(silent, time.monotonic() + STACK_DUMP_WAIT) if silent else {}
         for task, text in dumped.items():
-            stacks[task] = f"{NO_ANSWER_NOTE}\n{text}"
+            stacks[task] = f"{_(NO_ANSWER_NOTE)}\n{text}"
         names = ", ".join(t.name for t in self._pending)
         text = [
-            f"{names} did not return from {self.fn_name} within {self._timeout:g} s. The stuck task(s) "
-            "were killed; cluster.restart() starts them again. Where each one was:"
+            _(
+                "{names} did not return from {function} within {seconds:g} s. The stuck task(s) "
+                "were killed; cluster.restart() starts them again. Where each one was:"
+            ).format(names=names, function=self.fn_name, seconds=self._timeout)
         ]
         if frozen:
             text[0] = (
-                f"{', '.join(sorted(t.name for t in frozen))}: process STOPPED (state T), not stuck in "
-                f"the function (someone sent it SIGSTOP or Ctrl-Z; it was killed all the same). " + text[0]
+                _(
+                    "{names}: process STOPPED (state T), not stuck in the function (someone sent it SIGSTOP "
+                    "or Ctrl-Z; it was killed all the same). "
+                ).format(names=", ".join(sorted(t.name for t in frozen)))
+                + text[0]
             )
         where_by_task = {}
         for task in self._pending:
             if task in frozen:
-                where = (
+                where = _(
                     "(its process was STOPPED (state T: SIGSTOP, Ctrl-Z or a debugger), so it could "
                     "not run at all; nothing in the function is to blame)"
                 )
             else:
-                where = stacks.get(task, "(no stack received)").rstrip()
+                where = stacks.get(task, _("(no stack received)")).rstrip()
             where_by_task[task.name] = where
             text.append(f"--- {task} ---\n{where}")
         self._kill_pending()
@@ -337,12 +363,17 @@ class RunHandle:
             failure = later.pop(t, None)
             stopped = isinstance(failure, tuple) and failure[0] == "KeyboardInterrupt"
             quiet = failure is None or t in self._killed
-            others.append(note + (" and stopped" if stopped else "" if quiet else ", then failed too"))
+            others.append(note + (_(" and stopped") if stopped else "" if quiet else _(", then failed too")))
         others += [_describe_failure(t, f) for t, f in later.items()]
-        other_text = "What happened to the other tasks: " + "; ".join(others) + "." if others else ""
+        other_text = (
+            _("What happened to the other tasks: {others}.").format(others=joined(others, clauses=True))
+            if others
+            else ""
+        )
         if isinstance(first, tuple):
             exc_type, message, tb = first
-            return TaskFailed(task.name, exc_type, message, tb, other_text)
+            headlines = (_("{task} raised {exc_type}: {message}"), _("--- remote traceback ({task}) ---"))
+            return TaskFailed(task.name, exc_type, message, tb, other_text, headlines)
         if other_text:
             first.args = (f"{first.args[0]}\n{other_text}",)
         return first
@@ -371,8 +402,8 @@ def _stacks_by_abort(procs: list[TaskProcess], deadline: float) -> dict[TaskId, 
 
 def _describe_failure(task: TaskId, failure: Any) -> str:
     if isinstance(failure, tuple):
-        return f"{task} raised {failure[0]} too"
-    return str(failure).split(";")[0].split("\n")[0]
+        return _("{task} raised {exc_type} too").format(task=task, exc_type=failure[0])
+    return re.split("[;；\n]", str(failure))[0]
 
 
 def submit_call(

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dtfkit.i18n import _
+
 
 class MetricLog:
     """Thread-safe list of ``{"task", "time", "step", ...}`` events, oldest first."""
@@ -100,14 +102,14 @@ class MetricLog:
         import matplotlib.pyplot as plt
 
         if ax is None:
-            _, ax = plt.subplots(figsize=(6, 3.5))
+            ax = plt.subplots(figsize=(6, 3.5))[1]
         data = self.series(y, x, since=since)
         if x == "time" and data:
             t0 = min(xs[0] for xs, _ in data.values())
             data = {k: ([v - t0 for v in xs], ys) for k, (xs, ys) in data.items()}
         for task, (xs, ys) in sorted(data.items()):
             ax.plot(xs, ys, label=task, marker="." if len(xs) < 50 else None)
-        ax.set_xlabel("wall time (s)" if x == "time" else x)
+        ax.set_xlabel(_("wall time (s)") if x == "time" else x)
         ax.set_ylabel(y)
         if data:
             ax.legend()

@@ -37,6 +37,7 @@ import traceback
 from typing import NamedTuple
 
 from dtfkit.engine.wire import frames, sources
+from dtfkit.i18n import _
 
 # The header of a dump, then one block per thread, innermost call first.
 _THREAD_RE = re.compile(
@@ -129,13 +130,13 @@ def format_dump(text: str) -> str:
         kept = frames.trim(thread.frames, filename=lambda frame: frame[0])
         summary = traceback.StackSummary.from_list([(f, n, fn, None) for f, n, fn in kept])
         lines = "".join(summary.format())
-        for file in {f for f, _, _ in kept}:
+        for file in {f for f, _line, _function in kept}:
             display = sources.display_name(file)
             if display != file:
                 lines = lines.replace(f'File "{file}", line ', f"{display}, line ")
         lines = frames.shorten_paths(lines)
-        label = " (the one that was running)" if thread.current else ""
-        parts.append(f"Thread {thread.ident}{label}:\n{lines}")
+        label = _(" (the one that was running)") if thread.current else ""
+        parts.append(_("Thread {ident}{label}:").format(ident=thread.ident, label=label) + f"\n{lines}")
     return "\n".join(parts).rstrip("\n")
 
 

@@ -95,6 +95,12 @@ class Cell:
     iterations: int | None = None
     seconds: float = 0.0
 
+    def __str__(self) -> str:
+        """The outcome in the reader's language, then its detail: ``fails: ValueError: ...``."""
+        if not self.detail:
+            return _(self.outcome)
+        return _("{outcome}: {detail}").format(outcome=_(self.outcome), detail=self.detail)
+
 
 @dataclass(frozen=True)
 class CompatTable:

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from dtfkit.i18n import _
+
 STRATEGIES = (
     "MirroredStrategy",
     "MultiWorkerMirroredStrategy",
@@ -42,7 +44,7 @@ def _two_cpus(tf) -> list[str]:
     """Split the CPU in ``LOCAL_REPLICAS`` logical devices (before anything initialises TensorFlow)."""
     (cpu,) = tf.config.list_physical_devices("CPU")
     tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(LOCAL_REPLICAS)]
+        cpu, [tf.config.LogicalDeviceConfiguration() for _replica in range(LOCAL_REPLICAS)]
     )
     return [f"/cpu:{i}" for i in range(LOCAL_REPLICAS)]
 
@@ -69,7 +71,9 @@ def _keras(trainer: str):
             import tf_keras
         except ImportError as error:
             raise NotInstalled(
-                "tf_keras is not installed in the tasks (pip install tf-keras: it needs the `tensorflow` package)"
+                _(
+                    "tf_keras is not installed in the tasks (pip install tf-keras: it needs the `tensorflow` package)"
+                )
             ) from error
         return tf_keras
     import keras
@@ -226,13 +230,13 @@ def _custom_loop(
 
     if coordinator is not None:
         iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
-        remote = [coordinator.schedule(train_step, args=(iterator,)) for _ in range(steps)]
+        remote = [coordinator.schedule(train_step, args=(iterator,)) for _step in range(steps)]
         coordinator.join()
         for value in remote:
             value.fetch()  # a step that failed raises here
     else:
         iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
-        for _ in range(steps):
+        for _step in range(steps):
             train_step(iterator)
     return {
         "iterations": int(optimizer.iterations.numpy()) if keras_model else None,

@@ -13,6 +13,7 @@ import tempfile
 import time
 from typing import Any
 
+from dtfkit.course import listing
 from dtfkit.errors import TaskFailed, TaskTimeout
 from dtfkit.i18n import _
 from dtfkit.recipes.failures.task_side import (
@@ -110,7 +111,8 @@ def _log_line(cluster, task: str, *needles: str, since: int = 0) -> str:
 
 
 def source_without_docstring(fn) -> str:
-    """``fn``'s source with its docstring left out: the code a case runs, to show it."""
+    """``fn``'s source with its docstring left out, its comments in the reader's language: the code a case
+    runs, to show it."""
     import ast
     import inspect
     import textwrap
@@ -121,7 +123,7 @@ def source_without_docstring(fn) -> str:
         lines = source.splitlines()
         del lines[body[0].lineno - 1 : body[0].end_lineno]
         source = "\n".join(lines) + "\n"
-    return source
+    return listing.in_the_language(source)
 
 
 def summary_line(seen: dict[str, Any]) -> str:

@@ -47,7 +47,8 @@ def op_then_strategy() -> None:
     """
     import tensorflow as tf
 
-    tf.constant([1.0, 2.0]) * 2.0  # any op creates the eager context
+    # any op creates the eager context
+    tf.constant([1.0, 2.0]) * 2.0
     tf.distribute.MultiWorkerMirroredStrategy()
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 import dtfkit
 from dtfkit.datasets import load_digits, shard
+from dtfkit.i18n import _
 from dtfkit.recipes.tf1.task_side import classifier, on_ps, session_config, worker_rank
 
 
@@ -287,15 +288,19 @@ class _TidyLog(logging.Filter):
         if not self.log_checkpoints and text.startswith("Saving checkpoints for"):
             return False
         if self.recovery_gist and _RECOVERY.match(text) and record.args:
-            _write_beside(record, f"dtfkit, in short: {recovery_gist_line(text, record.args[-1])}")
+            gist = recovery_gist_line(text, record.args[-1])
+            _write_beside(record, _("dtfkit, in short: {gist}").format(gist=gist))
         return True
 
 
 def recovery_gist_line(text: str, error: BaseException | Any) -> str:
     """``An error was raised[ while a session was being created]: UnavailableError: <cause>``: the
     gist of one of ``_RecoverableSession``'s records (``text``: the record's message)."""
-    during = " while a session was being created" if "being created" in text else ""
-    return f"An error was raised{during}: {error_gist(error)}"
+    if "being created" in text:
+        return _("An error was raised while a session was being created: {error}").format(
+            error=error_gist(error)
+        )
+    return _("An error was raised: {error}").format(error=error_gist(error))
 
 
 def _write_beside(record: logging.LogRecord, line: str) -> None:

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import ast
 import re
+import string
 from importlib.util import find_spec
 from pathlib import Path
 
+from dtfkit.course import listing
 from dtfkit.errors import DtfkitError
+from dtfkit.i18n import N_, _
 
 # find_spec of a submodule imports only its (empty) package, not the script and its TensorFlow.
 PATH = find_spec("dtfkit.examples.distributed_mnist").origin
@@ -19,16 +22,37 @@ PATH = find_spec("dtfkit.examples.distributed_mnist").origin
 # TensorFlow's own Python log lines, as absl prints them (each twice: "INFO:tensorflow:..."
 # and "I1123 15:46:50.361617 ... file.py:557] ..."; the same for WARNING). Tracebacks are kept.
 _TF_LOG = re.compile(r"^((INFO|WARNING):tensorflow:|[IW]\d{4} \d\d:\d\d:\d\d\.\d+ )")
-_TRAIN_STEP = re.compile(r"^Train step (\d+), loss: ", re.M)
-_DONE = re.compile(r"^worker (\d+) done: local_steps=(\d+) global_step=(\d+)$", re.M)
+# The script's own lines, in the language it printed them in: the kernel's (DTFKIT_LANG reaches the tasks).
+_TRAIN_STEP = N_("Train step {step:d}, loss: {loss:f}")
+_DONE = N_("worker {index} done: local_steps={local_steps:d} global_step={step:d}")
+
+
+def printed_line_pattern(template: str) -> re.Pattern:
+    """The lines the script printed with ``_(template).format(...)`` in this language: each
+    ``{field}`` a group (digits, or anything for ``:f`` and plain fields).
+
+    Example::
+
+        >>> printed_line_pattern(_TRAIN_STEP).findall("Train step 20, loss: 1.000000")
+        [('20', '1.000000')]
+    """
+    pattern = ""
+    for literal, _field, spec, _conversion in string.Formatter().parse(_(template)):
+        pattern += re.escape(literal)
+        if _field is not None:
+            pattern += r"(\d+)" if spec == "d" else r"(\S+)"
+    return re.compile(f"^{pattern}$", re.M)
 
 
 def source_lines(name: str, path: str = PATH) -> tuple[int, list[str]]:
     """The first line number and the lines of the top-level function ``name`` in ``path``."""
     text = Path(path).read_text()
+    shown = listing.in_the_language(
+        text, docstrings=False
+    ).splitlines()  # its comments in the reader's language
     for node in ast.parse(text).body:
         if isinstance(node, ast.FunctionDef) and node.name == name:
-            return node.lineno, text.splitlines()[node.lineno - 1 : node.end_lineno]
+            return node.lineno, shown[node.lineno - 1 : node.end_lineno]
     raise DtfkitError(f"no function {name!r} in {path}")
 
 
@@ -41,7 +65,10 @@ def show(name: str, start: str | None = None, stop: str | None = None, path: str
     end = len(lines)
     if stop:
         end = next((i + 1 for i, line in enumerate(lines) if i >= begin and stop in line), end)
-    print(f"# {Path(path).name}, lines {first + begin}-{first + end - 1}")
+    shown = _("{file}, lines {first}-{last}").format(
+        file=Path(path).name, first=first + begin, last=first + end - 1
+    )
+    print(f"# {shown}")
     for number, line in enumerate(lines[begin:end], start=first + begin):
         print(f"{number:4d}  {line}")
 
@@ -73,9 +100,9 @@ def worker_reports(result) -> dict[str, dict]:
     for task in sorted(t for t in result.exit_codes if t.startswith("worker:")):
         log = Path(result.log_dir) / f"{task.replace(':', '-')}.log"
         text = log.read_text(errors="replace") if log.exists() else ""
-        done = _DONE.findall(text)
+        done = printed_line_pattern(_DONE).findall(text)
         reports[task] = {
-            "printed": [int(step) for step in _TRAIN_STEP.findall(text)],
+            "printed": [int(step) for step, _loss in printed_line_pattern(_TRAIN_STEP).findall(text)],
             "local_steps": int(done[-1][1]) if done else None,
             "global_step": int(done[-1][2]) if done else None,
         }
@@ -85,7 +112,9 @@ def worker_reports(result) -> dict[str, dict]:
 def print_steps(reports: dict[str, dict], width: int = 100) -> None:
     """One line per worker: the global steps it printed, wrapped at ``width`` characters."""
     for task, report in reports.items():
-        line = f"{task} printed {len(report['printed'])} steps: " + " ".join(map(str, report["printed"]))
+        line = _("{task} printed {count} steps: {steps}").format(
+            task=task, count=len(report["printed"]), steps=" ".join(map(str, report["printed"]))
+        )
         while len(line) > width:
             cut = line.rfind(" ", 0, width)
             print(line[:cut])
