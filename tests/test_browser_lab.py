@@ -177,6 +177,7 @@ def test_lab_panel_async_run_in_chromium(tmp_path, capsys):
 
 ZH_NOTEBOOK = REPO / "notebooks" / "zh_CN" / "08_sync_async_lab.ipynb"
 ZH_PREFIX = "lab-08-zh_CN"
+ZH_COMMITTED_SCREENSHOT = REPO / "notebooks" / "images" / "08_lab_panel.zh_CN.png"
 # JupyterLab's own interface in Chinese: its language pack (the notebooks and test extras install it).
 ZH_LAB_SETTINGS = ("@jupyterlab/translation-extension/plugin.jupyterlab-settings", {"locale": "zh_CN"})
 
@@ -248,7 +249,11 @@ def test_the_chinese_chapter_and_its_lab_panel_in_a_chinese_jupyterlab(tmp_path,
         assert "exercise" not in said and "failed" not in said, said
         feedback.scroll_into_view_if_needed()  # the page around it: the wrong answer's cell and its feedback
         shots.append(nb.save_screenshot(folder / f"{ZH_PREFIX}-feedback.png"))
+    if update_screenshots():  # the Chinese chapter shows the Chinese panel (translate's localized images)
+        shutil.copyfile(shots[1], ZH_COMMITTED_SCREENSHOT)
+        shots.append(ZH_COMMITTED_SCREENSHOT)
     with capsys.disabled():
         print("\nChinese browser test screenshots:", *shots, sep="\n  ")
     for shot in shots[1:]:
         assert screenshot_problem(shot) is None, (shot, screenshot_problem(shot))
+    assert screenshot_problem(ZH_COMMITTED_SCREENSHOT) is None, screenshot_problem(ZH_COMMITTED_SCREENSHOT)

@@ -40,7 +40,7 @@ def glossary() -> list[tuple[str, str]]:
     rows = []
     for line in GLOSSARY.read_text(encoding="utf-8").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 3 and cells[2] == "checked":
+        if len(cells) >= 3 and cells[2] == "checked" and cells[0] != "English":  # (not the header row)
             rows.append((cells[0], cells[1]))
     return rows
 
@@ -275,8 +275,8 @@ def test_the_cut_keeps_list_items_and_solution_markers_apart():
     ]
     rendered = "\n".join(p.render("译") if p.unit else p.render() for p in pieces)
     assert rendered == "1. 译\n\n   译\n2. 译\n\n### BEGIN SOLUTION\n译\n### END SOLUTION"
-    assert translate._one_folder_down("02_x.ipynb#goals") == "02_x.ipynb#goals"
-    assert translate._one_folder_down("./images/a.png") == "../images/a.png"
+    assert translate._one_folder_down("02_x.ipynb#goals", "zh_CN") == "02_x.ipynb#goals"
+    assert translate._one_folder_down("./images/a.png", "zh_CN") == "../images/a.png"
 
 
 def test_an_unknown_language_or_chapter_is_a_clear_error():
@@ -297,8 +297,18 @@ def test_the_translations_link_to_translations_and_find_the_images():
         for c in _cells(NOTEBOOKS / "zh_CN" / "08_sync_async_lab.ipynb")
         if c["cell_type"] == "markdown"
     )
-    assert "](../images/08_lab_panel.png)" in lab
-    assert (NOTEBOOKS / "images" / "08_lab_panel.png").exists()
+    # the Chinese panel's screenshot (test_browser_lab's Chinese run takes it), not the English one
+    assert "](../images/08_lab_panel.zh_CN.png)" in lab
+    assert (NOTEBOOKS / "images" / "08_lab_panel.zh_CN.png").exists()
+
+
+def test_an_image_with_a_version_in_the_language_is_linked_from_the_translation(tmp_path):
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "panel.png").write_bytes(b"png")
+    assert translate._one_folder_down("images/panel.png", "zh_CN", tmp_path) == "../images/panel.png"
+    (tmp_path / "images" / "panel.zh_CN.png").write_bytes(b"png")
+    assert translate._one_folder_down("images/panel.png", "zh_CN", tmp_path) == "../images/panel.zh_CN.png"
+    assert translate._one_folder_down("images/other.png", "zh_CN", tmp_path) == "../images/other.png"
 
 
 def test_jupyterlab_can_show_its_own_interface_in_chinese():
@@ -450,3 +460,29 @@ def test_a_code_unit_is_found_after_non_ascii_text_on_its_line():
         "α–β model",
         "the sum",
     ]
+
+
+def test_a_sentence_that_reaches_print_through_a_name_is_a_unit_but_a_key_is_not():
+    """Printed through a loop variable or a name that nothing else reads: a unit. Read as data too (a key
+    looked up, a value compared): left alone, so that both editions run the same program."""
+    from dtfkit.course.code_units import code_units
+
+    shown = (
+        'spans = {"both workers, until one was killed": (0, 1)}\n'
+        "for what, (since, until) in spans.items():\n"
+        '    print(f"{what}: {until - since}")\n'
+        'too_late = "no error"\n'
+        "print(too_late)\n"
+    )
+    assert [u.text for u in code_units(shown)] == [  # (the f-string has no word of its own)
+        "both workers, until one was killed",
+        "no error",
+    ]
+    data = (
+        'for way in ("sparse read", "dense read"):\n'
+        "    print(way, moved[way])\n"
+        'label = "whole cluster"\n'
+        "outcome[label] = 1\n"
+        "print(label)\n"
+    )
+    assert [u.text for u in code_units(data)] == []
