@@ -53,7 +53,7 @@ from dtfkit.hubbench.workload import (
     lesson_cells,
     solution_of,
 )
-from dtfkit.i18n import N_, _
+from dtfkit.i18n import N_, _, joined
 
 GIB = 2**30
 PORT_ERRORS = ("Address already in use", "address already in use", "port-taken", "EADDRINUSE")
@@ -246,7 +246,9 @@ def run_class(
         go = threading.Barrier(students, timeout=900)
         uids = {name: pwd.getpwnam(name).pw_uid for name in names}
         _progress(
-            f"{students} student(s), task zygote {'on' if zygote else 'off'}, memory cap {mem_limit} each"
+            _("{students} student(s), task zygote {zygote}, memory cap {cap} each").format(
+                students=students, zygote=_("on") if zygote else _("off"), cap=mem_limit
+            )
         )
         with (
             Hub(names, password, mem_limit=mem_limit, max_pids=max_pids, zygote=zygote, lang=lang) as hub,
@@ -290,10 +292,23 @@ def run_class(
                 if usage.oom_kills:
                     row.failures.append("memory cap: processes killed")
                 _progress(
-                    f"{row.name}: server {_fmt(row.server_s)}, first cluster {_fmt(row.first_cluster_s)}, "
-                    f"checked {_fmt(row.checked_s)} ({row.outcome or 'no verdict'}), "
-                    f"PSS {row.peak_pss / GIB:.2f} GiB, CPU {row.cpu_s:.0f} s"
-                    + (f", FAILED: {'; '.join(row.failures)}" if row.failures else "")
+                    _(
+                        "{student}: server {server}, first cluster {first}, checked {checked} ({verdict}), "
+                        "PSS {pss:.2f} GiB, CPU {cpu:.0f} s"
+                    ).format(
+                        student=row.name,
+                        server=_fmt(row.server_s),
+                        first=_fmt(row.first_cluster_s),
+                        checked=_fmt(row.checked_s),
+                        verdict=_(row.outcome) if row.outcome else _("no verdict"),
+                        pss=row.peak_pss / GIB,
+                        cpu=row.cpu_s,
+                    )
+                    + (
+                        _(", FAILED: {failures}").format(failures="; ".join(row.failures))
+                        if row.failures
+                        else ""
+                    )
                 )
         result.leftovers += [
             f"port {port} still listening" for port in hub.listening()
@@ -315,7 +330,12 @@ def run_class(
                         f"autograde gave {row.grade.score}, expected {expected}: {row.grade.error}"
                     )
                 _progress(
-                    f"{row.name}: autograded {row.grade.score}/{row.grade.max_score} in {row.grade.seconds:.0f} s"
+                    _("{student}: autograded {score}/{max_score} in {seconds:.0f} s").format(
+                        student=row.name,
+                        score=row.grade.score,
+                        max_score=row.grade.max_score,
+                        seconds=row.grade.seconds,
+                    )
                 )
             result.grading_s = time.monotonic() - t_grading
     finally:
@@ -334,20 +354,20 @@ def _why_not_held(result: ClassResult) -> str:
     failures = result.failures()
     total = meminfo()["MemTotal"]
     if any(row.oom_kills for row in result.rows) or result.min_available < 0.03 * total:
-        return "memory: " + (
-            "a student's memory cap killed their processes"
+        return _("memory: {why}").format(
+            why=_("a student's memory cap killed their processes")
             if any(row.oom_kills for row in result.rows)
-            else f"the machine had {result.min_available / GIB:.1f} GiB left"
+            else _("the machine had {left:.1f} GiB left").format(left=result.min_available / GIB)
         )
     if any("timeout" in kind for kind in failures):
-        return "CPU: cells did not finish within the cell timeout"
+        return _("CPU: cells did not finish within the cell timeout")
     if failures:
         kind, count = failures.most_common(1)[0]
-        return f"failures: {kind} ({count} student(s))"
+        return _("failures: {kind} ({count} student(s))").format(kind=kind, count=count)
     if result.port_collisions:
-        return f"{result.port_collisions} port collision(s)"
+        return _("{count} port collision(s)").format(count=result.port_collisions)
     if result.leftovers:
-        return "left behind: " + ", ".join(result.leftovers)
+        return _("left behind: {what}").format(what=joined(result.leftovers))
     return ""
 
 
@@ -371,21 +391,22 @@ def run_sizes(
         available_now = meminfo()["MemAvailable"]
         need = n * per_student
         if need > 0.9 * available_now:
-            return results, (
-                f"memory: {n} students would need about {need / GIB:.1f} GiB "
-                f"({per_student / GIB:.2f} GiB each, the last class's peak), "
-                f"{available_now / GIB:.1f} GiB is available"
-            )
+            return results, _(
+                "memory: {n} students would need about {need:.1f} GiB ({each:.2f} GiB each, the last class's "
+                "peak), {available:.1f} GiB is available"
+            ).format(n=n, need=need / GIB, each=per_student / GIB, available=available_now / GIB)
         wrong = {i for i in range(1, n + 1) if wrong_every and i % wrong_every == 0}
         result = run_class(n, zygote=zygote, wrong=wrong, mem_limit=mem_limit, **kwargs)
         results.append(result)
         if result.stopped:
-            return results, f"{n} students: {result.stopped}"
+            return results, _("{n} students: {why}").format(n=n, why=result.stopped)
         slowest = max((r.first_cluster_s or 0.0) for r in result.rows)
         if slowest > max_first_cluster:
             return (
                 results,
-                f"start time: at {n} students a first cluster took {slowest:.0f} s (> {max_first_cluster:.0f} s)",
+                _(
+                    "start time: at {n} students a first cluster took {slowest:.0f} s (> {limit:.0f} s)"
+                ).format(n=n, slowest=slowest, limit=max_first_cluster),
             )
         measured = max(r.peak_pss for r in result.rows)
         per_student = measured if len(results) == 1 else max(per_student, measured)

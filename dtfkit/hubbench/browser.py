@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dtfkit.hubbench.student import Student, StudentError, wait_for_class
-from dtfkit.hubbench.workload import ASSIGNMENT, EXERCISE, READY_MARK
+from dtfkit.hubbench.workload import ASSIGNMENT, EXERCISE, READY_MARK, check_outcome
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -119,15 +119,14 @@ def browser_session(
             page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
             _wait_output(page, READY_MARK, timeout)
             row.first_cluster_s = time.monotonic() - pressed
-            # The check shows its HTML box here: "✔ exercise 1.1 — <title>: passed" (the text form has "(title)").
-            verdict = _wait_output(page, re.compile(rf"[✔✘] exercise {re.escape(EXERCISE)}\b"), timeout)
+            # The check shows its HTML box here: "✔ exercise 1.1 — <title>: passed" ("✔ 练习 1.1 — ..." in the
+            # Chinese edition; the text form has "(title)").
+            verdict = _wait_output(
+                page, re.compile(rf"[✔✘] (?:exercise|练习) {re.escape(EXERCISE)}\b"), timeout
+            )
             row.checked_s = time.monotonic() - pressed
             row.check_text = verdict.inner_text().strip()
-            passed, failed = (
-                f"✔ exercise {EXERCISE}" in row.check_text,
-                f"✘ exercise {EXERCISE}" in row.check_text,
-            )
-            row.outcome = "passed" if passed else "failed" if failed else ""
+            row.outcome = check_outcome(row.check_text)
             expected = "failed" if row.wrong_answer else "passed"
             if row.outcome != expected:
                 row.failures.append(f"check said {row.outcome or 'nothing'}, expected {expected}")
@@ -232,7 +231,7 @@ def _wait_saved(rest: Student, page: Any, path: str, mark: str, timeout: float) 
         else:
             seen = f"{len(nb['cells'])} cells, no output with {mark!r}"
         text = str([c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code"])
-        if mark in text:
+        if check_outcome(text) or mark in text:  # the check's verdict, in either edition
             return nb
         time.sleep(0.5)  # poll: the contents API has no "saved" event to wait on
     raise TimeoutError(f"{path} was saved but not with the check's output within {timeout:.0f} s: {seen}")

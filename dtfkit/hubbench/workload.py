@@ -108,14 +108,16 @@ def assignment_source(path: Path = NOTEBOOKS / f"{CHAPTER}.ipynb") -> dict[str, 
 
 def check_outcome(text: str) -> str:
     """ "passed", "failed" or "" from what exercise 1.1's check cell showed, in any edition: its first line
-    starts with ✔ or ✘ and names the exercise (``exercise 1.1 (`` / ``练习 1.1（``).
+    starts with ✔ or ✘ and names the exercise (``exercise 1.1 (`` / ``练习 1.1（``; the HTML box's ``练习 1.1：``).
 
     Example::
 
         >>> check_outcome("✘ 练习 1.1（worker 上的变量）未通过：...")
         'failed'
+        >>> check_outcome("✔ 练习 1.1：把变量放在 worker 上（通过）")  # the HTML box
+        'passed'
     """
-    found = re.search(rf"([✔✘]) (?:exercise|练习) {re.escape(EXERCISE)}[ （(]", text)
+    found = re.search(rf"([✔✘]) (?:exercise|练习) {re.escape(EXERCISE)}[ （(：:]", text)
     return "" if found is None else "passed" if found.group(1) == "✔" else "failed"
 
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dtfkit.errors import DtfkitError
-from dtfkit.i18n import N_, _
+from dtfkit.i18n import N_, _, joined
 from dtfkit.kube import tfjob_entry
 from dtfkit.kube.names import (
     LABEL_MAX,
@@ -148,7 +148,7 @@ def _job_name(name: str | None, script: Path, counts: dict[str, int]) -> str:
                 "--name {name!r} cannot name a TFJob: it {reasons}. Kubernetes needs a DNS-1035 label "
                 "(lowercase letters, digits and '-', starting with a letter, at most {limit} characters here so "
                 "that the operator's per-replica service names fit in 63); for example --name {suggestion}"
-            ).format(name=name, reasons=", ".join(why), limit=limit, suggestion=to_dns1035(name, limit))
+            ).format(name=name, reasons=joined(why), limit=limit, suggestion=to_dns1035(name, limit))
         )
     return name
 
@@ -173,7 +173,7 @@ def _read_script(script: Path) -> str:
         )
     why = configmap_key_problems(script.name)
     if why or script.name == ENTRY_KEY:
-        reason = ", ".join(why) or _("is the entry point's own name {entry}").format(entry=ENTRY_KEY)
+        reason = joined(why) or _("is the entry point's own name {entry}").format(entry=ENTRY_KEY)
         raise DtfkitError(
             _(
                 "the script's file name {name!r} cannot be a ConfigMap key: it {reason}; "
@@ -227,7 +227,7 @@ def tfjob_documents(
         raise DtfkitError(
             _(
                 "--namespace {namespace!r} is not a namespace name: it {reasons}; e.g. --namespace default"
-            ).format(namespace=namespace, reasons=", ".join(why))
+            ).format(namespace=namespace, reasons=joined(why))
         )
     if isinstance(gpus_per_worker, bool) or not isinstance(gpus_per_worker, int) or gpus_per_worker < 0:
         raise DtfkitError(

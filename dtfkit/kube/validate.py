@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from dtfkit.errors import DtfkitError
-from dtfkit.i18n import _
+from dtfkit.i18n import _, joined
 from dtfkit.kube.names import (
     configmap_key_problems,
     dns1035_problems,
@@ -263,7 +263,7 @@ def _webhook_problems(job: dict) -> list[str]:
             problems.append(
                 "metadata.name: "
                 + _("{name!r} is not a DNS-1035 label (the admission webhook): {reasons}").format(
-                    name=name, reasons=", ".join(why)
+                    name=name, reasons=joined(why)
                 )
             )
     namespace = metadata.get("namespace")
@@ -273,7 +273,7 @@ def _webhook_problems(job: dict) -> list[str]:
             problems.append(
                 "metadata.namespace: "
                 + _("{namespace!r} is not a namespace name (the API server): {reasons}").format(
-                    namespace=namespace, reasons=", ".join(why)
+                    namespace=namespace, reasons=joined(why)
                 )
             )
     spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
@@ -415,9 +415,7 @@ def configmap_problems(cm: dict) -> list[str]:
         if why:
             problems.append(
                 "metadata.name: "
-                + _("{name!r} is not a DNS-1123 subdomain: {reasons}").format(
-                    name=name, reasons=", ".join(why)
-                )
+                + _("{name!r} is not a DNS-1123 subdomain: {reasons}").format(name=name, reasons=joined(why))
             )
     data = cm.get("data", {})
     if not isinstance(data, dict):
@@ -426,7 +424,7 @@ def configmap_problems(cm: dict) -> list[str]:
     for key, value in data.items():
         why = configmap_key_problems(str(key))
         if why:
-            problems.append(f"data.{key}: " + _("not a valid key: {reasons}").format(reasons=", ".join(why)))
+            problems.append(f"data.{key}: " + _("not a valid key: {reasons}").format(reasons=joined(why)))
         if not isinstance(value, str):
             problems.append(f"data.{key}: " + _("must be text, not {type}").format(type=type(value).__name__))
         else:
