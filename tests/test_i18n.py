@@ -160,7 +160,7 @@ def test_the_cluster_tables_words_follow_the_language():
             "运行中",
             "忙碌",
             "已被杀掉",
-            "已退出（17）",
+            "已退出（退出码 17）",
         ]
         titles = [_(COLUMN_TITLES[c]) for c in ("task", "role", "address", "state")]
         assert titles == ["任务", "角色", "地址", "状态"]

@@ -135,9 +135,20 @@ def format_dump(text: str) -> str:
             if display != file:
                 lines = lines.replace(f'File "{file}", line ', f"{display}, line ")
         lines = frames.shorten_paths(lines)
-        label = _(" (the one that was running)") if thread.current else ""
-        parts.append(_("Thread {ident}{label}:").format(ident=thread.ident, label=label) + f"\n{lines}")
+        parts.append(thread_title(thread.ident, current=thread.current) + f"\n{lines}")
     return "\n".join(parts).rstrip("\n")
+
+
+def thread_title(ident: object, *, current: bool = False) -> str:
+    """A thread's title in a stack dump, in the reader's language: ``Thread MainThread:`` (``线程 MainThread：``).
+
+    Example::
+
+        >>> thread_title("MainThread")
+        'Thread MainThread:'
+    """
+    label = _(" (the one that was running)") if current else ""
+    return _("Thread {ident}{label}:").format(ident=ident, label=label)
 
 
 def read_dump(path: str | None) -> str:

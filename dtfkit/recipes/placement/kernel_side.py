@@ -10,7 +10,7 @@ from typing import Any
 
 from dtfkit import fonts
 from dtfkit.htmltable import html_table
-from dtfkit.i18n import _, language
+from dtfkit.i18n import N_, _, language
 
 
 # ------------------------------------------------------- plain Python (no TensorFlow)
@@ -45,6 +45,43 @@ def _columns(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None) -> l
     return list(seen)
 
 
+# The column names the chapters' tables use, titled in the reader's language (other keys are shown as they are).
+COLUMN_TITLES = (
+    N_("op"),
+    N_("type"),
+    N_("kernel"),
+    N_("task"),
+    N_("device"),
+    N_("phase"),
+    N_("tensor"),
+    N_("from"),
+    N_("to"),
+    N_("bytes"),
+    N_("kind"),
+    N_("variable"),
+    N_("shape"),
+    N_("sends"),
+    N_("recvs"),
+    N_("ops"),
+    N_("forward"),
+    N_("backward"),
+    N_("update"),
+    N_("method"),
+    N_("sent MiB"),
+    N_("received MiB"),
+    N_("formula MiB"),
+    N_("asked"),
+    N_("busy"),
+    N_("shard"),
+    N_("transfers"),
+)
+
+
+def column_title(name: str) -> str:
+    """A column's title as a table shows it: ``"bytes"`` → ``"字节数"`` in Chinese; an unknown key as it is."""
+    return _(name) if name in COLUMN_TITLES else name
+
+
 def format_table(rows: Iterable[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
     """Rows as aligned plain text (``columns``: which keys, in which order; default all).
 
@@ -57,8 +94,9 @@ def format_table(rows: Iterable[dict[str, Any]], columns: Sequence[str] | None =
     rows = list(rows)
     cols = _columns(rows, columns)
     cells = [[_cell(row.get(c, "")) for c in cols] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip()]
+    titles = [column_title(c) for c in cols]
+    widths = [max([len(t)] + [len(r[i]) for r in cells]) for i, t in enumerate(titles)]
+    lines = ["  ".join(t.ljust(w) for t, w in zip(titles, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     return "\n".join(lines)
@@ -100,7 +138,7 @@ class Table:
     def _repr_html_(self) -> str:
         colours = [self.highlight.get(row.get("task", "")) for row in self.rows]
         return html_table(
-            self.columns,
+            [column_title(c) for c in self.columns],
             [[_cell(row.get(c, "")) for c in self.columns] for row in self.rows],
             caption=self.title,
             row_styles=[f"background:{c}" if c else None for c in colours],
