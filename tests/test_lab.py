@@ -16,6 +16,7 @@ runs these tests with two CPU burners beside them."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 from conftest import LineReader, processes_of, share_cluster, start_script, wait_gone, wait_until
@@ -286,12 +287,17 @@ def test_a_kernel_that_exits_mid_run_leaves_no_process(tmp_path):
         "while len(record.rows) < 5 and time.monotonic() < deadline:\n"
         "    time.sleep(0.05)\n"
         "print('PIDS ' + json.dumps(list(lab.cluster.pids().values())), flush=True)\n"
+        "sys.stdin.readline()  # the test has seen the tasks (or is gone: end of file)\n"
         "sys.exit(0)  # no lab.close(): the interpreter ends with the run in progress\n"
     )
-    proc = start_script(tmp_path, code)
+    proc = start_script(tmp_path, code, stdin=subprocess.PIPE)
     reader = LineReader(proc)
     pids = json.loads(reader.expect(r"^PIDS ", timeout=240).string[len("PIDS ") :])
+    # Seen while the script waits for the word to exit: found once exiting the script made the check race with
+    # the tasks' own end (1 of 3 left, in a fresh-clone run).
     procs = processes_of(pids)
+    proc.stdin.write("exit\n")
+    proc.stdin.close()
     assert len(procs) >= 3
     assert proc.wait(timeout=60) == 0, reader.rest(5)
     assert wait_gone(procs, 15) == []
