@@ -215,11 +215,6 @@ class ClusterRuntime:
         return self.output.printed_seq
 
     @property
-    def log_seq(self) -> int:
-        """The number of the last log line taken (of any task)."""
-        return self.output.logbook.seq
-
-    @property
     def log_dir(self) -> str | None:
         """The folder of the tasks' log files."""
         return self.output.logbook.directory
@@ -249,10 +244,6 @@ class ClusterRuntime:
     def log_lines(self, task: str, *, everything: bool = False, tail: int | None = None) -> list[str]:
         """What ``task`` printed (``everything``: TensorFlow's start-up noise too)."""
         return self.output.logbook.lines(task, everything=everything, tail=tail)
-
-    def last_lines(self, names: list[str], since: int | None = None) -> str:
-        """The last lines of each task (only those after line number ``since``, if given)."""
-        return self.output.last_lines(names, since)
 
     def dropped_note(self) -> str:
         """What the log book had to drop from memory or rotate, if anything."""
