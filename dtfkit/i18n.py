@@ -120,14 +120,12 @@ def in_language(message: str, lang: str) -> str:
         >>> in_language("Run", "en")
         'Run'
     """
-    return _translations(lang).gettext(message) if message else message
+    return _translations(lang).gettext(message) if message else message  # gettext("") is the catalog's header
 
 
 def _(message: str) -> str:
     """``message`` in the language dtfkit speaks now (itself where it has no translation)."""
-    if not message:  # gettext("") is the catalog's header
-        return message
-    return _translations(language()).gettext(message)
+    return in_language(message, language())
 
 
 # How a language lists things: items of a list, and clauses of a sentence.

@@ -67,7 +67,7 @@ class CodeUnit:
     end: int
 
 
-def _offsets(source: str) -> list[int]:
+def line_offsets(source: str) -> list[int]:
     """The offset of each line's first character (lines numbered from 1, as ``ast`` and ``tokenize`` do)."""
     starts, total = [0, 0], 0
     for line in source.splitlines(keepends=True):
@@ -209,11 +209,8 @@ def _shown_literals(tree: ast.AST) -> list[ast.Constant | ast.JoinedStr]:
                 if isinstance(element, (ast.Constant, ast.JoinedStr)):
                     take_sentences(element)
 
-    for node in ast.walk(tree):  # a function's docstring: what the learner reads of an exercise's stub
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                take(first.value)
+    for docstring in docstrings(tree):  # a function's docstring: what the learner reads of an exercise's stub
+        take(docstring)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
@@ -233,6 +230,24 @@ def _shown_literals(tree: ast.AST) -> list[ast.Constant | ast.JoinedStr]:
     return found
 
 
+def docstrings(tree: ast.AST) -> list[ast.Constant]:
+    """The docstrings of a parsed source: its module's, its classes' and its functions'.
+
+    Example::
+
+        >>> [d.value for d in docstrings(ast.parse("def f():\\n    'Add.'\\n    return 1"))]
+        ['Add.']
+    """
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                if isinstance(first.value.value, str):
+                    found.append(first.value)
+    return found
+
+
 _SENTENCE = re.compile(r"[A-Za-z]{2,}[ ,;:]+[A-Za-z]{2,}|[\u3400-\u9fff]")  # (a translated sentence too)
 
 
@@ -245,7 +260,7 @@ def _literal_text(node: ast.AST) -> str:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ""
 
 
-def _string_body(token_text: str) -> tuple[int, int] | None:
+def string_body(token_text: str) -> tuple[int, int] | None:
     """Where the body of one string token lies in it (after its prefix and opening quotes), or None."""
     match = re.match(r"(?i)([rbuf]{0,2})('''|\"\"\"|'|\")", token_text)
     if not match or "b" in match.group(1).lower():
@@ -291,7 +306,7 @@ def code_units(source: str, *, every: bool = False) -> list[CodeUnit]:
         tokens = list(tokenize.generate_tokens(io.StringIO(runnable).readline))
     except (SyntaxError, tokenize.TokenError, IndentationError):
         return []
-    starts = _offsets(runnable)
+    starts = line_offsets(runnable)
     lines = runnable.split("\n")
 
     def column(line: int, byte_offset: int) -> int:
@@ -318,7 +333,7 @@ def code_units(source: str, *, every: bool = False) -> list[CodeUnit]:
                 (line, col) <= token.start and token.end <= (end_line, end_col)
                 for line, col, end_line, end_col in shown
             )
-            where = _string_body(token.string) if inside else None
+            where = string_body(token.string) if inside else None
             if where is None:
                 continue
             text = token.string[where[0] : where[1]]

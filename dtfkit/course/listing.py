@@ -20,7 +20,7 @@ import re
 import tokenize
 from pathlib import Path
 
-from dtfkit.course.code_units import has_words
+from dtfkit.course.code_units import docstrings, has_words, line_offsets, string_body
 from dtfkit.i18n import _
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -44,16 +44,8 @@ def listing_units(source: str, *, every: bool = False) -> list[tuple[int, int, s
         >>> listing_units("def f():\\n    'Add.'\\n    return 1  # one\\n")
         [(14, 18, 'Add.'), (36, 39, 'one')]
     """
-    starts = [0, 0]
-    for line in source.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-    docstrings = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                if isinstance(first.value.value, str):
-                    docstrings.add(first.lineno)
+    starts = line_offsets(source)
+    at_docstrings = {d.lineno for d in docstrings(ast.parse(source))}
     units = []
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         begin = starts[token.start[0]] + token.start[1]
@@ -63,15 +55,11 @@ def listing_units(source: str, *, every: bool = False) -> list[tuple[int, int, s
             if text and (every or has_words(text)):
                 offset = begin + len(token.string) - len(body) + (len(body) - len(body.lstrip()))
                 units.append((offset, offset + len(text), text))
-        elif token.type == tokenize.STRING and token.start[0] in docstrings:
-            quote = re.match(r'^[rRbBuU]*("""|\'\'\'|"|\')', token.string)
-            if quote is None:
-                continue
-            width = len(quote.group(0))
-            body = token.string[width : len(token.string) - len(quote.group(1))]
-            units.append(
-                (begin + width, begin + len(token.string) - len(quote.group(1)), inspect.cleandoc(body))
-            )
+        elif token.type == tokenize.STRING and token.start[0] in at_docstrings:
+            where = string_body(token.string)
+            if where is not None:
+                body = token.string[where[0] : where[1]]
+                units.append((begin + where[0], begin + where[1], inspect.cleandoc(body)))
     return units
 
 
