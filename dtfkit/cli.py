@@ -137,61 +137,17 @@ def _export(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _classroom_bench(ns: argparse.Namespace) -> int:
-    import signal
-
-    from dtfkit import i18n
-    from dtfkit.hubbench import bench
-    from dtfkit.i18n import _
-
-    if ns.lang:  # a Chinese class's bench writes its tables in Chinese too
-        i18n.set_language(ns.lang)
-
-    def interrupted(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt  # so that a killed bench still removes its users, hub and groups
-
-    signal.signal(signal.SIGTERM, interrupted)
-    if ns.remove_leftovers:
-        removed = bench.remove_leftovers()
-        print(f"removed {len(removed)} bench account(s)" + (f": {', '.join(removed)}" if removed else ""))
-        return 0
+def _classroom_bench(bench_args: list[str]) -> int:
+    """The bench lives in the checkout, not in the package students install (``hubbench/``, run as root);
+    ``main`` hands it every argument after ``classroom-bench`` unparsed."""
     try:
-        sizes = [int(n) for n in ns.students.split(",")]
-    except ValueError:
-        raise DtfkitError(f"--students {ns.students!r}: give class sizes as numbers, e.g. 1,2,4,8") from None
-    if not sizes or min(sizes) < 1:
-        raise DtfkitError(f"--students {ns.students!r}: every class size is at least 1")
-    problems = bench.preflight()
-    if ns.browser:
-        from dtfkit.hubbench.browser import missing
-
-        if missing():
-            problems.append(f"--browser: {missing()}")
-    if problems:
-        raise DtfkitError("classroom-bench cannot run here:\n  - " + "\n  - ".join(problems))
-    results, stopped = bench.run_sizes(
-        sizes,
-        zygote=not ns.no_zygote,
-        mem_limit=ns.mem_limit,
-        max_first_cluster=ns.max_first_cluster,
-        grade=not ns.no_grade,
-        browser=ns.browser,
-        artifacts=ns.artifacts,
-        lang=ns.lang,
-    )
-    held = max((r.students for r in results if not r.stopped), default=0)
-    text = bench.table(results) + "\n\n"
-    text += (
-        _("Held: {held} student(s) at once").format(held=held)
-        + (_("; stopped: {stopped}").format(stopped=stopped) if stopped else _("; every size held"))
-        + "\n\n"
-    )
-    text += bench.sizing(results) + "\n"
-    print(text)
-    if ns.markdown:
-        with open(ns.markdown, "w", encoding="utf-8") as f:
-            f.write(text)
-    return 0 if results and not results[0].stopped else 1
+        from hubbench.__main__ import main as bench_main
+    except ImportError:
+        raise DtfkitError(
+            "classroom-bench: the classroom bench is not part of the installed package; run it from the root "
+            "of a dtfkit checkout (git clone, then: sudo python3 -m hubbench --help)"
+        ) from None
+    return bench_main(bench_args)
 
 
 def _compat(ns: argparse.Namespace) -> int:
@@ -340,54 +296,19 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--all", action="store_true", help="todo: every unit, translated ones too (for a review)")
     tr.set_defaults(func=_translations)
 
-    b = sub.add_parser(
+    sub.add_parser(
         "classroom-bench",
-        help="run a class of N students at once on a real JupyterHub here and measure it (root; see docs/teaching.md)",
-        description="Create N system users, start a JupyterHub (configurable-http-proxy, per-student memory caps), "
-        "have every student run chapter 1's first cluster and exercise 1.1 at the same moment, autograde them "
-        "with nbgrader, and print times, memory, CPU and failures; then remove the users. Classes grow over "
-        "--students until one does not hold; the bench says why.",
+        help="run a class of N students on a real JupyterHub here and measure it (root; the checkout's "
+        "hubbench/, python -m hubbench --help; docs/teaching.md)",
+        add_help=False,
     )
-    b.add_argument("--students", default="1,2,4,8", help="class sizes to run, in order (default 1,2,4,8)")
-    b.add_argument(
-        "--no-zygote",
-        action="store_true",
-        help="start every task as a fresh interpreter (DTFKIT_ZYGOTE=0 in every student's kernel), to compare",
-    )
-    b.add_argument(
-        "--mem-limit", default="3G", help="memory cap per student, as JupyterHub's mem_limit (default 3G)"
-    )
-    b.add_argument(
-        "--max-first-cluster",
-        type=float,
-        default=300.0,
-        help="stop growing the class when a first cluster takes longer than this many seconds (default 300)",
-    )
-    b.add_argument("--no-grade", action="store_true", help="skip nbgrader autograde")
-    b.add_argument(
-        "--browser",
-        action="store_true",
-        help="student 1 works in a real JupyterLab page in headless Chromium (needs playwright and chromium)",
-    )
-    b.add_argument("--artifacts", default=None, help="where the browser student's screenshots go")
-    b.add_argument(
-        "--remove-leftovers",
-        action="store_true",
-        help="only remove the accounts, processes and cgroups an interrupted bench run left behind",
-    )
-    b.add_argument("--markdown", default=None, help="also write the tables to this markdown file")
-    b.add_argument(
-        "--lang",
-        choices=["zh_CN"],
-        default=None,
-        help="the class works in this edition of chapter 1 (notebooks/zh_CN), with DTFKIT_LANG set in every "
-        "student's server",
-    )
-    b.set_defaults(func=_classroom_bench)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["classroom-bench"]:
+        return exit_code("dtfkit", "every task was stopped", lambda: _classroom_bench(args[1:]))
     parser = build_parser()
     ns = parser.parse_args(argv)
     if ns.command == "translations" and ns.action not in ("todo", "fill") and (ns.chapter or ns.file):

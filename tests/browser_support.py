@@ -25,12 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from dtfkit.hubbench import browser as hub_browser
+from hubbench import browser as hub_browser
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRE_ENV = "DTFKIT_REQUIRE_BROWSER"
 ARTIFACTS_ENV = "DTFKIT_ARTIFACTS"
-# The classroom bench drives the same Chromium the same way (dtfkit/hubbench/browser.py): one definition.
+# The classroom bench drives the same Chromium the same way (hubbench/browser.py): one definition.
 CHROMIUM_ENV = "DTFKIT_CHROMIUM"
 CHROMIUM_ARGS = hub_browser.CHROMIUM_ARGS
 

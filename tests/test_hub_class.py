@@ -1,7 +1,7 @@
 """A class on a real JupyterHub (issue 30): two students at once, one exercise, graded, isolated from each other.
 
 The hub is real (``jupyterhub`` with configurable-http-proxy from npm), each student a real system user whose
-server is a local process in its own memory and pids cgroups (``dtfkit.hubbench``); both tests need root,
+server is a local process in its own memory and pids cgroups (``hubbench``); both tests need root,
 writable cgroups and the proxy, and fail rather than skip under ``CI=true``.
 
 - ``test_two_students_run_and_are_graded``: the bench's own class of two: student 1 in a real JupyterLab page in
@@ -31,8 +31,8 @@ import requests
 import websocket
 from conftest import REPO, wait_until
 
-from dtfkit.hubbench import users
-from dtfkit.hubbench.limits import PARENT, ROOT, StudentGroup, available
+from hubbench import users
+from hubbench.limits import PARENT, ROOT, StudentGroup, available
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -45,7 +45,7 @@ def _require_hub() -> None:
         ok, why = available()
         if not ok:
             problems.append(why)
-    from dtfkit.hubbench.hub import proxy_command
+    from hubbench.hub import proxy_command
 
     try:
         proxy_command()
@@ -87,8 +87,8 @@ def _owner(path: str) -> int | None:
 @pytest.mark.browser
 def test_two_students_run_and_are_graded(tmp_path):
     _require_hub()
-    from dtfkit.hubbench import bench
-    from dtfkit.hubbench.browser import missing
+    from hubbench import bench
+    from hubbench.browser import missing
 
     why = missing()
     if why:
@@ -223,9 +223,9 @@ print("FILLER", done.returncode)
 
 def test_a_student_cannot_reach_another(tmp_path):
     _require_hub()
-    from dtfkit.hubbench.hub import Hub
-    from dtfkit.hubbench.student import Student
-    from dtfkit.hubbench.workload import lesson_cells
+    from hubbench.hub import Hub
+    from hubbench.student import Student
+    from hubbench.workload import lesson_cells
 
     prefix = users.new_prefix()
     names = users.create(prefix, 2)
@@ -311,7 +311,7 @@ def test_a_student_cannot_reach_another(tmp_path):
             b_result = {}
 
             def b_exercise() -> None:
-                from dtfkit.hubbench.workload import assignment_source, solution_of
+                from hubbench.workload import assignment_source, solution_of
 
                 source = assignment_source()
                 code = solution_of(source) + "\nfrom dtfkit.course import check\n"

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 from conftest import REPO
 
 from dtfkit.cli import main
-from dtfkit.hubbench import users
-from dtfkit.hubbench.bench import ClassResult, StudentResult, _port_collisions, _why_not_held, sizing, table
-from dtfkit.hubbench.grading import Grade
-from dtfkit.hubbench.limits import StudentGroup
-from dtfkit.hubbench.workload import (
+from hubbench import users
+from hubbench.bench import ClassResult, StudentResult, _port_collisions, _why_not_held, sizing, table
+from hubbench.grading import Grade
+from hubbench.limits import StudentGroup
+from hubbench.workload import (
     READY_MARK,
     WRONG_ANSWER,
     answered,
@@ -127,6 +128,14 @@ def test_the_bench_command_refuses_bad_sizes(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_the_bench_command_outside_a_checkout_says_where_the_bench_is(monkeypatch, capsys):
+    """A student's ``pip install dtfkit`` has no hubbench/: the command says to run it from a checkout."""
+    monkeypatch.setitem(sys.modules, "hubbench.__main__", None)  # None in sys.modules: the import fails
+    assert main(["classroom-bench", "--students", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "not part of the installed package" in err and "python3 -m hubbench" in err
+
+
 def test_bench_accounts_are_never_confused_with_real_ones():
     with pytest.raises(ValueError, match="bench user prefixes start with 'dtfk'"):
         users.create("alice", 1)
@@ -157,8 +166,8 @@ def test_an_account_belongs_to_a_live_run_only_while_the_process_that_made_it_ru
 
 
 def test_stale_groups_of_accounts_that_are_gone_are_removed():
-    from dtfkit.hubbench.bench import remove_stale_groups
-    from dtfkit.hubbench.limits import available
+    from hubbench.bench import remove_stale_groups
+    from hubbench.limits import available
 
     if not available()[0]:
         pytest.skip("no writable cgroups here (needs root)")
@@ -173,7 +182,7 @@ def test_stale_groups_of_accounts_that_are_gone_are_removed():
 
 
 def test_the_plot_reads_the_table_the_bench_writes(tmp_path):
-    from dtfkit.hubbench.plot import draw, read_table
+    from hubbench.plot import draw, read_table
 
     rows = [
         _row("a", server_s=3.0, first_cluster_s=10.0, checked_s=30.0, peak_pss=int(1.5 * 2**30)),
@@ -203,7 +212,7 @@ def test_the_plot_reads_the_table_the_bench_writes(tmp_path):
 
 def test_a_chinese_class_bench_writes_its_table_in_chinese_and_the_plot_reads_it(tmp_path):
     from dtfkit import i18n
-    from dtfkit.hubbench.plot import read_table
+    from hubbench.plot import read_table
 
     rows = [_row("a", server_s=3.0, first_cluster_s=10.0, checked_s=30.0, peak_pss=2**30)]
     result = ClassResult(1, False, "4G", rows=rows, class_peak_pss=2**30, machine_peak=2 * 2**30)
@@ -224,7 +233,7 @@ def test_a_chinese_class_bench_writes_its_table_in_chinese_and_the_plot_reads_it
 def test_the_bench_runs_its_tools_from_its_own_environment(tmp_path, monkeypatch):
     """`sudo /venv/bin/python -m dtfkit classroom-bench` with the venv not activated: nbgrader's
     alembic is found beside the interpreter; where it is nowhere, preflight says what to install."""
-    from dtfkit.hubbench import hub
+    from hubbench import hub
 
     venv_bin = tmp_path / "venv" / "bin"
     venv_bin.mkdir(parents=True)
@@ -242,10 +251,10 @@ def test_the_bench_runs_its_tools_from_its_own_environment(tmp_path, monkeypatch
 def test_a_private_checkout_is_opened_for_listing_and_restored(tmp_path):
     """A checkout cloned into ``mktemp -d`` is 0700: students could traverse it (o+x) but Python could not
     read the folder to import dtfkit from it. ``listed`` folders get o+rx; everything is put back after."""
-    from dtfkit.hubbench.hub import open_for_students, restore_modes
+    from hubbench.hub import open_for_students, restore_modes
 
     root = tmp_path / "private"
-    package = root / "dtfkit" / "hubbench"
+    package = root / "hubbench"
     package.mkdir(parents=True)
     module = package / "hub.py"
     module.write_text("")
@@ -262,7 +271,7 @@ def test_a_private_checkout_is_opened_for_listing_and_restored(tmp_path):
 def test_a_chinese_class_works_in_the_chinese_chapter_and_its_feedback_is_read():
     """classroom-bench --lang zh_CN: the lesson and exercise 1.1 come from notebooks/zh_CN, the assignment
     starts with the cell that sets the language, and the check's Chinese headline is read as passed/failed."""
-    from dtfkit.hubbench import workload
+    from hubbench import workload
 
     chapter = workload.chapter_path("zh_CN")
     assert chapter.parent.name == "zh_CN"
@@ -286,5 +295,5 @@ def test_a_chinese_class_works_in_the_chinese_chapter_and_its_feedback_is_read()
 
 
 def test_the_hub_passes_the_class_language_to_the_students_servers():
-    config = (REPO / "dtfkit" / "hubbench" / "jupyterhub_config.py").read_text()
+    config = (REPO / "hubbench" / "jupyterhub_config.py").read_text()
     assert 'c.Spawner.environment["DTFKIT_LANG"] = os.environ["DTFKIT_HUB_LANG"]' in config

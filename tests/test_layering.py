@@ -46,8 +46,13 @@ WINGS = ("owner", "launchers", "task", "wire", "platform")
 # modules that may import TensorFlow when they are imported.
 TASK_SIDE = ("dtfkit.engine.task", "dtfkit.examples", "dtfkit.kube.tfjob_entry")
 TENSORFLOW = ("tensorflow", "keras", "tf_keras")
-# Files that are not imported as modules but executed by a program of their own.
-NOT_IMPORTED = {"dtfkit.hubbench.jupyterhub_config": "JupyterHub executes it as its configuration file"}
+# Files that are not imported as modules but executed by a program of their own (none in dtfkit/ since the
+# classroom bench, whose jupyterhub_config.py JupyterHub executes, moved out to hubbench/).
+NOT_IMPORTED: dict[str, str] = {}
+# The classroom bench runs as root and makes Unix users: it lives beside the package, not in it. Only the
+# command line's forwarder (python -m dtfkit classroom-bench) names it, inside a function.
+CLASSROOM_BENCH = "hubbench"
+FORWARDS_TO_THE_BENCH = {"dtfkit.cli"}
 
 # Modules outside the engine that the engine may import: they import nothing from dtfkit but each other.
 BOTTOM = {
@@ -462,6 +467,29 @@ def recipe_modules_without_a_side(root: Path = PACKAGE) -> list[str]:
 
 
 # ---------------------------------------------------------------- the rules
+
+
+def test_the_package_students_install_never_imports_the_classroom_bench():
+    modules = module_names(PACKAGE)
+    naming = {
+        m
+        for m, path in modules.items()
+        if any(n == CLASSROOM_BENCH or n.startswith(CLASSROOM_BENCH + ".") for n in _all_imports(path))
+    }
+    assert naming == FORWARDS_TO_THE_BENCH
+    assert not (PACKAGE / CLASSROOM_BENCH).exists()
+    assert (PACKAGE.parent / CLASSROOM_BENCH / "__main__.py").is_file()
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Every module name an ``import`` or ``from ... import`` in ``path`` names (absolute imports)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names
 
 
 def test_no_import_cycle_between_folders():

@@ -36,8 +36,8 @@ c.JupyterHub.load_roles = [
     }
 ]
 
-# One server per student, as that student, with a memory and a process cap (dtfkit/hubbench/spawner.py).
-c.JupyterHub.spawner_class = "dtfkit.hubbench.spawner.LimitedSpawner"
+# One server per student, as that student, with a memory and a process cap (hubbench/spawner.py).
+c.JupyterHub.spawner_class = "hubbench.spawner.LimitedSpawner"
 c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]
 c.Spawner.default_url = "/lab"
 c.Spawner.mem_limit = os.environ.get("DTFKIT_HUB_MEM_LIMIT", "3G")

@@ -24,7 +24,7 @@ from typing import Any
 from dtfkit.course.student import BEGIN_SOLUTION, END_SOLUTION, nbgrader_notebook
 from dtfkit.i18n import LANGUAGE_CELL_ID
 
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 CHAPTER = "01_clusterspec_basics"
 ASSIGNMENT = "class01"  # the nbgrader assignment's name
 EXERCISE = "1.1"

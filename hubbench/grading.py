@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dtfkit.hubbench.hub import tool_path
-from dtfkit.hubbench.workload import ASSIGNMENT
+from hubbench.hub import tool_path
+from hubbench.workload import ASSIGNMENT
 
 
 @dataclass
@@ -75,7 +75,7 @@ class Course:
             "HOME": self.home,
             "USER": self.grader,
             "LANG": os.environ.get("LANG", "C.UTF-8"),
-            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+            "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
         }
         return subprocess.run(
             ["runuser", "-u", self.grader, "--", sys.executable, "-m", "nbgrader", *args],

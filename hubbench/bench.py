@@ -34,15 +34,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dtfkit.hubbench import users
-from dtfkit.hubbench.browser import browser_session, with_lesson
-from dtfkit.hubbench.browser import missing as missing_browser
-from dtfkit.hubbench.grading import Course, Grade
-from dtfkit.hubbench.hub import Hub, checkout, open_for_students, restore_modes
-from dtfkit.hubbench.limits import StudentGroup, available, group_folders
-from dtfkit.hubbench.measure import Sampler, meminfo
-from dtfkit.hubbench.student import Student, StudentError, wait_for_class
-from dtfkit.hubbench.workload import (
+from dtfkit.i18n import N_, _, joined
+from hubbench import users
+from hubbench.browser import browser_session, with_lesson
+from hubbench.browser import missing as missing_browser
+from hubbench.grading import Course, Grade
+from hubbench.hub import Hub, checkout, open_for_students, restore_modes
+from hubbench.limits import StudentGroup, available, group_folders
+from hubbench.measure import Sampler, meminfo
+from hubbench.student import Student, StudentError, wait_for_class
+from hubbench.workload import (
     ASSIGNMENT,
     READY_MARK,
     WRONG_ANSWER,
@@ -53,7 +54,6 @@ from dtfkit.hubbench.workload import (
     lesson_cells,
     solution_of,
 )
-from dtfkit.i18n import N_, _, joined
 
 GIB = 2**30
 PORT_ERRORS = ("Address already in use", "address already in use", "port-taken", "EADDRINUSE")
@@ -509,7 +509,7 @@ def preflight() -> list[str]:
     ok, why = available()
     if not ok:
         problems.append(f"no per-student memory caps: {why}")
-    from dtfkit.hubbench.hub import missing_tools, proxy_command
+    from hubbench.hub import missing_tools, proxy_command
 
     try:
         proxy_command()

@@ -2,12 +2,12 @@
 
 ``LimitedSpawner`` is JupyterHub's ``LocalProcessSpawner`` (each student's server a local process running as
 that student's system user) with the two limits ``LocalProcessSpawner`` does not enforce: ``mem_limit`` and a
-process cap, through one cgroup per student (:mod:`dtfkit.hubbench.limits`). When the server stops, whatever
+process cap, through one cgroup per student (:mod:`hubbench.limits`). When the server stops, whatever
 the student left running in their group (a kernel, TensorFlow tasks, a runaway fork) is ended too.
 
 In ``jupyterhub_config.py``::
 
-    c.JupyterHub.spawner_class = "dtfkit.hubbench.spawner.LimitedSpawner"
+    c.JupyterHub.spawner_class = "hubbench.spawner.LimitedSpawner"
     c.Spawner.mem_limit = "3G"
     c.LimitedSpawner.max_pids = 4096
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Integer
 
-from dtfkit.hubbench.limits import StudentGroup
+from hubbench.limits import StudentGroup
 
 
 class LimitedSpawner(LocalProcessSpawner):

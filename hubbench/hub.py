@@ -1,7 +1,7 @@
 """A real JupyterHub for the classroom bench and tests (runs in the bench's process; starts the hub as root).
 
 :class:`Hub` starts ``jupyterhub`` with :file:`jupyterhub_config.py` beside this module (configurable-http-proxy
-from npm, :class:`~dtfkit.hubbench.spawner.LimitedSpawner`, the dummy authenticator) on free loopback ports, in
+from npm, :class:`~hubbench.spawner.LimitedSpawner`, the dummy authenticator) on free loopback ports, in
 a private state folder, and waits for its REST API to answer. Leaving the ``with`` block stops the hub, which
 stops every student's server (``cleanup_servers``), and the proxy, and checks that none of them is left.
 
@@ -101,7 +101,7 @@ def open_for_students(paths: list[str], listed: tuple[str, ...] = ()) -> list[tu
 
 def checkout() -> str:
     """The folder dtfkit is imported from (the checkout's root, on the students' import path)."""
-    return str(Path(__file__).resolve().parents[2])
+    return str(Path(__file__).resolve().parents[1])
 
 
 def restore_modes(changed: list[tuple[str, int]]) -> None:
@@ -138,7 +138,7 @@ class Hub:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.state / "jupyterhub.log"
         self.start_timeout = start_timeout
-        repo = str(Path(__file__).resolve().parents[2])
+        repo = str(Path(__file__).resolve().parents[1])
         self.env = {
             **os.environ,
             "DTFKIT_HUB_STATE": str(self.state),
@@ -153,7 +153,8 @@ class Hub:
             "DTFKIT_HUB_MAX_PIDS": str(max_pids),
             "DTFKIT_HUB_ZYGOTE": "1" if zygote else "0",
             "DTFKIT_HUB_LANG": lang or "",
-            # the students' servers import dtfkit from this checkout, as the hub does
+            # the hub imports hubbench.spawner, and the students' servers dtfkit, from this checkout
+            "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p),
             "DTFKIT_HUB_PYTHONPATH": repo,
             "PATH": tool_path(),
             **(extra_env or {}),

@@ -5,7 +5,7 @@ two machines) and draws two panels: seconds from "run" to the first cluster and 
 median and the slowest student), and the class's memory (the students' PSS summed, and the machine's used
 memory at its peak), against the number of students. Runs in the teacher's process, after the bench.
 
-    python -m dtfkit.hubbench.plot bench-off.md bench-on.md -o classroom-bench.png
+    python -m hubbench.plot bench-off.md bench-on.md -o classroom-bench.png
 
 Example::
 
@@ -20,8 +20,8 @@ import re
 from pathlib import Path
 
 from dtfkit import fonts
-from dtfkit.hubbench.bench import TABLE_COLUMNS
 from dtfkit.i18n import LANGUAGES, _, in_language, language
+from hubbench.bench import TABLE_COLUMNS
 
 
 def _numbers(cell: str) -> list[float]:

@@ -25,8 +25,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from dtfkit.hubbench.student import Student, StudentError, wait_for_class
-from dtfkit.hubbench.workload import ASSIGNMENT, EXERCISE, READY_MARK, check_outcome
+from hubbench.student import Student, StudentError, wait_for_class
+from hubbench.workload import ASSIGNMENT, EXERCISE, READY_MARK, check_outcome
 
 CHROMIUM_ARGS = [
     "--no-sandbox",

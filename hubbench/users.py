@@ -17,7 +17,7 @@ import pwd
 import secrets
 import subprocess
 
-from dtfkit.hubbench.limits import kill_until_gone
+from hubbench.limits import kill_until_gone
 
 PREFIX = "dtfk"  # every bench account starts with it (useradd names: 32 characters at most)
 
