@@ -191,7 +191,7 @@ def start_words(start: ForkStart) -> str:
 def link_words(described: LauncherDescription, task: str) -> str:
     """``"100mbit"``, ``"no limit"``, ``"100mbit, delay 20ms"``: ``task``'s link, as the cluster
     table shows it."""
-    from dtfkit.engine.launchers.local import link_delay, link_rate
+    from dtfkit.engine.launchers.links import link_delay, link_rate
     from dtfkit.engine.platform import netns
 
     rate = link_rate(described.links, task)

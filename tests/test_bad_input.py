@@ -20,7 +20,8 @@ import pytest
 
 import dtfkit
 from dtfkit.engine.launchers.fake import FakeLauncher
-from dtfkit.engine.launchers.local import LocalLauncher, check_plan_tasks, plan_delays, plan_links
+from dtfkit.engine.launchers.links import check_plan_tasks, plan_delays, plan_links
+from dtfkit.engine.launchers.local import LocalLauncher
 from dtfkit.errors import DtfkitError
 from dtfkit.recipes import allreduce
 

@@ -18,7 +18,8 @@ from conftest import share_cluster, wait_gone
 import dtfkit
 from dtfkit.cluster_display import link_words as _link_words
 from dtfkit.engine.launchers.contract import LauncherDescription
-from dtfkit.engine.launchers.local import LocalLauncher, link_delay, plan_delays
+from dtfkit.engine.launchers.links import link_delay, plan_delays
+from dtfkit.engine.launchers.local import LocalLauncher
 from dtfkit.engine.platform import netns
 from dtfkit.engine.task import relay
 from dtfkit.engine.wire.protocol import TaskConfig

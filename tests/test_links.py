@@ -18,7 +18,8 @@ from conftest import share_cluster, wait_gone
 
 import dtfkit
 from dtfkit.cluster_display import start_words
-from dtfkit.engine.launchers.local import LocalLauncher, link_rate, plan_links
+from dtfkit.engine.launchers.links import link_rate, plan_links
+from dtfkit.engine.launchers.local import LocalLauncher
 from dtfkit.engine.platform import netns
 from dtfkit.errors import DtfkitError
 

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dtfkit.engine.launchers.local import kill_group, spawn_group
+from dtfkit.engine.platform.groups import kill_group, spawn_group
 from dtfkit.engine.platform.ports import free_ports
 from dtfkit.errors import DtfkitError, exit_code
 from dtfkit.i18n import N_, _, joined

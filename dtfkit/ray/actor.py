@@ -39,7 +39,7 @@ from typing import Any
 
 import ray
 
-from dtfkit.engine.launchers.local import spawn_task
+from dtfkit.engine.launchers.local_process import spawn_task
 from dtfkit.engine.platform import lifeline
 from dtfkit.engine.wire import control, protocol
 from dtfkit.engine.wire.lines import read_line

@@ -40,7 +40,7 @@ def choose_launcher(
     launcher: Launcher | LauncherSpec | None = None,
 ) -> Launcher | LauncherSpec:
     """Where the tasks of ``layout`` start, every option checked against the others and the layout."""
-    from dtfkit.engine.launchers.local import DELAY_REFUSED_MODES, plan_delays, plan_links
+    from dtfkit.engine.launchers.links import DELAY_REFUSED_MODES, plan_delays, plan_links
 
     for option, given in (("link", link), ("delay", delay)):
         if launcher is not None and given is not None:
@@ -77,7 +77,7 @@ def build_local_launcher(network: str, link=None, delay=None) -> Launcher:
 
 def _check_link_keys(links, delays, layout: ClusterLayout) -> None:
     """Refuse ``link=``/``delay=`` keys naming no task of ``layout``, before anything starts."""
-    from dtfkit.engine.launchers.local import check_plan_tasks
+    from dtfkit.engine.launchers.links import check_plan_tasks
 
     names = [task.name for task in layout.tasks]
     check_plan_tasks("link", links, names)

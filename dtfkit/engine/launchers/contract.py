@@ -75,10 +75,10 @@ class LauncherDescription:
     #: local launchers, ``RayStart`` for Ray, else None.
     start: Any = None
     #: With emulated links: the plan ``{"default"|job|task: bits per second}`` (see
-    #: ``dtfkit.engine.launchers.local.link_rate``); None without links.
+    #: ``dtfkit.engine.launchers.links.link_rate``); None without links.
     links: Mapping[str, int] | None = None
     #: With ``delay=``: the plan ``{"default"|job|task: seconds}`` (see
-    #: ``dtfkit.engine.launchers.local.link_delay``); None without a delay.
+    #: ``dtfkit.engine.launchers.links.link_delay``); None without a delay.
     delays: Mapping[str, float] | None = None
     #: Tasks spread over several machines: ``{task: node id}``; None on one machine.
     nodes: Mapping[str, str] | None = None

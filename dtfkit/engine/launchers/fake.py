@@ -18,11 +18,10 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import threading
 
 from dtfkit.engine.launchers.contract import Launcher, LauncherDescription, TaskHandle
-from dtfkit.engine.launchers.local import LocalProcess, spawn_task
-from dtfkit.engine.platform.lifeline import with_lifeline
+from dtfkit.engine.launchers.local_process import LocalProcess, spawn_task
+from dtfkit.engine.platform.lifeline import with_lifeline_here
 from dtfkit.engine.wire.protocol import TaskConfig
 
 
@@ -31,8 +30,7 @@ class FakeLauncher(Launcher):
 
     def start(self, config: TaskConfig) -> TaskHandle:
         config = dataclasses.replace(config, tensorflow=False)
-        main_thread = threading.current_thread() is threading.main_thread()
-        env = with_lifeline(config.env, from_long_lived_thread=main_thread)
+        env = with_lifeline_here(config.env)
         return LocalProcess(spawn_task(config, env, config.cwd))
 
     def describe(self) -> LauncherDescription:

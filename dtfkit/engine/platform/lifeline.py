@@ -14,7 +14,7 @@ import queue
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 _PR_SET_PDEATHSIG = 1
 PDEATHSIG_ENV = "DTFKIT_PDEATHSIG"
@@ -32,7 +32,7 @@ def die_with_parent() -> None:
         os._exit(0)
 
 
-def with_lifeline(env: dict[str, str], *, from_long_lived_thread: bool) -> dict[str, str]:
+def with_lifeline(env: Mapping[str, str], *, from_long_lived_thread: bool) -> dict[str, str]:
     """``env`` plus what makes a child die with this process.
 
     ``PR_SET_PDEATHSIG`` fires when the *thread* that started the child ends, so it is
@@ -49,6 +49,19 @@ def with_lifeline(env: dict[str, str], *, from_long_lived_thread: bool) -> dict[
     if from_long_lived_thread:
         env[PDEATHSIG_ENV] = "1"
     return env
+
+
+def with_lifeline_here(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a child started from the calling thread: ``with_lifeline``, with
+    ``PR_SET_PDEATHSIG`` only when that thread is the main thread (it lives as long as the process).
+
+    Example::
+
+        >>> with_lifeline_here({})[OWNER_ENV] == str(os.getpid())
+        True
+    """
+    main_thread = threading.current_thread() is threading.main_thread()
+    return with_lifeline(env, from_long_lived_thread=main_thread)
 
 
 def signal_group(pgid: int, sig: int) -> None:

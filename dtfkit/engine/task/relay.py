@@ -53,7 +53,7 @@ def peer_delays(cluster: dict, task: str, plan) -> tuple[float, dict[str, float]
     """This task's own delay, and ``{peer host: seconds}`` for every task of ``cluster``.
 
     A connection's delay is the larger of the two tasks' delays (``plan`` as
-    ``dtfkit.engine.launchers.local.plan_delays`` makes it: ``{"default"|job|task: seconds}``).
+    ``dtfkit.engine.launchers.links.plan_delays`` makes it: ``{"default"|job|task: seconds}``).
     """
     from dtfkit.engine.platform.netns import task_value
 
