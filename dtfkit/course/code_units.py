@@ -32,7 +32,7 @@ import ast
 import io
 import re
 import tokenize
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 # Calls whose string arguments a reader sees: printed, or drawn on a figure.
@@ -118,7 +118,7 @@ def _shown_literals(tree: ast.AST) -> list[ast.Constant | ast.JoinedStr]:
     def names_read(calls: list[ast.Call]) -> set[str]:
         return {n.id for call in calls for a in call.args for n in ast.walk(a) if isinstance(n, ast.Name)}
 
-    def only_shown(where: list[ast.AST]) -> set[str]:
+    def only_shown(where: Sequence[ast.AST]) -> set[str]:
         """The names read in ``where`` only by shown calls: a name also read elsewhere is data (a key, a
         value compared), whose literals must stay as they are."""
 
@@ -184,9 +184,11 @@ def _shown_literals(tree: ast.AST) -> list[ast.Constant | ast.JoinedStr]:
         if not isinstance(node, ast.For):
             continue
         shown_here = only_shown(node.body)
-        walked, method = node.iter, None
+        walked: ast.AST = node.iter
+        method: str | None = None
         if isinstance(walked, ast.Call) and isinstance(walked.func, ast.Attribute) and not walked.args:
-            walked, method = walked.func.value, walked.func.attr
+            method = walked.func.attr
+            walked = walked.func.value
         if isinstance(walked, ast.Name):
             walked = containers.get(walked.id, walked)
         # (the loop variable an element is bound to, the element)
@@ -313,10 +315,12 @@ def code_units(source: str, *, every: bool = False) -> list[CodeUnit]:
         # ast counts a column in UTF-8 bytes, tokenize in characters (a Chinese word is 3 bytes a character).
         return len(lines[line - 1].encode("utf-8")[:byte_offset].decode("utf-8", errors="ignore"))
 
-    shown = {
-        (n.lineno, column(n.lineno, n.col_offset), n.end_lineno, column(n.end_lineno, n.end_col_offset))
-        for n in _shown_literals(tree)
-    }
+    shown = set()
+    for n in _shown_literals(tree):
+        assert n.end_lineno is not None and n.end_col_offset is not None  # ast.parse sets both on every expr
+        shown.add(
+            (n.lineno, column(n.lineno, n.col_offset), n.end_lineno, column(n.end_lineno, n.end_col_offset))
+        )
     units: list[CodeUnit] = []
     for token in tokens:
         begin = starts[token.start[0]] + token.start[1]

@@ -104,11 +104,11 @@ def read_configs(tf_config: Any) -> tuple[Given, list[Finding]]:
         items = list(tf_config)
     else:
         items = [tf_config]
-    processes = []
+    processes: list[Process] = []
     for position, item in enumerate(items):
-        process = _read_one(position, item, len(items) > 1, findings, budget)
-        if process is not None:
-            processes.append(process)
+        read = _read_one(position, item, len(items) > 1, findings, budget)
+        if read is not None:
+            processes.append(read)
     # Only a list of readable TF_CONFIGs, each naming its task, says which tasks nobody runs.
     complete = isinstance(tf_config, (list, tuple)) and all(
         p.task_type is not None and p.task_index is not None for p in processes
@@ -355,7 +355,9 @@ def _cluster_of(
                 jobs[job] = {i: _address(a) for i, a in enumerate(tasks)}
             elif isinstance(tasks, dict) and all(_index_key(k) is not None for k in tasks):
                 # A sparse job {index: address}: only the given indices exist.
-                jobs[job] = {_index_key(k): _address(a) for k, a in tasks.items()}
+                jobs[job] = {
+                    index: _address(a) for k, a in tasks.items() if (index := _index_key(k)) is not None
+                }
                 if len(jobs[job]) != len(tasks):
                     problem = _("job {job!r} gives one index twice ({describe_tasks})").format(
                         job=job, describe_tasks=describe(tasks)

@@ -58,7 +58,7 @@ def nothing_to_diagnose(given: str = "tf_config is None") -> DiagnoseInputError:
     )
 
 
-def check_text_size(argument: str, text: str | bytes) -> None:
+def check_text_size(argument: str, text: str | bytes | bytearray) -> None:
     if len(text) > MAX_TEXT:
         raise DiagnoseInputError(
             f"{argument} is {len(text):,} characters long; diagnose reads at most {MAX_TEXT:,} (a TF_CONFIG "

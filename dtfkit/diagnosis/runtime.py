@@ -167,9 +167,9 @@ def _text(value: Any) -> str:
 
 def log_findings(logs: Any) -> list[Finding]:
     """Findings from each task's log text (``{"worker:0": text}``; see ``as_logs``)."""
-    found = []
+    found: list[Finding] = []
     for task, text in as_logs(logs).items():
-        matched = set()
+        matched: set[str] = set()
         for rule in _RULES:
             if rule.code in _EXCLUSIVE and matched & set(_EXCLUSIVE):
                 continue

@@ -192,6 +192,7 @@ def _disagreeing_clusters(given: Given) -> list[Finding]:
     with_cluster = [p for p in given.processes if p.cluster is not None]
     if len(with_cluster) < 2:
         return []
+    clusters = {p.position: p.cluster for p in given.processes if p.cluster is not None}
     # Compare with the cluster most processes hold (the first of them on a tie): the odd ones out are named.
     keys = {p.position: p.cluster_key for p in with_cluster}
     common = Counter(keys.values()).most_common(1)[0][0]
@@ -209,7 +210,9 @@ def _disagreeing_clusters(given: Given) -> list[Finding]:
                 ).format(
                     label=other.label,
                     label_2=first.label,
-                    difference_first_cluster_oth=_difference(first.cluster, other.cluster),
+                    difference_first_cluster_oth=_difference(
+                        clusters[first.position], clusters[other.position]
+                    ),
                 ),
                 _("Write the cluster once and give every process the same 'cluster'; only 'task' differs."),
                 see="tensorflow/tensorflow#31154",
@@ -321,22 +324,22 @@ def _address_rules(cluster: dict[str, Job], machines: int) -> list[Finding]:
                 continue
             good[task] = address
             places.setdefault(addresses.same_place(address), []).append(task)
-    for tasks in places.values():
-        if len(tasks) > 1:
+    for sharing in places.values():
+        if len(sharing) > 1:
             named = (
-                _(" and ").join(tasks)
-                if len(tasks) <= 5
+                _(" and ").join(sharing)
+                if len(sharing) <= 5
                 else _("{join_tasks_5} and {len_tasks_5} more").format(
-                    join_tasks_5=", ".join(tasks[:5]), len_tasks_5=len(tasks) - 5
+                    join_tasks_5=", ".join(sharing[:5]), len_tasks_5=len(sharing) - 5
                 )
             )
             found.append(
                 Finding(
                     "duplicate-address",
-                    tasks[1],
+                    sharing[1],
                     _(
                         "{named} have the same address ({good_tasks_0}): two servers cannot listen on one port of one machine."
-                    ).format(named=named, good_tasks_0=good[tasks[0]]),
+                    ).format(named=named, good_tasks_0=good[sharing[0]]),
                     _("Give every task its own host:port."),
                 )
             )
