@@ -52,6 +52,8 @@ if ROOT not in sys.path:
 
 import psutil  # noqa: E402
 
+from dtfkit.ports import free_ports  # noqa: E402
+
 SEED_SCRIPT = os.path.join(ROOT, "dtfkit", "examples", "distributed_mnist.py")
 SEED_FLAGS = ["--device_filters=False", "--poll_chief_secs=0", "--train_steps=400"]
 SERVER = (
@@ -117,16 +119,6 @@ def env_for_tasks() -> dict[str, str]:
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     env["PYTHONUNBUFFERED"] = "1"
     return env
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def port_open(port: int) -> bool:

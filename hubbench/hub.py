@@ -27,7 +27,7 @@ from typing import Any
 
 import requests
 
-from dtfkit.engine.platform.ports import free_ports
+from dtfkit.ports import free_ports
 
 CONFIG = Path(__file__).with_name("jupyterhub_config.py")
 

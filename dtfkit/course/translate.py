@@ -355,6 +355,8 @@ def _closest(entry: polib.POEntry, candidates: list[polib.POEntry]) -> polib.POE
 
 LIBRARY = "dtfkit"  # the name of the library's own catalog (dtfkit/locale/<lang>/LC_MESSAGES/dtfkit.po)
 PACKAGE = Path(__file__).resolve().parents[1]
+# The classroom bench speaks the reader's language through dtfkit's catalog; it lives beside the package.
+BESIDE_THE_PACKAGE = ("hubbench",)
 
 
 def library_template() -> list[polib.POEntry]:
@@ -364,7 +366,10 @@ def library_template() -> list[polib.POEntry]:
     import ast
 
     found: dict[str, polib.POEntry] = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    sources = [*PACKAGE.rglob("*.py")] + [
+        path for folder in BESIDE_THE_PACKAGE for path in (PACKAGE.parent / folder).rglob("*.py")
+    ]
+    for path in sorted(sources):
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         for node in ast.walk(tree):
             message = _marked_message(node)

@@ -42,11 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dtfkit.engine.platform.groups import kill_group, spawn_group
-from dtfkit.engine.platform.ports import free_ports
 from dtfkit.errors import DtfkitError, exit_code
 from dtfkit.i18n import N_, _, joined
 from dtfkit.kube import controller
 from dtfkit.kube.validate import check_manifest
+from dtfkit.ports import free_ports
 
 PYTHON_NAMES = ("python", "python3")
 
