@@ -126,7 +126,9 @@ class RayCluster(RunningCluster):
 
     @property
     def launcher(self) -> RayLauncher:
-        return self._rt.launcher
+        launcher = self._rt.launcher
+        assert isinstance(launcher, RayLauncher)  # built from this cluster's LauncherSpec(RayLauncher, ...)
+        return launcher
 
     @property
     def ray_address(self) -> str:

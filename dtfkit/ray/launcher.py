@@ -309,7 +309,7 @@ class RayTaskHandle(ReportedExit, TaskHandle):
 
     def read_line(self) -> bytes:
         while not self._lines:
-            if self._ended.is_set():
+            if self._ended_event().is_set():
                 return b""
             try:
                 batch, code = self._read.get(POLL_SECONDS + RPC_SLACK)
@@ -565,7 +565,8 @@ class RayLauncher(Launcher):
             script = self._script
         self._starts += 1
         options = _actor_options(resources_of(self.resources, task) if config.mode != "client" else {})
-        actor = TaskActor.options(
+        # mypy keeps a class its decorator's type (no ActorClass here): ray.remote gave it .options.
+        actor = TaskActor.options(  # type: ignore[attr-defined]
             name=f"{task}-{config.gen}",
             namespace=self.namespace,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from typing import IO, Any
 
 from dtfkit.engine.platform import state
 from dtfkit.errors import ClusterStartError, DtfkitError
@@ -64,7 +65,7 @@ def use_loopback() -> None:
     it is set both in the environment and, if Ray is imported already, in Ray's constants.
     """
     os.environ[LOOPBACK_ENV] = "0"
-    constants = sys.modules.get("ray._private.ray_constants")
+    constants: Any = sys.modules.get("ray._private.ray_constants")  # Ray's module: its settings are untyped
     if constants is not None:
         constants.ENABLE_RAY_CLUSTER = False
 
@@ -161,6 +162,7 @@ class SimulatedRayCluster(contextlib.AbstractContextManager):
 
     def _read_address(self, timeout: float) -> str:
         out = self.popen.stdout
+        assert out is not None  # stdout=PIPE
         seen: list[str] = []
         deadline = _monotonic() + timeout
         while True:
@@ -201,8 +203,10 @@ class SimulatedRayCluster(contextlib.AbstractContextManager):
         if self.closed:
             return
         self.closed = True
+        stdin = self.popen.stdin
+        assert stdin is not None  # stdin=PIPE
         try:
-            self.popen.stdin.close()  # EOF: the supervisor ends its group and exits
+            stdin.close()  # EOF: the supervisor ends its group and exits
         except OSError:
             pass
         try:
@@ -237,7 +241,7 @@ def _monotonic() -> float:
     return time.monotonic()
 
 
-def _drain(stream) -> None:
+def _drain(stream: IO[bytes]) -> None:
     try:
         while stream.read(65536):
             pass
