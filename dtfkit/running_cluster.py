@@ -143,7 +143,7 @@ class RunningCluster:
 
     @property
     def log_dir(self) -> str:
-        return self._rt.log_dir
+        return self._rt.log_dir or ""  # the runtime always has its logs folder
 
     def pids(self) -> dict[str, int]:
         """The pid of every process of the cluster."""

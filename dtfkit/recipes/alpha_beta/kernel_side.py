@@ -8,7 +8,7 @@ with ``allreduce``'s task-side ``time_sync``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from dtfkit import fonts
@@ -221,13 +221,13 @@ def plot_alpha_beta(
     alpha_s: float,
     beta_s_per_byte: float,
     *,
-    sizes: Sequence[float] | None = None,
+    sizes: Collection[float] | None = None,
     measured: Iterable[dict[str, Any]] | None = None,
     key: str = "comm_s",
     methods: Sequence[str] = METHODS,
     ax: Any = None,
     title: str | None = None,
-):
+) -> Any:
     """Time per synchronisation against gradient size, both axes logarithmic: the model's line
     for each method, ``measured`` rows (``measure``'s, of one delay) as points in the same
     colour (by ``key``; rows at or below 0 cannot be drawn on a log axis and are counted in

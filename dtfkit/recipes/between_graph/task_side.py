@@ -248,6 +248,7 @@ def train_in_graph(
             partitions = tf.compat.v1.RunOptions(output_partition_graphs=True)
             sess.run(train_op, feed(), options=partitions, run_metadata=meta)
             acc = sess.run(accuracy, {towers[0][0]: x_test, towers[0][1]: y_test})
+    assert first is not None  # steps >= 1: the loop ran (with steps < 1 nothing was trained)
     return {
         "towers": workers,
         "devices": sorted({_task_of(n.device) for g in meta.partition_graphs for n in g.node}),

@@ -155,11 +155,11 @@ def _problem(event: dict[str, Any]) -> str | None:
     if "args" in event and not isinstance(event["args"], dict):
         return f"'args' must be an object, not {event['args']!r}"
     if ph == "M":
-        key = _METADATA.get(event["name"])
-        if key is None:
+        arg = _METADATA.get(event["name"])
+        if arg is None:
             return f"metadata event name must be one of {sorted(_METADATA)}, not {event['name']!r}"
-        if key not in event.get("args", {}):
-            return f"a {event['name']} event needs args.{key}"
+        if arg not in event.get("args", {}):
+            return f"a {event['name']} event needs args.{arg}"
         return None
     if not _is_number(event.get("ts")):
         return f"'ts' must be a finite number (microseconds), not {event.get('ts')!r}"

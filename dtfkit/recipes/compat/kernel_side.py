@@ -338,7 +338,7 @@ def compatibility_table(
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
     total = len(strategies) * len(trainers)
     shown = _Shown(progress)
-    cells = []
+    cells: list[Cell] = []
     began = time.monotonic()
     for strategy in strategies:
         for trainer in trainers:

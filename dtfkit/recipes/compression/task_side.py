@@ -337,7 +337,7 @@ def train_compressed(
     transfers = [(r["from"], r["to"], r["tensor"], r["bytes"]) for r in records if r["kind"] == "transfer"]
     names = [f"worker:{i}" for i in range(workers)]
     links = timeline.link_bytes(records)[0]
-    out = {
+    out: dict[str, Any] = {
         "method": method,
         "k": k,
         "workers": workers,

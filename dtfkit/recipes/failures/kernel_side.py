@@ -11,6 +11,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from dtfkit.course import listing
@@ -110,7 +111,7 @@ def _log_line(cluster, task: str, *needles: str, since: int = 0) -> str:
     return ""
 
 
-def source_without_docstring(fn) -> str:
+def source_without_docstring(fn: Callable[..., Any]) -> str:
     """``fn``'s source with its docstring left out, its comments in the reader's language: the code a case
     runs, to show it."""
     import ast
@@ -118,7 +119,9 @@ def source_without_docstring(fn) -> str:
     import textwrap
 
     source = textwrap.dedent(inspect.getsource(fn))
-    body = ast.parse(source).body[0].body
+    defined = ast.parse(source).body[0]
+    assert isinstance(defined, (ast.FunctionDef, ast.AsyncFunctionDef))  # the source of a def
+    body = defined.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         lines = source.splitlines()
         del lines[body[0].lineno - 1 : body[0].end_lineno]

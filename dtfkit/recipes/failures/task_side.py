@@ -174,6 +174,7 @@ def server_on_a_free_port() -> dict:
     ctx = dtfkit.this_task()
     server = tf.distribute.Server.create_local_server()
     port = int(server.target.rsplit(":", 1)[1])
+    assert ctx.target is not None  # this recipe's cluster starts servers: the task's own is on its port
     return {"target": server.target, "port": port, "cluster_port": int(ctx.target.rsplit(":", 1)[1])}
 
 

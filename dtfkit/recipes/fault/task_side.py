@@ -235,7 +235,7 @@ def ReportHook(tf, global_step, loss, checkpoint_dir: str | None = None):  # noq
     return _ReportHook()
 
 
-def CheckpointReporter(tf):  # noqa: N802
+def CheckpointReporter(tf: Any) -> Any:  # noqa: N802
     """A ``CheckpointSaverListener`` that reports the step of every checkpoint written."""
 
     class _CheckpointReporter(tf.compat.v1.train.CheckpointSaverListener):
@@ -245,7 +245,7 @@ def CheckpointReporter(tf):  # noqa: N802
     return _CheckpointReporter()
 
 
-def FastWorkerSessionCreator(tf, master: str, config, recovery_wait_secs: float):  # noqa: N802
+def FastWorkerSessionCreator(tf, master: str | None, config, recovery_wait_secs: float):  # noqa: N802
     """``WorkerSessionCreator`` that polls for a ready model every ``recovery_wait_secs``."""
 
     class _FastWorkerSessionCreator(tf.compat.v1.train.SessionCreator):
@@ -287,7 +287,7 @@ class _TidyLog(logging.Filter):
             return False
         if not self.log_checkpoints and text.startswith("Saving checkpoints for"):
             return False
-        if self.recovery_gist and _RECOVERY.match(text) and record.args:
+        if self.recovery_gist and _RECOVERY.match(text) and isinstance(record.args, tuple) and record.args:
             gist = recovery_gist_line(text, record.args[-1])
             _write_beside(record, _("dtfkit, in short: {gist}").format(gist=gist))
         return True

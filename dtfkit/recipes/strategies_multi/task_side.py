@@ -207,7 +207,9 @@ def train_multi_worker_mirrored(
     # Which examples this worker read: each row it was given, found in the whole training set.
     row_index = {row.tobytes(): i for i, row in enumerate(x.astype("float32"))}
     iterator = iter(dist_ds)
-    losses, seen, read = [], 0, set()
+    losses: list[float] = []
+    seen = 0
+    read: set[int] = set()
     for step in range(1, steps + 1):
         loss, counts, features = train_step(iterator)
         losses.append(float(loss))

@@ -107,7 +107,7 @@ class SyncRun:
         """Per worker: ``local_steps`` (its completed steps, counted by the worker), ``pushed``
         (counted on the ps: ``pushed_read``), and the ledger's ``aggregated``, ``dropped``,
         ``pending`` (over every step the worker recorded, one cut short included)."""
-        out = {}
+        out: dict[str, dict[str, int]] = {}
         for task in self.workers:
             mine = [g for g in self.gradients if g["task"] == task]
             c = Counter(g["fate"] for g in mine)
@@ -121,7 +121,7 @@ class SyncRun:
         return out
 
     def totals(self) -> dict[str, int]:
-        out = Counter()
+        out: Counter[str] = Counter()
         for row in self.counts().values():
             out.update(row)
         return dict(out)

@@ -261,7 +261,7 @@ def _sync_local_step(tf):
     return found[0]
 
 
-def _wait_for_step(tf, target: str, config, global_step, step: int, timeout: float = 120.0) -> None:
+def _wait_for_step(tf, target: str | None, config, global_step, step: int, timeout: float = 120.0) -> None:
     with tf.compat.v1.Session(target, config=config) as plain:
         deadline = time.monotonic() + timeout
         while plain.run(global_step) < step:

@@ -293,7 +293,7 @@ def peer_barrier(tf) -> Barrier:
 
 
 def wait_for_peers(
-    tf, target: str, config, barrier: Barrier, count: int, timeout: float = 120.0, strict: bool = True
+    tf, target: str | None, config, barrier: Barrier, count: int, timeout: float = 120.0, strict: bool = True
 ) -> bool:
     """Count this worker in, then wait until ``count`` workers are in; True once they are.
 
@@ -326,7 +326,7 @@ def join_queue_runner_threads(timeout: float) -> None:
             thread.join(max(0.0, deadline - time.monotonic()))
 
 
-def wait_for_chief_init(tf, target: str, config, timeout: float = 120.0, poll: float = 0.1) -> None:
+def wait_for_chief_init(tf, target: str | None, config, timeout: float = 120.0, poll: float = 0.1) -> None:
     """Block until the chief has initialized every global variable (bounded).
 
     A non-chief ``MonitoredTrainingSession`` checks once, then sleeps 30 s

@@ -17,7 +17,9 @@ from dtfkit.errors import DtfkitError
 from dtfkit.i18n import N_, _
 
 # find_spec of a submodule imports only its (empty) package, not the script and its TensorFlow.
-PATH = find_spec("dtfkit.examples.distributed_mnist").origin
+_SPEC = find_spec("dtfkit.examples.distributed_mnist")
+assert _SPEC is not None and _SPEC.origin is not None  # a module file of this package
+PATH: str = _SPEC.origin
 
 # TensorFlow's own Python log lines, as absl prints them (each twice: "INFO:tensorflow:..."
 # and "I1123 15:46:50.361617 ... file.py:557] ..."; the same for WARNING). Tracebacks are kept.
@@ -27,7 +29,7 @@ _TRAIN_STEP = N_("Train step {step:d}, loss: {loss:f}")
 _DONE = N_("worker {index} done: local_steps={local_steps:d} global_step={step:d}")
 
 
-def printed_line_pattern(template: str) -> re.Pattern:
+def printed_line_pattern(template: str) -> re.Pattern[str]:
     """The lines the script printed with ``_(template).format(...)`` in this language: each
     ``{field}`` a group (digits, or anything for ``:f`` and plain fields).
 
