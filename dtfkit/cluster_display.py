@@ -194,6 +194,7 @@ def link_words(described: LauncherDescription, task: str) -> str:
     from dtfkit.engine.launchers.links import link_delay, link_rate
     from dtfkit.engine.platform import netns
 
+    assert described.links is not None  # rows() asks only for a cluster with links
     rate = link_rate(described.links, task)
     words = netns.format_rate(rate) if rate else _("no limit")
     if described.delays is not None:

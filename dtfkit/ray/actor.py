@@ -57,14 +57,15 @@ def node_name(node_id: str) -> str:
     return node_id[:8]
 
 
-@ray.remote(concurrency_groups={"send": 1, "recv": 1, "output": 1, "admin": 2})
+# Ray's stub of ray.remote(...) lists no concurrency_groups=, which Ray takes for an actor class.
+@ray.remote(concurrency_groups={"send": 1, "recv": 1, "output": 1, "admin": 2})  # type: ignore[call-overload]
 class TaskActor:
     """Runs one task process on this node and relays its control messages and output."""
 
     def __init__(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="dtfk-ray-")  # short: a Unix socket lives in it
         self.socket_path = os.path.join(self.folder, "c.sock")
-        self.popen: subprocess.Popen | None = None
+        self.popen: subprocess.Popen[bytes] | None = None
         self.conn: Connection | None = None
         self.connected = threading.Event()
         self.changed = threading.Condition()
@@ -107,18 +108,21 @@ class TaskActor:
         full_env["DTFKIT_NODE"] = node_name(self.node_id)
         full_env[lifeline.OWNER_ENV] = str(os.getpid())
         full_env[lifeline.PDEATHSIG_ENV] = "1"
-        self.popen = self.spawner.call(lambda: spawn_task(config, full_env, workdir))
+        popen: subprocess.Popen[bytes] = self.spawner.call(lambda: spawn_task(config, full_env, workdir))
+        self.popen = popen
         authkey = bytes.fromhex(config.authkey)
         threading.Thread(
-            target=self._accept, args=(sock, authkey, config.task, config.gen), daemon=True
+            target=self._accept, args=(sock, authkey, config.task, config.gen, popen), daemon=True
         ).start()
-        threading.Thread(target=self._read_output, daemon=True).start()
-        return self.info()
+        threading.Thread(target=self._read_output, args=(popen,), daemon=True).start()
+        return self.info()  # type: ignore[operator]  # ray.method's stub types the handle's info.remote()
 
-    def _accept(self, sock: socket.socket, authkey: bytes, task: str, gen: int) -> None:
+    def _accept(
+        self, sock: socket.socket, authkey: bytes, task: str, gen: int, popen: subprocess.Popen[bytes]
+    ) -> None:
         """Take the task's connection (a foreign or unauthenticated one is dropped), then read it."""
         try:
-            while not self.closed and self.popen.poll() is None:
+            while not self.closed and popen.poll() is None:
                 try:
                     peer, _ = sock.accept()
                 except TimeoutError:
@@ -163,8 +167,8 @@ class TaskActor:
             self.eof = True
             self.changed.notify_all()
 
-    def _read_output(self) -> None:
-        stream = self.popen.stdout
+    def _read_output(self, popen: subprocess.Popen[bytes]) -> None:
+        stream = popen.stdout
         while True:
             try:
                 line = read_line(stream)
@@ -175,7 +179,7 @@ class TaskActor:
             with self.changed:
                 self.lines.append(line)
                 self.changed.notify_all()
-        code = self.popen.wait()
+        code = popen.wait()
         with self.changed:
             self.code = code
             self.output_ended = True
@@ -189,8 +193,10 @@ class TaskActor:
         while not self.connected.wait(0.2):
             if self.eof or self.output_ended or time.monotonic() >= deadline:
                 raise ConnectionError("the task is not connected (it exited, or has not connected in time)")
+        conn = self.conn
+        assert conn is not None  # set before self.connected
         try:
-            self.conn.send_bytes(data)
+            conn.send_bytes(data)
         except OSError as exc:
             raise ConnectionError(f"the task's connection is closed ({exc})") from None
 
@@ -258,7 +264,7 @@ class TaskActor:
     def shutdown(self) -> None:
         """End the task (bounded) and remove this actor's folder; the owner then kills the actor."""
         self.closed = True
-        self.kill()
+        self.kill()  # type: ignore[operator]  # ray.method's stub types the handle's kill.remote(), not the method
         if self.popen is not None:
             try:
                 self.popen.wait(10)
