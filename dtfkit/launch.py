@@ -29,6 +29,7 @@ from dtfkit.engine.owner.runtime import ClusterRuntime, Script
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId
 from dtfkit.errors import DtfkitError
 from dtfkit.i18n import _, joined
+from dtfkit.log import note
 from dtfkit.progress import start_display
 
 HANG_HINT_AFTER = 30.0
@@ -148,12 +149,11 @@ def _ray_launcher(ray: str, layout: ClusterLayout):
         if not count.isdigit() or int(count) < 1:
             raise DtfkitError(f"ray={ray!r}: the number of simulated nodes must be a positive whole number")
         address, nodes = None, int(count)
-        print(
+        note(
             _(
                 "dtfkit: starting a simulated {nodes}-node Ray cluster on this machine (10-20 s); for a "
                 "real one give its address instead (--ray ray://<head>:10001, or --ray auto on a node)"
-            ).format(nodes=nodes),
-            flush=True,
+            ).format(nodes=nodes)
         )
     warnings.warn(_(RAY_NETWORK_WARNING), stacklevel=3)
     return RayLauncher(address, nodes=nodes, tasks=[t.name for t in layout.tasks])

@@ -29,6 +29,7 @@ from dtfkit.engine.platform.notebook import cell_key
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId
 from dtfkit.errors import DtfkitError
 from dtfkit.i18n import _, joined
+from dtfkit.log import note
 from dtfkit.progress import start_display
 
 # The open clusters by name (in a notebook: the cell that started them), so that running a cell
@@ -98,7 +99,7 @@ class RunningCluster:
         previous = _BY_NAME.get(self.name) if self.name else None
         if previous is not None and not previous.closed:
             previous.close()
-            print(f"dtfkit: closed the cluster this cell started before ({previous.id})")
+            note(f"dtfkit: closed the cluster this cell started before ({previous.id})")
         self._launcher_spec: LauncherSpec | None = chosen if isinstance(chosen, LauncherSpec) else None
         if built is None:
             built = chosen.build() if isinstance(chosen, LauncherSpec) else chosen
@@ -282,7 +283,7 @@ class RunningCluster:
         chosen = None if fresh is None else self._rt.layout.select(fresh)  # a bad selector fails first
         if self.closed:
             self._start_again()
-            print(
+            note(
                 _("dtfkit: the cluster was closed; started it again ({id}, new addresses)").format(id=self.id)
             )
             return self.tasks
@@ -292,7 +293,7 @@ class RunningCluster:
                 _("{task} ({state})").format(task=task, state=cluster_display.shown_state(state))
                 for task, state in stale.items()
             )
-            print(_("dtfkit: started again: {states}").format(states=states))
+            note(_("dtfkit: started again: {states}").format(states=states))
         return [task.name for task in stale]
 
     def _start_again(self) -> None:

@@ -62,6 +62,7 @@ BOTTOM = {
     "dtfkit.lazy": "lazy_attributes(): a package's names imported on first use (PEP 562)",
     "dtfkit.i18n": "_(): the words a person is shown, in the language they chose",
     "dtfkit.fonts": "a font with the chosen language's glyphs for matplotlib (set_language calls it)",
+    "dtfkit.log": "note(): dtfkit's own notes, through the \"dtfkit\" logger (shown on standard output by default)",
     "dtfkit.ports": "free_ports(): loopback ports free now (the TFJob simulator, the classroom bench, benchmarks)",
 }
 # Edges that break the rules and are on their way out; a listed edge that no longer exists is fine.

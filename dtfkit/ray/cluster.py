@@ -27,6 +27,7 @@ from dtfkit.engine.owner.runtime import check_task_count
 from dtfkit.engine.wire import frames
 from dtfkit.engine.wire.layout import ClusterLayout
 from dtfkit.i18n import N_, _
+from dtfkit.log import note
 from dtfkit.ray.launcher import RayLauncher, RayStart, check_resources
 from dtfkit.running_cluster import RunningCluster, runtime_options
 
@@ -108,7 +109,7 @@ class RayCluster(RunningCluster):
         spec = LauncherSpec(RayLauncher, MappingProxyType(self._ray_options))
         launcher = spec.build()  # checks its arguments before anything prints; connects in its first start
         if address is None and not _connected():
-            print(_(SIMULATED_NOTE).format(nodes=nodes), flush=True)
+            note(_(SIMULATED_NOTE).format(nodes=nodes))
         frames.warn(_(RAY_NETWORK_WARNING))  # names the learner's cell as IPython does: Cell In[4]
         check_task_count(len(layout.tasks), max_tasks)
         options = runtime_options(
