@@ -1,10 +1,11 @@
-"""Memory and CPU of a class while it runs (a sampling thread in the bench's process, reading ``/proc``).
+"""Memory and CPU of a class while it runs (a sampling thread in the bench's process).
 
 PSS (proportional set size) is what a student really costs the machine: the TensorFlow libraries that every
 task maps are shared, and PSS splits each shared page between the processes that map it, so the students'
-PSS adds up to what they hold together. It is read from ``/proc/<pid>/smaps_rollup`` for every process of
-each student's user, about twice a second; the peaks are kept. CPU seconds come from the students' cgroups
-(every process that ever ran, ended ones too) where there are cgroups, else from the live processes' ``stat``.
+PSS adds up to what they hold together. psutil reads it (``memory_full_info().pss``, from
+``/proc/<pid>/smaps_rollup``) for every process of each student's user, about twice a second; the peaks are
+kept. CPU seconds come from the students' cgroups (every process that ever ran, ended ones too) where there
+are cgroups, else from the live processes' CPU times (psutil).
 
 Example::
 
@@ -16,52 +17,41 @@ Example::
 
 from __future__ import annotations
 
-import os
 import threading
+
+import psutil
 
 
 def pss_of(pid: int) -> int:
     """The process's PSS in bytes (0 if it has gone or cannot be read)."""
     try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+        return int(psutil.Process(pid).memory_full_info().pss)
+    except (psutil.Error, OSError):
+        return 0
 
 
 def threads_of(pid: int) -> int:
     """The process's thread count (what a pids cgroup counts), 0 if it has gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[17])
-    except (OSError, IndexError, ValueError):
+        return psutil.Process(pid).num_threads()
+    except (psutil.Error, OSError):
         return 0
 
 
 def pids_by_uid(uids: set[int]) -> dict[int, list[int]]:
+    """The live processes of each real user id in ``uids``."""
     found: dict[int, list[int]] = {uid: [] for uid in uids}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                uid = os.stat(f"/proc/{entry}").st_uid
-            except OSError:
-                continue
-            if uid in found:
-                found[uid].append(int(entry))
+    for process in psutil.process_iter(["uids"]):
+        owner = process.info["uids"]
+        if owner is not None and owner.real in found:
+            found[owner.real].append(process.pid)
     return found
 
 
 def meminfo() -> dict[str, int]:
-    """/proc/meminfo in bytes."""
-    values = {}
-    with open("/proc/meminfo") as f:
-        for line in f:
-            key, rest = line.split(":", 1)
-            values[key] = int(rest.split()[0]) * 1024
-    return values
+    """The machine's memory in bytes, under /proc/meminfo's names (MemTotal, MemAvailable)."""
+    memory = psutil.virtual_memory()
+    return {"MemTotal": memory.total, "MemAvailable": memory.available}
 
 
 def machine_used() -> int:
@@ -118,13 +108,11 @@ class Sampler:
 
 def cpu_seconds_of(pids: list[int]) -> float:
     """User + system seconds of live processes (the fallback where there are no cgroups)."""
-    tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-        except (OSError, IndexError, ValueError):
-            pass
+            times = psutil.Process(pid).cpu_times()
+        except (psutil.Error, OSError):
+            continue
+        total += times.user + times.system
     return total

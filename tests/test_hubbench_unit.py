@@ -297,3 +297,22 @@ def test_a_chinese_class_works_in_the_chinese_chapter_and_its_feedback_is_read()
 def test_the_hub_passes_the_class_language_to_the_students_servers():
     config = (REPO / "hubbench" / "jupyterhub_config.py").read_text()
     assert 'c.Spawner.environment["DTFKIT_LANG"] = os.environ["DTFKIT_HUB_LANG"]' in config
+
+
+def test_the_sampler_reads_a_real_process_through_psutil():
+    """PSS is at most RSS (shared pages are split), the caller is among its user's processes, a gone pid is 0."""
+    import os
+
+    import psutil
+
+    from hubbench import measure
+
+    me = os.getpid()
+    assert 0 < measure.pss_of(me) <= psutil.Process(me).memory_info().rss
+    assert me in measure.pids_by_uid({os.getuid()})[os.getuid()]
+    assert measure.threads_of(me) >= 1
+    gone = psutil.Popen(["true"])
+    gone.wait()
+    assert measure.pss_of(gone.pid) == 0 and measure.threads_of(gone.pid) == 0
+    info = measure.meminfo()
+    assert 0 < info["MemAvailable"] <= info["MemTotal"]
