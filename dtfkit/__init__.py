@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from dtfkit.cluster import LocalCluster
     from dtfkit.diagnosis import diagnose
     from dtfkit.engine.platform.state import cleanup
-    from dtfkit.launch import launch
+    from dtfkit.launch_script import launch
     from dtfkit.ray.cluster import RayCluster
 
 # Lazy, so that `import dtfkit` inside a task (for report()) stays cheap.
@@ -61,7 +61,7 @@ __getattr__ = lazy_attributes(
     __name__,
     {
         "LocalCluster": "dtfkit.cluster",
-        "launch": "dtfkit.launch",
+        "launch": "dtfkit.launch_script",
         "RayCluster": "dtfkit.ray.cluster",  # imports Ray only when used
         "cleanup": "dtfkit.engine.platform.state",
         "diagnose": "dtfkit.diagnosis",

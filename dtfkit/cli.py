@@ -35,7 +35,7 @@ def _options(ns: argparse.Namespace, *names: str) -> dict:
 
 
 def _launch(ns: argparse.Namespace) -> int:
-    from dtfkit.launch import launch
+    from dtfkit.launch_script import launch
 
     options = _options(ns, "network", "timeout", "show_tf_logs", "max_tasks", "ray")
     result = launch(**_script_and_counts(ns), **options)

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import time
-import types
 from dataclasses import dataclass, field
 
 from dtfkit.engine.launchers.choose import choose_launcher
@@ -296,14 +294,3 @@ def _hang_hint(runtime: ClusterRuntime, quiet: list[TaskId], chief: TaskId) -> s
     if any(_JOIN_FRAME.search(_main_thread(stacks.get(t, ""))) for t in quiet):
         return f"{head}: it only join()s its server, which never returns. Ctrl-C or --timeout ends it."
     return f"{head}. Ctrl-C or --timeout ends it."
-
-
-class _CallableModule(types.ModuleType):
-    """``dtfkit.launch(...)`` stays the function once this module is imported: importing
-    ``dtfkit.launch`` binds the package's attribute ``launch`` to the module itself."""
-
-    def __call__(self, *args, **kwargs) -> LaunchResult:
-        return launch(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

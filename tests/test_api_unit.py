@@ -27,7 +27,7 @@ def test_import_dtfkit_does_not_import_tensorflow():
         "after_import = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras'))\n"
         # The lazily loaded public names and every module the notebook side uses.
         "dtfkit.LocalCluster, dtfkit.launch, dtfkit.cleanup\n"
-        "import dtfkit.cli, dtfkit.engine.owner.runtime, dtfkit.cluster, dtfkit.launch, dtfkit.engine.platform.state, dtfkit.engine.platform.gpu_plan\n"
+        "import dtfkit.cli, dtfkit.engine.owner.runtime, dtfkit.cluster, dtfkit.launch_script, dtfkit.engine.platform.state, dtfkit.engine.platform.gpu_plan\n"
         "after_api = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras'))\n"
         "print(json.dumps([after_import, after_api]))\n"
     )

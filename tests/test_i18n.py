@@ -289,7 +289,7 @@ def test_what_the_tutorial_script_prints_is_read_back_in_either_language():
 
 def test_a_launchs_summary_and_a_remote_failure_speak_chinese():
     from dtfkit.engine.owner.calls import _describe_failure
-    from dtfkit.launch import LaunchResult
+    from dtfkit.launch_script import LaunchResult
 
     result = LaunchResult({"ps:0": None, "worker:0": 0}, [], False, 2.0, "/tmp/logs")
     assert result.summary().startswith("all workers finished in 2.0 s (ps:0: ended by the launcher")

@@ -335,7 +335,7 @@ KERNEL_ONLY = (
     "dtfkit.cluster",
     "dtfkit.running_cluster",
     "dtfkit.cluster_display",
-    "dtfkit.launch",
+    "dtfkit.launch_script",
     "dtfkit.engine.owner",
     "dtfkit.engine.launchers",
     "dtfkit.lab.panel",

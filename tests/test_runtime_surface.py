@@ -1,6 +1,6 @@
 """The front ends touch the runtime only through its methods and frozen views.
 
-``cluster.py``, ``running_cluster.py``, ``launch.py`` and ``ray/`` may read the runtime's
+``cluster.py``, ``running_cluster.py``, ``launch_script.py`` and ``ray/`` may read the runtime's
 read-only properties and call its methods (``ALLOWED``); they never read or write a part
 (``tasks``, ``events``, ``output``), a ``TaskProcess``, or a private name. (A call's
 ``RunHandle``, ``engine/owner/calls.py``, is the owner's side of a call, beside those
@@ -22,7 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "dtfkit"
 FRONT_ENDS = [
     ROOT / "cluster.py",
     ROOT / "running_cluster.py",
-    ROOT / "launch.py",
+    ROOT / "launch_script.py",
     *sorted((ROOT / "ray").glob("*.py")),
 ]
 # Names that hold a runtime in the front ends (self._rt, rt = self._rt, runtime).

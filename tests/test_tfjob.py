@@ -230,6 +230,27 @@ def test_a_broken_manifest_is_refused_with_the_path_of_the_problem(mutation):
     assert expected in str(caught.value)
 
 
+WRONG_TYPES = {
+    "ConfigMap name a list": lambda cm, job: cm["metadata"].update(name=["files"]),
+    "TFJob metadata text": lambda cm, job: job.update(metadata="train"),
+    "TFJob spec text": lambda cm, job: job.update(spec="train"),
+    "replica spec text": lambda cm, job: job["spec"]["tfReplicaSpecs"].update(Worker="x"),
+    "volume text": lambda cm, job: job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"].update(
+        volumes=["files"]
+    ),
+    "mounted ConfigMap name a list": lambda cm, job: job["spec"]["tfReplicaSpecs"]["Worker"]["template"][
+        "spec"
+    ].update(volumes=[{"name": "files", "configMap": {"name": ["files"]}}]),
+}
+
+
+@pytest.mark.parametrize("mutation", list(WRONG_TYPES))
+def test_a_part_of_another_type_is_a_problem_not_a_crash(mutation):
+    # The ConfigMap mount rule read such parts as dicts and names as keys (AttributeError, unhashable list).
+    text = export_tfjob(EXAMPLE, image="my/tf:2.21", ps=1, workers=2)
+    assert manifest_problems(_mutate(text, WRONG_TYPES[mutation]))
+
+
 def test_every_problem_is_listed_not_only_the_first():
     text = export_tfjob(EXAMPLE, image="my/tf:2.21", ps=1, workers=2)
 

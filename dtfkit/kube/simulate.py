@@ -161,7 +161,11 @@ def _materialise(
 
 def _rewrite(text: str, mounts: dict[str, str]) -> str:
     for mount_path, local in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
-        text = re.sub(re.escape(mount_path) + r"(?=/|$|\s)", lambda _m, v=local: v, text)
+
+        def as_is(_match: re.Match[str], value: str = local) -> str:
+            return value  # the folder as it is (a replacement string would read its backslashes)
+
+        text = re.sub(re.escape(mount_path) + r"(?=/|$|\s)", as_is, text)
     return text
 
 
@@ -177,7 +181,7 @@ class _Simulation:
         self.base_env = dict(os.environ if env is None else env)
         self.echo = echo
         self.events: queue.Queue = queue.Queue()
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.readers: list[threading.Thread] = []
         self.runs: dict[str, ReplicaRun] = {}
         self.mapping: dict[str, str] = {}
@@ -236,13 +240,14 @@ class _Simulation:
             plans.append((run, env, workdir))
         return plans
 
-    def _read(self, name: str, proc: subprocess.Popen) -> None:
+    def _read(self, name: str, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None  # spawn_group's pipe
         for raw in proc.stdout:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self.runs[name].output.append(line)
             self.say(f"[{name}] {line}")
 
-    def _wait(self, name: str, proc: subprocess.Popen) -> None:
+    def _wait(self, name: str, proc: subprocess.Popen[bytes]) -> None:
         self.events.put((name, proc.wait()))
 
     def start(self, plans) -> None:

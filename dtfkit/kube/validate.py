@@ -161,6 +161,11 @@ def path_text(parts: Any) -> str:
     return out or "(the document)"
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` where it is a JSON object, else ``{}`` (a value of another type is its own rule's problem)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _join(base: str, key: str) -> str:
     return key if base == "(the document)" else f"{base}.{key}"
 
@@ -252,7 +257,7 @@ def _replica_problems(rtype: str, spec: Any) -> list[str]:
 def _webhook_problems(job: dict) -> list[str]:
     """The webhook's rules (pkg/webhooks/tensorflow/tfjob_webhook.go ``validateTFJob``), then dtfkit's own."""
     problems = []
-    metadata = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
+    metadata = _object(job.get("metadata"))
     name = metadata.get("name")
     if not isinstance(name, str) or not name:
         problems.append("metadata.name: " + _("required"))
@@ -276,8 +281,8 @@ def _webhook_problems(job: dict) -> list[str]:
                     namespace=namespace, reasons=joined(why)
                 )
             )
-    spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
-    run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}
+    spec = _object(job.get("spec"))
+    run_policy = _object(spec.get("runPolicy"))
     managed_by = run_policy.get("managedBy")
     if managed_by is not None and managed_by not in MANAGED_BY:
         problems.append(
@@ -470,16 +475,17 @@ def manifest_problems(manifest: str | list[dict]) -> list[str]:
     """
     problems = []
     docs = load_documents(manifest)
-    maps = {}
+    maps: dict[str, object] = {}  # ConfigMap name: its namespace
     for n, doc in enumerate(docs, 1):
         kind = doc.get("kind") if isinstance(doc, dict) else None
-        meta = doc.get("metadata") if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict) else {}
+        meta = _object(doc.get("metadata")) if isinstance(doc, dict) else {}
         label = f"document {n} ({kind}/{meta.get('name')})"
         if kind == "TFJob":
             found = tfjob_problems(doc)
         elif kind == "ConfigMap":
             found = configmap_problems(doc)
-            maps[meta.get("name")] = meta.get("namespace", "default")
+            if isinstance(meta.get("name"), str):  # another name is configmap_problems' to report
+                maps[meta["name"]] = meta.get("namespace", "default")
         else:
             found = [_("kind {kind!r} is not checked here: only TFJob and ConfigMap").format(kind=kind)]
         problems += [f"{label}: {p}" for p in found]
@@ -491,16 +497,17 @@ def manifest_problems(manifest: str | list[dict]) -> list[str]:
     return problems
 
 
-def _mount_problems(job: dict, maps: dict[str, str]) -> list[str]:
-    namespace = (job.get("metadata") or {}).get("namespace", "default")
+def _mount_problems(job: dict, maps: dict[str, object]) -> list[str]:
+    # A part of another type than the schema's is tfjob_problems' to report: it mounts nothing here.
+    namespace = _object(job.get("metadata")).get("namespace", "default")
     problems = []
-    replicas = (job.get("spec") or {}).get("tfReplicaSpecs") or {}
-    for rtype, rspec in replicas.items() if isinstance(replicas, dict) else ():
-        pod = ((rspec or {}).get("template") or {}).get("spec") or {}
-        for i, volume in enumerate(pod.get("volumes") or []):
-            ref = (volume or {}).get("configMap") or {}
-            name = ref.get("name")
-            if name in maps and maps[name] != namespace:
+    replicas = _object(_object(job.get("spec")).get("tfReplicaSpecs"))
+    for rtype, rspec in replicas.items():
+        pod = _object(_object(_object(rspec).get("template")).get("spec"))
+        volumes = pod.get("volumes")
+        for i, volume in enumerate(volumes if isinstance(volumes, list) else []):
+            name = _object(_object(volume).get("configMap")).get("name")
+            if isinstance(name, str) and name in maps and maps[name] != namespace:
                 problems.append(
                     _dtfkit_rule(
                         f"spec.tfReplicaSpecs.{rtype}.template.spec.volumes[{i}].configMap.name",
