@@ -18,7 +18,9 @@ import inspect
 import io
 import re
 import tokenize
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from dtfkit.course.code_units import docstrings, has_words, line_offsets, string_body
 from dtfkit.i18n import _
@@ -86,7 +88,7 @@ def in_the_language(source: str, *, docstrings: bool = True) -> str:
     return out
 
 
-def show_source(function: object) -> None:
+def show_source(function: Callable[..., Any]) -> None:
     """Print a function's source as ``inspect.getsource`` gives it, its comments and docstring in the
     language dtfkit speaks here.
 

@@ -26,12 +26,15 @@ import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dtfkit.errors import DtfkitError
 from dtfkit.htmltable import html_table
 from dtfkit.i18n import N_, _
 from dtfkit.recipes import analysis
+
+if TYPE_CHECKING:
+    from dtfkit.cluster import LocalCluster
 
 MODES = ("sync", "async")
 LIVE_EVERY = 0.5  # seconds between live updates sent to listeners
@@ -217,7 +220,13 @@ class RunRecord:
         first token that carried it), async from the step records."""
         if self.sync is not None:
             return sorted(self.sync.update_times().values())
-        return sorted(e for steps in self.pushes().values() for _, e, _, a, _ in steps if a is not None)
+        # async: every step has ended (only a sync ledger's pending gradient has no end)
+        return sorted(
+            e
+            for steps in self.pushes().values()
+            for _, e, _, a, _ in steps
+            if a is not None and e is not None
+        )
 
     def update_interval(self, last: float = 1.0, how: str = "median") -> float:
         """Seconds between consecutive updates (the pace) over the last ``last`` of them:
@@ -347,7 +356,7 @@ class _Holder:
     """What the finalizer closes when the Lab is forgotten or the kernel exits."""
 
     def __init__(self) -> None:
-        self.cluster = None
+        self.cluster: LocalCluster | None = None
         self.stop = threading.Event()
 
     def close(self) -> None:
@@ -402,7 +411,7 @@ class Lab:
         return self._thread is not None and self._thread.is_alive()
 
     @property
-    def cluster(self):
+    def cluster(self) -> LocalCluster | None:
         """The warm cluster, or None."""
         return self._holder.cluster
 
@@ -549,7 +558,7 @@ class Lab:
             except Exception as exc:  # noqa: BLE001 - a broken listener must not end the run
                 self.echo("lab", f"listener {listener!r} failed: {exc!r}")
 
-    def _ensure_cluster(self, s: Settings):
+    def _ensure_cluster(self, s: Settings) -> LocalCluster:
         import dtfkit
 
         cluster = self._holder.cluster
@@ -574,7 +583,7 @@ class Lab:
         from dtfkit.recipes import sync
 
         s = record.settings
-        cluster = None
+        cluster: LocalCluster | None = None
         try:
             self._notify("started", record)
             t = time.monotonic()
@@ -587,7 +596,7 @@ class Lab:
             record.state = "running"
             record.started = time.time()
             self._notify("progress", record)
-            common = {
+            common: dict[str, object] = {
                 "steps": s.steps,
                 "batch_size": s.batch_size,
                 "learning_rate": s.learning_rate,

@@ -169,6 +169,7 @@ class TaskActor:
 
     def _read_output(self, popen: subprocess.Popen[bytes]) -> None:
         stream = popen.stdout
+        assert stream is not None  # spawn_task's pipe
         while True:
             try:
                 line = read_line(stream)

@@ -47,7 +47,7 @@ import sysconfig
 import threading
 import types
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeGuard
 
 import dtfkit
 from dtfkit.i18n import N_, _
@@ -91,7 +91,7 @@ class AnswerReachedIntoDtfkit(Exception):
     """Raised where the answer ran, after it called into dtfkit; the check turns it into feedback."""
 
 
-def _is_dtfkit_name(name: object) -> bool:
+def _is_dtfkit_name(name: object) -> TypeGuard[str]:
     return isinstance(name, str) and (name == "dtfkit" or name.startswith("dtfkit."))
 
 
@@ -403,7 +403,7 @@ class GuardedAnswer:
     checks read (``__code__``, ``__name__``, ``__defaults__``...) are the answer's.
     """
 
-    def __init__(self, answer: Callable, policy: Policy):
+    def __init__(self, answer: Callable[..., Any], policy: Policy):
         self.answer = answer
         self.policy = policy
         self.violations: list[str] = []
@@ -437,7 +437,7 @@ class GuardedAnswer:
         return {"answer": self.answer, "policy": self.policy}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["answer"], state["policy"])
+        GuardedAnswer.__init__(self, state["answer"], state["policy"])
 
 
 def refusal(exercise: str, names: list[str], verb: str = "called") -> str:

@@ -165,7 +165,7 @@ def stop_hooks(make_hooks: Callable, *, hidden: bool = False, rng: Rng = None) -
                     _("stop at last_step, the shared global step"),
                 )
             if min(locals_.values()) == 0:
-                idle = min(locals_, key=locals_.get)
+                idle = min(locals_, key=locals_.__getitem__)
                 return failed(
                     _("{idle} never trained").format(idle=idle), _("both workers should share the steps")
                 )

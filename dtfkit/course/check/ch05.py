@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from types import SimpleNamespace
+from typing import Any
 
 from dtfkit.course import classroom
 from dtfkit.course.check._core import CheckResult, exercise, failed, passed
@@ -84,14 +85,12 @@ def _mlp():
     )
 
 
-def _mirrored_by(v, strategy) -> bool:
+def _mirrored_by(v: Any, strategy: Any) -> bool:
     """True when ``v`` (a Keras or TF variable) is a distributed variable of ``strategy`` with one
     copy per replica: what TensorFlow makes of every variable created in ``strategy.scope()``."""
     inner = getattr(v, "value", v)
-    return (
-        getattr(inner, "distribute_strategy", None) is strategy
-        and len(getattr(inner, "values", ())) == strategy.num_replicas_in_sync
-    )
+    owner: Any = getattr(inner, "distribute_strategy", None)  # a TensorFlow strategy, or None
+    return owner is strategy and len(getattr(inner, "values", ())) == strategy.num_replicas_in_sync
 
 
 def _describe(v) -> str:

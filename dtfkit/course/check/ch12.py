@@ -98,7 +98,8 @@ def _layout(rng: random.Random) -> dict[str, list[str]]:
     counts = {"chief": 1, "ps": rng.randint(1, 2), "worker": rng.randint(2, 4)}
     hosts = rng.random() < 0.5
     port = rng.randrange(2000, 30000, 10)
-    cluster, k = {}, 0
+    cluster: dict[str, list[str]] = {}
+    k = 0
     for job in jobs:
         cluster[job] = []
         for _task in range(counts[job]):
@@ -179,8 +180,8 @@ def _break(kind: str, rng: random.Random, cluster: dict[str, list[str]]) -> list
         # One machine's loopback, spelled two ways: localhost and 127.0.0.1 are the same place.
         local = _on_loopback(rng, cluster)
         if kind == "loopback-alias":
-            other = _another_address(local, local[job][index])
-            local = _retarget(local, job, index, "127.0.0.1:" + other.rsplit(":", 1)[1])
+            alias = _another_address(local, local[job][index])
+            local = _retarget(local, job, index, "127.0.0.1:" + alias.rsplit(":", 1)[1])
         configs = _processes(local)
     elif kind == "sound-evaluator-never-launched":
         # The evaluator is outside the training: nobody waits for it, so a job may start it later or never.
@@ -210,7 +211,8 @@ def _another_address(cluster: dict[str, list[str]], address: str) -> str:
 def _on_loopback(rng: random.Random, cluster: dict[str, list[str]]) -> dict[str, list[str]]:
     """``cluster`` on one machine, every address on its own port, spelled localhost or 127.0.0.1."""
     port = rng.randrange(2000, 30000, 10)
-    out, k = {}, 0
+    out: dict[str, list[str]] = {}
+    k = 0
     for job, tasks in cluster.items():
         out[job] = []
         for _task in tasks:
@@ -270,8 +272,8 @@ def broken_config(find_mistake: Callable, *, hidden: bool = False) -> CheckResul
                 _("return the mistake's code as a string"),
                 *shown,
             )
-        kinds = (*SHOWN, *HIDDEN, NO_MISTAKE)
-        if got not in kinds and got:
+        codes = (*SHOWN, *HIDDEN, NO_MISTAKE)
+        if got not in codes and got:
             return failed(
                 _("find_mistake returned {got!r}, which is not one of the codes the chapter lists").format(
                     got=got

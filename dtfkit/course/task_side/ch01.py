@@ -80,7 +80,8 @@ def _trace_layers(place_layers: Callable, cases: tuple) -> list[dict[str, Any]]:
             kernels = [
                 next((v["variable"] for v in traced["variables"] if v["shape"] == s), None) for s in shapes
             ]
-            traced["layer_ops"] = _layer_work(graph, kernels) if None not in kernels else None
+            named = [k for k in kernels if k is not None]
+            traced["layer_ops"] = _layer_work(graph, named) if len(named) == len(kernels) else None
         traced["value"] = float(traced["value"][1])
         out.append(traced)
     return out

@@ -121,7 +121,7 @@ def _train(
                     ) as sess:
                         while not sess.should_stop() and local < 10 * last_step:
                             idx = rng.integers(0, len(x), 32)
-                            feed = {images: x[idx], labels: y[idx]}
+                            feed: dict[Any, object] = {images: x[idx], labels: y[idx]}  # placeholder: value
                             if nan_from is not None and step >= nan_from:
                                 feed[poison] = float("nan")
                                 nan_fed = step if nan_fed is None else nan_fed
