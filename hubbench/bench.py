@@ -258,9 +258,9 @@ def run_class(
             for row in rows:
                 notebook = answered(release, wrong_answer if row.wrong_answer else right)
                 if browser and row is rows[0]:
-                    target, args = (
-                        browser_session,
-                        (
+                    thread = threading.Thread(
+                        target=browser_session,
+                        args=(
                             hub.url,
                             row,
                             password,
@@ -269,11 +269,15 @@ def run_class(
                             cell_timeout,
                             Path(artifacts) if artifacts else None,
                         ),
+                        name=f"student-{row.name}",
                     )
                 else:
-                    target = _student_session
-                    args = (Student(hub.url, row.name, password), row, notebook, lesson, go, cell_timeout)
-                thread = threading.Thread(target=target, args=args, name=f"student-{row.name}")
+                    student = Student(hub.url, row.name, password)
+                    thread = threading.Thread(
+                        target=_student_session,
+                        args=(student, row, notebook, lesson, go, cell_timeout),
+                        name=f"student-{row.name}",
+                    )
                 thread.start()
                 threads.append(thread)
             for thread in threads:

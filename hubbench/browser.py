@@ -62,7 +62,7 @@ def missing() -> str | None:
 
 def with_lesson(notebook: dict[str, Any], lesson: list[str]) -> dict[str, Any]:
     """The notebook with the lesson's cells above the exercise (plain cells nbgrader does not grade)."""
-    cells = [
+    cells: list[dict[str, Any]] = [
         {"cell_type": "code", "metadata": {}, "source": code, "outputs": [], "execution_count": None}
         for code in lesson
     ]

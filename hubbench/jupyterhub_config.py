@@ -6,7 +6,7 @@
 import os
 import sys
 
-c = get_config()  # noqa: F821 (JupyterHub defines it when it reads this file)
+c = get_config()  # type: ignore[name-defined]  # noqa: F821 (JupyterHub defines it when it reads this file)
 
 state = os.environ["DTFKIT_HUB_STATE"]  # a private folder for the hub's database, cookie secret and logs
 c.JupyterHub.bind_url = f"http://127.0.0.1:{os.environ['DTFKIT_HUB_PORT']}"

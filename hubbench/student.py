@@ -96,7 +96,7 @@ class Student:
         r = self.http.post(
             f"{self.hub_url}/hub/api/users/{self.name}/tokens",
             json={"note": "dtfkit classroom bench", "expires_in": 4 * 3600},
-            headers={"X-XSRFToken": self.http.cookies.get("_xsrf", xsrf)},
+            headers={"X-XSRFToken": self.http.cookies.get("_xsrf") or xsrf},
             timeout=60,
         )
         if not r.ok:
@@ -119,8 +119,9 @@ class Student:
                 timeout=(60, timeout),
             ) as events:
                 ready = False
-                for line in events.iter_lines(decode_unicode=True):
-                    if line and line.startswith("data:"):
+                for raw in events.iter_lines():
+                    line = raw.decode("utf-8", "replace")
+                    if line.startswith("data:"):
                         event = json.loads(line[5:])
                         if event.get("failed"):
                             raise self._fail("starting the server", event.get("message", "the spawn failed"))
