@@ -65,7 +65,7 @@ class TaskContext:
     def num_ps(self) -> int:
         return len(self.cluster.get("ps", ()))
 
-    def cluster_spec(self):
+    def cluster_spec(self) -> Any:
         """A ``tf.train.ClusterSpec`` of this cluster (imports TensorFlow)."""
         import tensorflow as tf
 

@@ -257,7 +257,9 @@ class RayTaskHandle(ReportedExit, TaskHandle):
     """One task started by a ``TaskActor``. ``poll()`` makes no remote call: the exit code
     comes with the end of the output stream (or the actor's death: -9)."""
 
-    def __init__(self, launcher: RayLauncher, actor, start_ref, task: str, node_id: str, host: str):
+    def __init__(
+        self, launcher: RayLauncher, actor: Any, start_ref: Any, task: str, node_id: str, host: str
+    ) -> None:  # actor: a TaskActor handle, start_ref: its start()'s ObjectRef
         self.launcher = launcher
         self.host = host
         self.actor = actor

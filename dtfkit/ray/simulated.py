@@ -40,7 +40,7 @@ CLOSE_SECONDS = 20.0
 INSTALL_HINT = 'pip install "dtfkit[ray]"'
 
 
-def require_ray():
+def require_ray() -> Any:  # the ray module
     """Import and return ``ray``, or raise ``DtfkitError`` saying how to install it."""
     try:
         import ray
@@ -76,7 +76,7 @@ def is_loopback(address: str | None) -> bool:
     return host in ("127.0.0.1", "localhost")
 
 
-def connect(address: str, **options) -> None:
+def connect(address: str, **options: Any) -> None:
     """``ray.init(address)``, quietly, with loopback addresses for a simulated cluster's address."""
     import logging
 

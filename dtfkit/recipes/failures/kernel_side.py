@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dtfkit.course import listing
 from dtfkit.errors import TaskFailed, TaskTimeout
@@ -29,6 +29,9 @@ from dtfkit.recipes.failures.task_side import (
     serve_until_workers_done,
     server_on_a_free_port,
 )
+
+if TYPE_CHECKING:
+    from dtfkit.running_cluster import RunningCluster
 
 # Short bounds: a hang is a symptom here, and every case must stay within about 15 s.
 HANG_TIMEOUT = 6.0
@@ -97,12 +100,12 @@ def _innermost(stack: str) -> tuple[str, str] | None:
     return frames[-1] if frames else None
 
 
-def _log_length(cluster, task: str) -> int:
+def _log_length(cluster: RunningCluster, task: str) -> int:
     """How many lines ``task``'s log has now (a restarted task's log goes on in the same file)."""
     return len(cluster.logs(task, everything=True).splitlines())
 
 
-def _log_line(cluster, task: str, *needles: str, since: int = 0) -> str:
+def _log_line(cluster: RunningCluster, task: str, *needles: str, since: int = 0) -> str:
     """The first line of ``task``'s log after line ``since`` that contains every needle (its
     log prefix cut), or ""."""
     for line in cluster.logs(task, everything=True).splitlines()[since:]:
@@ -185,7 +188,7 @@ def _stacks_dir() -> str:
 # ---------------------------------------------------------------------------------------
 # The cases: reproduce_*() and fix_*(), called in the notebook with a running cluster
 # ---------------------------------------------------------------------------------------
-def reproduce_collective_after_op(cluster) -> dict[str, Any]:
+def reproduce_collective_after_op(cluster: RunningCluster) -> dict[str, Any]:
     """Case a on ``LocalCluster(workers=2, start_servers=False)``: an op ran before the strategy.
 
     Returns ``symptom`` ``"RuntimeError"`` with ``key_line``
@@ -199,7 +202,7 @@ def reproduce_collective_after_op(cluster) -> dict[str, Any]:
     raise AssertionError("the strategy was created after an op, and TensorFlow accepted it")
 
 
-def fix_collective_after_op(cluster) -> dict[str, Any]:
+def fix_collective_after_op(cluster: RunningCluster) -> dict[str, Any]:
     """Fresh processes, the strategy created first: every worker all-reduces (sum 3.0)."""
     cluster.ensure_running(fresh="workers")
     results = cluster.run(allreduce_ranks, timeout=60)
@@ -220,7 +223,7 @@ def _allreduced(name: str, results: dict[str, dict], how: str) -> dict[str, Any]
     )
 
 
-def reproduce_missing_worker(cluster, timeout: float = HANG_TIMEOUT) -> dict[str, Any]:
+def reproduce_missing_worker(cluster: RunningCluster, timeout: float = HANG_TIMEOUT) -> dict[str, Any]:
     """Case c: the strategy on worker:0 only (worker:1 "never launched"), bounded by ``timeout``.
 
     The constructor of ``MultiWorkerMirroredStrategy`` waits in
@@ -252,7 +255,7 @@ def reproduce_missing_worker(cluster, timeout: float = HANG_TIMEOUT) -> dict[str
     raise AssertionError("worker:0 created MultiWorkerMirroredStrategy without worker:1")
 
 
-def _stragglers(cluster, task: str, since: int = 0) -> list[str]:
+def _stragglers(cluster: RunningCluster, task: str, since: int = 0) -> list[str]:
     """The tasks the coordination service names after "Example stragglers:" in ``task``'s log."""
     lines = cluster.logs(task, everything=True).splitlines()[since:]
     found = []
@@ -262,14 +265,14 @@ def _stragglers(cluster, task: str, since: int = 0) -> list[str]:
     return sorted(set(found))
 
 
-def fix_missing_worker(cluster) -> dict[str, Any]:
+def fix_missing_worker(cluster: RunningCluster) -> dict[str, Any]:
     """Start every task of the cluster: the same function on both workers all-reduces."""
     cluster.ensure_running(fresh="workers")
     results = cluster.run(allreduce_ranks, timeout=60)
     return _allreduced("missing_worker", results, _("both workers started"))
 
 
-def reproduce_localhost_config(cluster, timeout: float = HANG_TIMEOUT) -> dict[str, Any]:
+def reproduce_localhost_config(cluster: RunningCluster, timeout: float = HANG_TIMEOUT) -> dict[str, Any]:
     """Case d on ``LocalCluster(workers=2, start_servers=False, link=...)``: each task its own
     machine (network namespace, address 10.77.x.y), both ``TF_CONFIG``s saying localhost.
 
@@ -302,7 +305,7 @@ def reproduce_localhost_config(cluster, timeout: float = HANG_TIMEOUT) -> dict[s
     raise AssertionError("the workers all-reduced with localhost addresses on separate machines")
 
 
-def fix_localhost_config(cluster) -> dict[str, Any]:
+def fix_localhost_config(cluster: RunningCluster) -> dict[str, Any]:
     """The real addresses (``cluster.address(...)``, what dtfkit's ``TF_CONFIG`` has): it all-reduces."""
     cluster.ensure_running(fresh="workers")
     results = cluster.run(allreduce_ranks, timeout=60)
@@ -311,7 +314,7 @@ def fix_localhost_config(cluster) -> dict[str, Any]:
     return out
 
 
-def reproduce_join_forever(cluster, timeout: float = HANG_TIMEOUT) -> dict[str, Any]:
+def reproduce_join_forever(cluster: RunningCluster, timeout: float = HANG_TIMEOUT) -> dict[str, Any]:
     """Case e on a cluster with a ps: ``server.join()`` on ps:0, bounded by ``timeout``.
 
     Returns ``symptom`` ``"timed out in join"`` and ``where`` (``join`` in server_lib.py).
@@ -331,7 +334,7 @@ def _innermost_line(stack: str) -> str:
     return lines[-1] if lines else ""
 
 
-def fix_join_forever(cluster, timeout: float = 60.0) -> dict[str, Any]:
+def fix_join_forever(cluster: RunningCluster, timeout: float = 60.0) -> dict[str, Any]:
     """A coordinated shutdown: the ps serves until every worker put a token in its done queue.
 
     Returns ``ps_returned`` (True), ``tokens`` (the workers, in the order they said done).
@@ -350,7 +353,7 @@ def fix_join_forever(cluster, timeout: float = 60.0) -> dict[str, Any]:
     )
 
 
-def reproduce_port_taken(cluster) -> dict[str, Any]:
+def reproduce_port_taken(cluster: RunningCluster) -> dict[str, Any]:
     """Case g: a second server on worker:0's port. ``symptom`` ``"UnknownError"``, ``key_line``
     ``"UnknownError: Could not start gRPC server"``, ``grpc_line`` (gRPC's own complaint)."""
     cluster.ensure_running()
@@ -364,7 +367,7 @@ def reproduce_port_taken(cluster) -> dict[str, Any]:
     raise AssertionError("a second server started on a port already served")
 
 
-def fix_port_taken(cluster) -> dict[str, Any]:
+def fix_port_taken(cluster: RunningCluster) -> dict[str, Any]:
     """Port 0: the OS picks a free port (``create_local_server``); it starts."""
     result = cluster.run(server_on_a_free_port, on="worker:0", timeout=30)["worker:0"]
     return _case(
@@ -381,7 +384,11 @@ _RECOVERY_RECORD = re.compile(r"An error was raised[^.]*\. This may be due to a 
 
 
 def reproduce_ps_died(
-    cluster, checkpoint_dir: str, wait: float = 6.0, first_checkpoint: int = 20, bound: float = 120.0
+    cluster: RunningCluster,
+    checkpoint_dir: str,
+    wait: float = 6.0,
+    first_checkpoint: int = 20,
+    bound: float = 120.0,
 ) -> dict[str, Any]:
     """Case f: chapter 4's ``MonitoredTrainingSession`` training (``fault.train_with_checkpoints``)
     on every worker; ps:0 killed once the chief reported a checkpoint at step ``first_checkpoint``
@@ -450,7 +457,9 @@ def _still_running(handle, wait: float) -> str:
     raise AssertionError("training ended on its own with the ps dead")
 
 
-def fix_ps_died(cluster, seen: dict[str, Any], more_steps: int = 40, bound: float = 120.0) -> dict[str, Any]:
+def fix_ps_died(
+    cluster: RunningCluster, seen: dict[str, Any], more_steps: int = 40, bound: float = 120.0
+) -> dict[str, Any]:
     """Start the ps again: the chief restores the newest checkpoint, every worker makes a new
     session; once every task trained on from it (``more_steps`` global steps past it), the stop
     file ends the same call. ``sessions`` (2 on every worker), ``restored`` (the step)."""
@@ -486,7 +495,7 @@ def fix_ps_died(cluster, seen: dict[str, Any], more_steps: int = 40, bound: floa
     )
 
 
-def reproduce_keras_fit_ps(cluster) -> dict[str, Any]:
+def reproduce_keras_fit_ps(cluster: RunningCluster) -> dict[str, Any]:
     """Case h: Keras 3 ``model.fit`` on the chief under ``ParameterServerStrategy``.
     ``symptom`` ``"ValueError"``, ``key_line`` ``"ValueError: To use this dataset, ..."``."""
     cluster.ensure_running(fresh="chief")
@@ -497,7 +506,7 @@ def reproduce_keras_fit_ps(cluster) -> dict[str, Any]:
     raise AssertionError("Keras 3 model.fit trained under ParameterServerStrategy")
 
 
-def fix_keras_fit_ps(cluster, steps: int = 20) -> dict[str, Any]:
+def fix_keras_fit_ps(cluster: RunningCluster, steps: int = 20) -> dict[str, Any]:
     """A custom loop with a ``ClusterCoordinator`` (chapter 7's ``train_parameter_server``)."""
     from dtfkit.recipes.strategies_multi import train_parameter_server
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dtfkit.errors import TaskExited
 from dtfkit.recipes.mwms_fault.task_side import (
@@ -20,12 +20,15 @@ from dtfkit.recipes.mwms_fault.task_side import (
     train_until_a_peer_fails,
 )
 
+if TYPE_CHECKING:
+    from dtfkit.running_cluster import RunningCluster
+
 # A task that died of a signal (TaskExited's message): a crash, not a Python error.
 _DIED_OF_A_SIGNAL = re.compile(r"exited with code -\d+ while running")
 
 
 def hang_with_collective_timeout(
-    cluster,
+    cluster: RunningCluster,
     *,
     fail_at: int = 8,
     steps: int = 20,

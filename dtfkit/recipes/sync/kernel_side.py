@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from dtfkit.recipes.sync.task_side import (
     train_sync,
 )
 
+if TYPE_CHECKING:
+    from dtfkit.running_cluster import RunningCluster
+
 AGGREGATED, DROPPED, PENDING = "aggregated", "dropped", "pending"
 FATE_COLORS = {AGGREGATED: "tab:green", DROPPED: "tab:red", PENDING: "tab:gray"}
 # How each fate reads in a table or a legend (the data keeps the English words).
@@ -29,7 +32,9 @@ FATE_LABELS = {AGGREGATED: N_("aggregated"), DROPPED: N_("dropped"), PENDING: N_
 
 
 # --------------------------------------------------------------- in the notebook
-def run_sync(cluster, workers: list[str], *, timeout: float = 180.0, **kwargs) -> SyncRun:
+def run_sync(
+    cluster: RunningCluster, workers: list[str], *, timeout: float = 180.0, **kwargs: Any
+) -> SyncRun:
     """Run ``train_sync`` on ``workers`` (chief first), read the ledger, return a ``SyncRun``.
 
     Keyword arguments go to ``train_sync``. Each call gets its own ``run_name``
