@@ -7,7 +7,8 @@ quote; code blocks stay as they are) and kept in one gettext catalog per chapter
 read. A unit is keyed by its cell's id (``msgctxt``) and its English text (``msgid``), so when
 the English changes, ``extract`` marks the unit *fuzzy* and keeps the old English beside it
 (``#| msgid``: what changed); a new unit comes in *untranslated*; a removed one becomes
-obsolete (``#~``), as ``msgmerge`` does. The catalogs are read and written with polib.
+obsolete (``#~``), as ``msgmerge`` does (Babel's ``Catalog.update`` merges). The catalogs are read
+and written with polib (their text as it was), the chapters with nbformat.
 
 ``build`` writes ``notebooks/<lang>/<chapter>.ipynb``: the English chapter's cells, its code
 and outputs as they are, every markdown unit in translation. The course's documents for
@@ -30,15 +31,15 @@ Example::
 from __future__ import annotations
 
 import ast
-import difflib
-import json
 import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
 import polib
+from babel.messages.catalog import Catalog
 
 from dtfkit.course import listing
 from dtfkit.course.code_units import as_python, code_units, placeholders, translate_code
@@ -224,7 +225,7 @@ def _check_lang(lang: str) -> None:
 
 def template(chapter: Path) -> list[polib.POEntry]:
     """The chapter's units as untranslated entries (what a ``.pot`` file holds), in order."""
-    notebook = json.loads(chapter.read_text(encoding="utf-8"))
+    notebook = nbformat.read(chapter, as_version=4)
     entries = []
     for number, cell in enumerate(notebook["cells"]):
         if cell["cell_type"] == "code":
@@ -245,6 +246,7 @@ def template(chapter: Path) -> list[polib.POEntry]:
     return entries
 
 
+Entries = dict[tuple[str | None, str], polib.POEntry]  # a catalog's units by (msgctxt, msgid)
 CODE = ":code"  # a code cell's units are keyed by its id and this (``code_units``: comments, printed words)
 
 
@@ -266,9 +268,7 @@ def _code_entries(chapter: Path, number: int, cell: dict) -> list[polib.POEntry]
     ]
 
 
-def translate_code_cell(
-    source: str, cell_id: str, entries: dict[tuple[str, str], polib.POEntry]
-) -> tuple[str, list[str]]:
+def translate_code_cell(source: str, cell_id: str, entries: Entries) -> tuple[str, list[str]]:
     """A code cell with its comments and printed words in translation (``entries``: a catalog's, by key),
     and the keys of the units that had none (left in English)."""
     translations, missing = {}, []
@@ -294,10 +294,11 @@ def write_catalog(catalog: polib.POFile, path: Path) -> None:
 
 
 def merge(old: polib.POFile | None, fresh: list[polib.POEntry], header: str, lang: str) -> polib.POFile:
-    """``fresh``'s units with ``old``'s translations, as ``msgmerge`` does it: a unit whose English is
-    unchanged keeps its translation; a changed one gets the closest old translation of the same cell
-    (or, failing that, of the chapter), marked fuzzy, with the old English as ``previous_msgid``; a
-    new one stays untranslated; an old unit no longer in the English becomes obsolete."""
+    """``fresh``'s units with ``old``'s translations, as ``msgmerge`` does it (Babel's ``Catalog.update``):
+    a unit whose English is unchanged keeps its translation; a changed one gets the translation of the
+    closest old English (difflib, as msgmerge), marked fuzzy, with that English as ``previous_msgid``; a
+    new one stays untranslated; an old unit no longer in the English becomes obsolete, and an obsolete
+    one whose English came back gets its translation back. The catalog's text stays polib's."""
     catalog = polib.POFile(wrapwidth=0)
     catalog.header = old.header if old is not None else header
     catalog.metadata = (
@@ -312,45 +313,40 @@ def merge(old: polib.POFile | None, fresh: list[polib.POEntry], header: str, lan
             "Plural-Forms": "nplurals=1; plural=0;",
         }
     )
-    previous = [e for e in old if not e.obsolete] if old is not None else []
-    long_gone = [e for e in old if e.obsolete] if old is not None else []
-    by_key = {(e.msgctxt, e.msgid): e for e in previous}
-    # An obsolete unit whose English came back gets its translation back, as msgmerge does it.
-    revived = {(e.msgctxt, e.msgid): e for e in long_gone if e.msgstr and "fuzzy" not in e.flags}
-    fresh_keys = {(e.msgctxt, e.msgid) for e in fresh}
-    used: set[int] = set()
+    entries = list(old) if old is not None else []
+    fresh_keys = _keys(fresh)
+    long_gone = [e for e in entries if e.obsolete and _key(e) not in fresh_keys]
+    known = [e for e in entries if not e.obsolete]
+    live = _keys(known)
+    known += [
+        e
+        for e in entries
+        if e.obsolete and _key(e) in fresh_keys - live and e.msgstr and "fuzzy" not in e.flags
+    ]
+    previous, template = Catalog(), Catalog()
+    for number, entry in enumerate(known):  # each old unit's place in ``known`` rides as a user comment
+        previous.add(entry.msgid, entry.msgstr, context=entry.msgctxt, user_comments=[str(number)])
     for entry in fresh:
-        known = by_key.get((entry.msgctxt, entry.msgid)) or revived.get((entry.msgctxt, entry.msgid))
-        if known is not None:
-            entry.msgstr, entry.flags, entry.tcomment = known.msgstr, list(known.flags), known.tcomment
-            entry.previous_msgid, entry.previous_msgctxt = known.previous_msgid, known.previous_msgctxt
-            used.add(id(known))
-        else:
-            source = _closest(
-                entry, [e for e in previous if (e.msgctxt, e.msgid) not in fresh_keys and e.msgstr]
-            )
-            if source is not None:
-                entry.msgstr, entry.flags, entry.tcomment = source.msgstr, ["fuzzy"], source.tcomment
-                entry.previous_msgid = source.msgid
+        template.add(entry.msgid, context=entry.msgctxt)
+    previous.update(template)
+    for entry in fresh:
+        merged = previous.get(entry.msgid, entry.msgctxt)
+        if merged is not None and merged.user_comments:
+            source = known[int(merged.user_comments[0])]
+            entry.msgstr, entry.tcomment = source.msgstr, source.tcomment
+            if merged.previous_id:  # the closest old English, not this unit's own
+                entry.flags, entry.previous_msgid = ["fuzzy"], source.msgid
                 entry.previous_msgctxt = source.msgctxt if source.msgctxt != entry.msgctxt else None
-                used.add(id(source))
+            else:
+                entry.flags = list(source.flags)
+                entry.previous_msgid, entry.previous_msgctxt = source.previous_msgid, source.previous_msgctxt
         catalog.append(entry)
-    for gone in previous:
-        if id(gone) not in used:
-            gone.obsolete = True
-            catalog.append(gone)
-    catalog.extend(e for e in long_gone if (e.msgctxt, e.msgid) not in fresh_keys)
+    for gone in previous.obsolete.values():
+        source = known[int(gone.user_comments[0])]
+        source.obsolete = True
+        catalog.append(source)
+    catalog.extend(long_gone)
     return catalog
-
-
-def _closest(entry: polib.POEntry, candidates: list[polib.POEntry]) -> polib.POEntry | None:
-    cell = (entry.msgctxt or "").split("#")[0]
-    for pool in ([c for c in candidates if (c.msgctxt or "").split("#")[0] == cell], candidates):
-        texts = [c.msgid for c in pool]
-        match = difflib.get_close_matches(entry.msgid, texts, n=1, cutoff=0.6)
-        if match:
-            return pool[texts.index(match[0])]
-    return None
 
 
 LIBRARY = "dtfkit"  # the name of the library's own catalog (dtfkit/locale/<lang>/LC_MESSAGES/dtfkit.po)
@@ -363,8 +359,6 @@ def library_template() -> list[polib.POEntry]:
     """Every string dtfkit marks for translation, once, in source order: ``_("...")`` and
     ``N_("...")`` (``dtfkit.i18n``), and each exercise's title (``@exercise("3.1", "Backup workers")``);
     then the comments and docstrings of the code chapters list (``listing.LISTED``)."""
-    import ast
-
     found: dict[str, polib.POEntry] = {}
     sources = [*PACKAGE.rglob("*.py")] + [
         path for folder in BESIDE_THE_PACKAGE for path in (PACKAGE.parent / folder).rglob("*.py")
@@ -372,23 +366,18 @@ def library_template() -> list[polib.POEntry]:
     for path in sorted(sources):
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         for node in ast.walk(tree):
-            message = _marked_message(node)
-            if message is not None:
+            if isinstance(node, ast.Call) and (message := _marked_message(node)) is not None:
                 where = (path.relative_to(PACKAGE.parent).as_posix(), str(node.lineno))
                 entry = found.setdefault(message, polib.POEntry(msgid=message, msgstr=""))
                 entry.occurrences.append(where)
-    for message, where in listing.listed_messages():
+    for message, place in listing.listed_messages():
         entry = found.setdefault(message, polib.POEntry(msgid=message, msgstr=""))
-        entry.occurrences.append(tuple(where.rsplit(":", 1)))
+        entry.occurrences.append(tuple(place.rsplit(":", 1)))
     return list(found.values())
 
 
-def _marked_message(node: object) -> str | None:
+def _marked_message(node: ast.Call) -> str | None:
     """The string a call marks for translation: ``_("…")``, ``N_("…")``, or ``exercise(number, "title")``."""
-    import ast
-
-    if not isinstance(node, ast.Call):
-        return None
     if isinstance(node.func, ast.Name):
         name = node.func.id
     elif isinstance(node.func, ast.Attribute) and node.func.attr in ("_", "N_"):
@@ -444,30 +433,26 @@ def _counts(catalog: polib.POFile) -> tuple[int, int, int]:
     return len(messages), untranslated, fuzzy
 
 
-def _lookup(catalog: polib.POFile) -> dict[tuple[str, str], polib.POEntry]:
-    return {(e.msgctxt, e.msgid): e for e in _messages(catalog)}
+def _lookup(catalog: polib.POFile) -> Entries:
+    return {_key(e): e for e in _messages(catalog)}
 
 
-def translate_markdown(
-    source: str, cell_id: str, entries: dict[tuple[str, str], polib.POEntry]
-) -> tuple[str, list[str]]:
+def translate_markdown(source: str, cell_id: str, entries: Entries) -> tuple[str, list[str]]:
     """The cell in translation (``entries``: a catalog's, by key), and the keys of units that had
     none (left in English)."""
     return _render(_keyed(split_markdown(source), cell_id), entries)
 
 
-def _render(
-    keyed: list[tuple[str, Piece]], entries: dict[tuple[str, str], polib.POEntry]
-) -> tuple[str, list[str]]:
+def _render(keyed: list[tuple[str, Piece]], entries: Entries) -> tuple[str, list[str]]:
     """Keyed pieces as markdown, each unit in its translation, or in English where it has none (or a
     fuzzy one); and the keys of those left in English."""
     missing, out = [], []
     for key, piece in keyed:
         entry = entries.get((key, piece.text)) if key else None
-        translated = entry is not None and entry.msgstr and "fuzzy" not in entry.flags
-        if key and not translated:
+        text = entry.msgstr if entry is not None and entry.msgstr and "fuzzy" not in entry.flags else None
+        if key and text is None:
             missing.append(key)
-        out.append(piece.render(entry.msgstr if key and translated else None))
+        out.append(piece.render(text))
     return "\n".join(out), missing
 
 
@@ -499,31 +484,23 @@ def build_notebook(chapter: Path, lang: str) -> tuple[dict, list[str]]:
     is the same (``jupyter nbconvert --execute`` ran it in ``lang``); otherwise the English chapter's,
     until the translated chapter is executed again. The saved widget state is the translation's own
     run's, if it saved one: the English run's describes other widgets than the translation's outputs."""
-    built = json.loads(chapter.read_text(encoding="utf-8"))
+    built = nbformat.read(chapter, as_version=4)
     entries = _lookup(read_catalog(catalog_path(chapter, lang), lang))
-    translated = _read_notebook(built_path(chapter, lang))
+    path = built_path(chapter, lang)  # the translation already built, if it is
+    translated = nbformat.read(path, as_version=4) if path.exists() else nbformat.v4.new_notebook()
     executed = {c["id"]: c for c in translated["cells"] if c["cell_type"] == "code"}
     missing: list[str] = []
     for cell in built["cells"]:
         if cell["cell_type"] == "code":
-            text, left = translate_code_cell(_source(cell), cell["id"], entries)
-            cell["source"] = text.splitlines(keepends=True)
+            cell["source"], left = translate_code_cell(_source(cell), cell["id"], entries)
             missing += left
         if cell["cell_type"] == "markdown":
             text, left = translate_markdown(_source(cell), cell["id"], entries)
             # One folder down (notebooks/<lang>/): the same chapter names, everything else one level up.
             text = _relink(text, lambda path: _one_folder_down(path, lang, chapter.parent))
-            cell["source"] = text.splitlines(keepends=True)
+            cell["source"] = text
             missing += left
-    language_cell = {
-        "cell_type": "code",
-        "execution_count": None,
-        "id": LANGUAGE_CELL_ID,
-        "metadata": {},
-        "outputs": [],
-        "source": LANGUAGE_CELL[lang].splitlines(keepends=True),
-    }
-    built["cells"].insert(0, language_cell)
+    built["cells"].insert(0, nbformat.v4.new_code_cell(LANGUAGE_CELL[lang], id=LANGUAGE_CELL_ID))
     for cell in built["cells"]:
         ran = executed.get(cell["id"])
         if cell["cell_type"] == "code" and ran is not None and _source(ran) == _source(cell):
@@ -536,13 +513,6 @@ def build_notebook(chapter: Path, lang: str) -> tuple[dict, list[str]]:
     return built, missing
 
 
-def _read_notebook(path: Path) -> dict:
-    """An already built translation (an empty one when it is not built yet)."""
-    if not path.exists():
-        return {"cells": [], "metadata": {}}
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def _run_metadata(cell: dict) -> dict:
     """What an execution wrote into a cell's metadata (its timings), kept with its outputs."""
     return {k: v for k, v in cell.get("metadata", {}).items() if k == "execution"}
@@ -550,7 +520,7 @@ def _run_metadata(cell: dict) -> dict:
 
 def notebook_text(notebook: dict) -> str:
     """A notebook as the repository's notebooks are written (nbformat's layout)."""
-    return json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    return nbformat.writes(nbformat.from_dict(notebook)) + "\n"
 
 
 def build(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> dict[str, int]:
@@ -605,7 +575,8 @@ def _slug(text: str) -> str:
 def document_units(text: str) -> list[tuple[str, Piece]]:
     """A document's units, each keyed by the section it stands in (its heading's words; ``#2`` for
     the second unit of the same text in a section)."""
-    section, seen, out = "top", {}, []
+    section, out = "top", []
+    seen: dict[tuple[str, str], int] = {}
     for piece in split_markdown(text):
         if not piece.unit:
             out.append(("", piece))
@@ -739,7 +710,8 @@ def problems(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> list[str]:
             found.append(f"{source.name}: {len(stale)} unit(s) not in the catalog; run extract")
         found += _message_problems(source.name, catalog)
         expected, _ = _built_text(source, lang)
-        found += _broken_code(source.name, expected)
+        if source.is_chapter:
+            found += _broken_code(source.name, nbformat.reads(expected, as_version=4))
         if not source.built.exists():
             found.append(f"{source.name}: not built ({source.built.relative_to(repo)}); run build")
         elif source.built.read_text(encoding="utf-8") != expected:
@@ -760,16 +732,12 @@ def problems(lang: str = "zh_CN", notebooks: Path = NOTEBOOKS) -> list[str]:
     return found
 
 
-def _broken_code(name: str, built_text: str) -> list[str]:
+def _broken_code(name: str, built: nbformat.NotebookNode) -> list[str]:
     """The code cells of a built chapter that no longer parse (a translation closed a quote of the literal
-    it stands in, say); [] for a document."""
-    try:
-        cells = json.loads(built_text)["cells"]
-    except (ValueError, KeyError, TypeError):
-        return []
+    it stands in, say)."""
     found = []
-    for cell in cells:
-        if cell.get("cell_type") != "code":
+    for cell in built.cells:
+        if cell.cell_type != "code":
             continue
         runnable = as_python(_source(cell))
         if runnable is None:
@@ -837,8 +805,12 @@ def _message_problems(name: str, catalog: polib.POFile) -> list[str]:
     return found
 
 
-def _keys(messages: Iterable) -> set[tuple[str, str]]:
-    return {(m.msgctxt, m.msgid) for m in messages}
+def _key(message: polib.POEntry) -> tuple[str | None, str]:
+    return message.msgctxt, message.msgid
+
+
+def _keys(messages: Iterable[polib.POEntry]) -> set[tuple[str | None, str]]:
+    return {_key(m) for m in messages}
 
 
 def todo(
