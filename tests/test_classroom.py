@@ -22,6 +22,7 @@ from conftest import REPO, subprocess_env
 from dtfkit.course import check, classroom
 from dtfkit.course.check import _core
 from dtfkit.course.student import MarkerError, count_markers, student_notebook, write_student_copies
+from dtfkit.errors import DtfkitError
 
 NOTEBOOKS = REPO / "notebooks"
 # chapter notebook -> the exercises it checks automatically (a new chapter: add its line here).
@@ -115,12 +116,13 @@ def test_stub_detection_and_results(monkeypatch):
 
 
 def test_checks_import_without_tensorflow():
-    # The notebook side of chapters 1-4, 7-9 never imports TensorFlow, checks included (5/6 import it when run).
+    # The notebook side of chapters 1-4, 7-9 never imports TensorFlow, checks included (5/6 import it when run);
+    # nor nbgrader, which only writing student copies needs (a student's environment may not have it).
     modules = ", ".join(
         ["dtfkit.course.classroom", "dtfkit.course.student"]
         + [f"dtfkit.course.check.ch0{i}" for i in range(1, 10)]
     )
-    code = f"import json, sys, {modules}\nprint(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras'))))"
+    code = f"import json, sys, {modules}\nprint(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'nbgrader'))))"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), timeout=120
     )
@@ -168,6 +170,16 @@ def test_unbalanced_markers_are_refused():
     }
     with pytest.raises(MarkerError, match="never closed"):
         student_notebook({"cells": [cell]}, "bad.ipynb")
+    # nbgrader finds a marker anywhere in a line: a line that merely mentions one would be cut too.
+    cell["source"] = "x = 1  # BEGIN SOLUTION goes here"
+    with pytest.raises(MarkerError, match="line 1: .* alone on its line"):
+        student_notebook({"cells": [cell]}, "bad.ipynb")
+
+
+def test_student_copies_without_nbgrader_name_the_extra_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "nbgrader.preprocessors", None)  # as if nbgrader were not installed
+    with pytest.raises(DtfkitError, match=r"nbgrader is not installed.*'dtfkit\[hub\]'"):
+        student_notebook({"cells": []}, "n.ipynb")
 
 
 def test_cli_writes_student_copies(tmp_path):

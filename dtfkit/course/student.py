@@ -8,6 +8,9 @@ Student copies: solutions become stubs, hidden checks go away. The markers are n
 - the lines from ``### BEGIN HIDDEN TESTS`` to ``### END HIDDEN TESTS`` are removed;
 - every output and execution count is cleared.
 
+nbgrader's own preprocessors cut them (``ClearSolutions``, ``ClearHiddenTests``, ``ClearOutput``; nbgrader is
+the ``[hub]`` extra's, imported only when a copy is written), once every marker is found alone on its line.
+
 Example::
 
     from dtfkit.course.student import write_student_copies
@@ -50,55 +53,43 @@ def _source(cell: dict[str, Any]) -> str:
     return "".join(src) if isinstance(src, list) else src
 
 
-def _replace_regions(text: str, begin: str, end: str, replacement, where: str) -> tuple[str, int]:
-    """Replace each begin..end block of lines (markers included) by ``replacement(indent)``."""
-    out: list[str] = []
-    inside: str | None = None
-    count = 0
-    for number, line in enumerate(text.split("\n"), start=1):
-        stripped = line.strip()
-        if stripped == begin:
-            if inside is not None:
-                raise MarkerError(f"{where}, line {number}: {begin!r} inside another one (missing {end!r})")
-            inside = line[: len(line) - len(line.lstrip())]
-            count += 1
-            out.extend(replacement(inside))
-        elif stripped == end:
-            if inside is None:
-                raise MarkerError(f"{where}, line {number}: {end!r} without {begin!r}")
-            inside = None
-        elif inside is None:
-            out.append(line)
-    if inside is not None:
-        raise MarkerError(f"{where}: {begin!r} is never closed by {end!r}")
-    return "\n".join(out), count
-
-
-def student_cell(cell: dict[str, Any], where: str = "cell") -> dict[str, Any]:
-    """The student version of one cell (a new dict; the input is not changed)."""
-    cell = copy.deepcopy(cell)
-    text = _source(cell)
-    if cell.get("cell_type") == "code":
-        text, _ = _replace_regions(
-            text, BEGIN_SOLUTION, END_SOLUTION, lambda ind: [ind + s for s in STUB], where
-        )
-        text, _ = _replace_regions(text, BEGIN_HIDDEN, END_HIDDEN, lambda ind: [], where)
-        text = text.rstrip("\n")
-        cell["outputs"] = []
-        cell["execution_count"] = None
-    elif cell.get("cell_type") == "markdown":
-        text, _ = _replace_regions(
-            text, BEGIN_SOLUTION, END_SOLUTION, lambda ind: [ind + "YOUR ANSWER HERE"], where
-        )
-    lines = text.split("\n")
-    cell["source"] = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
-    return cell
+def _nbgrader_steps() -> list[Any]:
+    """nbgrader's ClearSolutions, ClearHiddenTests and ClearOutput, for notebooks without nbgrader's cell
+    metadata (the instructor notebooks), with ``STUB`` for a code solution."""
+    try:
+        from nbgrader.preprocessors import ClearHiddenTests, ClearOutput, ClearSolutions
+    except ImportError:
+        raise DtfkitError(
+            "student copies are cut by nbgrader's preprocessors, and nbgrader is not installed. Next step: "
+            "python3 -m pip install 'dtfkit[hub]' (the classroom extra, which brings nbgrader)"
+        ) from None
+    return [
+        ClearSolutions(code_stub={"python": "\n".join(STUB)}, enforce_metadata=False),
+        ClearHiddenTests(enforce_metadata=False),
+        ClearOutput(),
+    ]
 
 
 def student_notebook(nb: dict[str, Any], name: str = "notebook") -> dict[str, Any]:
-    """The student version of a notebook (nbformat 4 JSON as a dict)."""
-    out = copy.deepcopy(nb)
-    out["cells"] = [student_cell(c, f"{name}, cell {i}") for i, c in enumerate(nb.get("cells", []))]
+    """The student version of a notebook (nbformat 4 JSON as a dict; a new one), cut by nbgrader's
+    preprocessors once every marker stands alone on its line and pairs up (``MarkerError`` names the cell
+    and line). Code cells lose their trailing newlines, as Jupyter saves them."""
+    import nbformat
+
+    steps = _nbgrader_steps()
+    out = nbformat.from_dict({**nb, "cells": nb.get("cells", []), "metadata": nb.get("metadata", {})})
+    for index, cell in enumerate(out.cells):
+        cell.source, where = _source(cell), f"{name}, cell {index}"
+        _exact_markers(cell.source, where)
+        _region_bodies(cell.source, BEGIN_SOLUTION, END_SOLUTION, where)
+        _region_bodies(cell.source, BEGIN_HIDDEN, END_HIDDEN, where)
+    resources: dict[str, Any] = {}
+    for step in steps:
+        out, resources = step.preprocess(out, resources)
+    for cell in out.cells:
+        text = cell.source.rstrip("\n") if cell.cell_type == "code" else cell.source
+        lines = text.split("\n")
+        cell.source = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
     return out
 
 
@@ -179,18 +170,23 @@ _NBGRADER_DELIMITERS = {
 
 
 def _region_bodies(text: str, begin: str, end: str, where: str) -> list[str]:
-    """The text inside each begin..end region (raises ``MarkerError`` when they do not pair up)."""
-    _replace_regions(text, begin, end, lambda ind: [], where)
+    """The text inside each begin..end region; ``MarkerError`` (naming the line) when they do not pair up."""
     bodies: list[str] = []
     current: list[str] | None = None
-    for line in text.split("\n"):
+    for number, line in enumerate(text.split("\n"), start=1):
         if line.strip() == begin:
+            if current is not None:
+                raise MarkerError(f"{where}, line {number}: {begin!r} inside another one (missing {end!r})")
             current = []
-        elif line.strip() == end and current is not None:
+        elif line.strip() == end:
+            if current is None:
+                raise MarkerError(f"{where}, line {number}: {end!r} without {begin!r}")
             bodies.append("\n".join(current))
             current = None
         elif current is not None:
             current.append(line)
+    if current is not None:
+        raise MarkerError(f"{where}: {begin!r} is never closed by {end!r}")
     return bodies
 
 
