@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import lazy_loader
+
 from dtfkit.errors import (
     ClusterStartError,
     DtfkitError,
@@ -26,7 +28,6 @@ from dtfkit.errors import (
     TaskTimeout,
 )
 from dtfkit.i18n import set_language
-from dtfkit.lazy import lazy_attributes
 from dtfkit.taskapi import TaskContext, report, this_task
 
 __version__ = "0.1.0"
@@ -56,17 +57,18 @@ if TYPE_CHECKING:
     from dtfkit.launch_script import launch
     from dtfkit.ray.cluster import RayCluster
 
-# Lazy, so that `import dtfkit` inside a task (for report()) stays cheap.
-__getattr__ = lazy_attributes(
+# Lazy, so that `import dtfkit` inside a task (for report()) stays cheap; __all__ above also names the
+# exceptions and taskapi's functions, which are imported at once.
+__getattr__ = lazy_loader.attach(
     __name__,
-    {
-        "LocalCluster": "dtfkit.cluster",
-        "launch": "dtfkit.launch_script",
-        "RayCluster": "dtfkit.ray.cluster",  # imports Ray only when used
-        "cleanup": "dtfkit.engine.platform.state",
-        "diagnose": "dtfkit.diagnosis",
+    submod_attrs={
+        "cluster": ["LocalCluster"],
+        "launch_script": ["launch"],
+        "ray.cluster": ["RayCluster"],  # imports Ray only when used
+        "engine.platform.state": ["cleanup"],
+        "diagnosis": ["diagnose"],
     },
-)
+)[0]
 
 
 def _start_zygote_from_import() -> None:

@@ -240,7 +240,7 @@ def test_trace_steps_refuses_a_synchronisation_larger_than_free_memory(monkeypat
     # 3 workers, 5 copies of 4-byte floats each, in half of 1 GiB: 8,947,848 floats (divisible by 3).
     with pytest.raises(ValueError, match=r"needs about 1\.7 GiB .* 1\.0 GiB .* pick floats <= 8,947,848"):
         allreduce.trace_steps(_NoCluster(), "ring", 3, 30_000_000)
-    allreduce._check_memory(3, 8_947_848)  # what it proposes fits
+    allreduce.kernel_side._check_memory(3, 8_947_848)  # what it proposes fits
 
 
 def test_trace_steps_on_a_cluster_with_a_killed_worker_or_no_servers_refuses_at_once():

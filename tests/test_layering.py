@@ -59,10 +59,9 @@ BOTTOM = {
     "dtfkit.errors": "the exception types every layer raises",
     "dtfkit.taskapi": "this_task()/report(), the task-side API the task bootstrap fills in",
     "dtfkit.shown": "shown(value): a bad argument quoted in an error, cut to a readable length",
-    "dtfkit.lazy": "lazy_attributes(): a package's names imported on first use (PEP 562)",
     "dtfkit.i18n": "_(): the words a person is shown, in the language they chose",
     "dtfkit.fonts": "a font with the chosen language's glyphs for matplotlib (set_language calls it)",
-    "dtfkit.log": "note(): dtfkit's own notes, through the \"dtfkit\" logger (shown on standard output by default)",
+    "dtfkit.log": 'note(): dtfkit\'s own notes, through the "dtfkit" logger (shown on standard output by default)',
     "dtfkit.ports": "free_ports(): loopback ports free now (the TFJob simulator, the classroom bench, benchmarks)",
 }
 # Edges that break the rules and are on their way out; a listed edge that no longer exists is fine.
@@ -579,9 +578,9 @@ def test_every_recipe_module_is_one_of_its_two_sides():
         m for m in module_names(PACKAGE) if m.count(".") == 2 and m.startswith("dtfkit.recipes.")
     )
     packages = {m for m in module_names(PACKAGE) if m.startswith("dtfkit.recipes.") and m.count(".") == 2}
-    assert all(
-        module_names(PACKAGE)[m].name == "__init__.py" or m == "dtfkit.recipes._sides" for m in singles
-    ), f"a recipe is a package with task_side/kernel_side modules: {sorted(packages)}"
+    assert all(module_names(PACKAGE)[m].name == "__init__.py" for m in singles), (
+        f"a recipe is a package with task_side/kernel_side modules: {sorted(packages)}"
+    )
 
 
 def kernel_code_a_task_loads(root: Path = PACKAGE) -> str:
@@ -606,6 +605,64 @@ def kernel_code_a_task_loads(root: Path = PACKAGE) -> str:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=root.parent
     )
     return out.stdout + out.stderr[-2000:]
+
+
+def _top_level_names(path: Path, *, imported: bool) -> set[str]:
+    """Public names a module defines at its top level (and, with ``imported``, the names it imports)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif imported and isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return {n for n in names if not n.startswith("_")}
+
+
+def recipe_stub_problems(root: Path = PACKAGE) -> list[str]:
+    """What a recipe's ``__init__.pyi`` gets wrong: a public name a side defines that it does not list (the
+    name would be unreachable from the package), or a listed name its side does not have."""
+    problems = []
+    for stub in sorted((root / "recipes").glob("*/__init__.pyi")):
+        listed: dict[str, set[str]] = defaultdict(set)
+        for node in ast.parse(stub.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ImportFrom) and node.module:
+                listed[node.module].update(a.name for a in node.names)
+        recipe = stub.parent.name
+        for side in ("task_side", "kernel_side"):
+            path = stub.parent / f"{side}.py"
+            if not path.exists():
+                continue
+            others = set().union(*(v for k, v in listed.items() if k != side))
+            problems += [
+                f"{recipe}.{side}.{n} is not in {recipe}/__init__.pyi"
+                for n in sorted(_top_level_names(path, imported=False) - listed[side] - others)
+            ]
+            problems += [
+                f"{recipe}/__init__.pyi lists {side}.{n}, which {side}.py does not have"
+                for n in sorted(listed[side] - _top_level_names(path, imported=True))
+            ]
+    return problems
+
+
+def test_every_recipe_stub_lists_what_its_sides_hold():
+    assert recipe_stub_problems() == []
+
+
+def test_a_recipe_function_missing_from_its_stub_is_found(tmp_path):
+    root = _copy(tmp_path)
+    side = root / "recipes" / "sync" / "kernel_side.py"
+    side.write_text(side.read_text() + "\n\ndef new_driver() -> None:\n    pass\n")
+    stub = root / "recipes" / "sync" / "__init__.pyi"
+    stub.write_text(stub.read_text().replace("    run_sync as run_sync,\n", "    gone as gone,\n"))
+    assert recipe_stub_problems(root) == [
+        "sync.kernel_side.new_driver is not in sync/__init__.pyi",
+        "sync.kernel_side.run_sync is not in sync/__init__.pyi",
+        "sync/__init__.pyi lists kernel_side.gone, which kernel_side.py does not have",
+    ]
 
 
 def test_a_task_importing_its_code_loads_no_kernel_code():

@@ -133,7 +133,7 @@ def test_recv_bytes_reads_the_receiving_side_of_a_trace():
         {"to": "worker:1", "from": "ps:0", "bytes": 8192, "edge": "edge_4_embedding_lookup"},
         {"to": "ps:0", "from": "worker:1", "bytes": 512, "edge": "edge_10_ids"},
     ]
-    assert bg._ops_by_task(stats) == {"worker:1": ["Sum"]}
+    assert bg.task_side._ops_by_task(stats) == {"worker:1": ["Sum"]}
 
 
 # ------------------------------------------------------------- real clusters

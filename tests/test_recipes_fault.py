@@ -58,7 +58,7 @@ RECOVERY = (
 
 
 def test_tidy_log_never_changes_tensorflows_record_and_drops_noise(capsys):
-    tidy = fault._TidyLog(log_checkpoints=False)
+    tidy = fault.task_side._TidyLog(log_checkpoints=False)
     recovery = _record(RECOVERY, FakeUnavailable(GRPC_MESSAGE))
     assert tidy.filter(recovery)
     assert recovery.getMessage() == RECOVERY % GRPC_MESSAGE  # TensorFlow's words, all of them
@@ -68,14 +68,14 @@ def test_tidy_log_never_changes_tensorflows_record_and_drops_noise(capsys):
     )
     assert not tidy.filter(_record("Calling checkpoint listeners before saving checkpoint 20..."))
     assert not tidy.filter(_record("Saving checkpoints for 20 into /tmp/x/model.ckpt."))
-    assert fault._TidyLog(log_checkpoints=True).filter(
+    assert fault.task_side._TidyLog(log_checkpoints=True).filter(
         _record("Saving checkpoints for 20 into /tmp/x/model.ckpt.")
     )
     assert tidy.filter(_record("Restoring parameters from /tmp/x/model.ckpt-20"))
 
 
 def test_the_recovery_gist_is_dtfkits_own_line_before_tensorflows_record(capsys):
-    tidy = fault._TidyLog(log_checkpoints=True, recovery_gist=True)
+    tidy = fault.task_side._TidyLog(log_checkpoints=True, recovery_gist=True)
     recovery = _record(RECOVERY, FakeUnavailable(GRPC_MESSAGE))
     assert tidy.filter(recovery)
     assert recovery.getMessage() == RECOVERY % GRPC_MESSAGE

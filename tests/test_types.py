@@ -47,3 +47,19 @@ def test_the_settings_hold_the_engine_to_strict_and_the_rest_to_checked_bodies(t
     assert "dtfkit/engine/planted.py:1: error: Function is missing a type annotation" in found, found
     assert "dtfkit/front.py:1:" not in found, found
     assert "dtfkit/front.py:2: error: Incompatible types in assignment" in found, found
+
+
+def test_every_stub_the_package_reads_at_run_time_ships_in_its_wheel():
+    """lazy_loader.attach_stub reads each __init__.pyi when the package is imported, in a task too: a stub
+    that package-data does not name would be missing from a student's pip install (an editable install, as
+    in CI, would not show it)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the same parser, before it joined the standard library
+        import tomli as tomllib
+
+    package = REPO / "dtfkit"
+    globs = tomllib.loads(CONFIG.read_text())["tool"]["setuptools"]["package-data"]["dtfkit"]
+    shipped = {path for pattern in globs for path in package.glob(pattern)}
+    stubs = set(package.rglob("__init__.pyi"))
+    assert stubs and stubs <= shipped, sorted(str(s.relative_to(package)) for s in stubs - shipped)

@@ -20,38 +20,7 @@ Attributes are imported on first use, so that importing ``tfjob_entry`` from her
 YAML or jsonschema.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from dtfkit.kube.export import export_tfjob, tfjob_documents
-    from dtfkit.kube.simulate import ReplicaRun, SimulationResult, simulate
-    from dtfkit.kube.validate import ManifestInvalid, check_manifest, manifest_problems
-
-from dtfkit.lazy import lazy_attributes
-
-_LAZY = {
-    "export_tfjob": "dtfkit.kube.export",
-    "tfjob_documents": "dtfkit.kube.export",
-    "check_manifest": "dtfkit.kube.validate",
-    "manifest_problems": "dtfkit.kube.validate",
-    "ManifestInvalid": "dtfkit.kube.validate",
-    "simulate": "dtfkit.kube.simulate",
-    "SimulationResult": "dtfkit.kube.simulate",
-    "ReplicaRun": "dtfkit.kube.simulate",
-}
-
-__all__ = [
-    "ManifestInvalid",
-    "ReplicaRun",
-    "SimulationResult",
-    "check_manifest",
-    "export_tfjob",
-    "manifest_problems",
-    "simulate",
-    "tfjob_documents",
-]
-
-
-__getattr__ = lazy_attributes(__name__, _LAZY)
+# Loaded on first use: `import dtfkit.kube` stays cheap.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -12,26 +12,7 @@ Example::
     lab.close()
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from dtfkit.lazy import lazy_attributes
-
-__all__ = ["Lab", "Panel", "RunRecord", "Settings"]
-
-if TYPE_CHECKING:
-    from dtfkit.lab.panel import Panel
-    from dtfkit.lab.runner import Lab, RunRecord, Settings
-
+import lazy_loader
 
 # Loaded on first use: a task that imports dtfkit.lab.task_side must not load the lab's widgets.
-__getattr__ = lazy_attributes(
-    __name__,
-    {
-        "Lab": "dtfkit.lab.runner",
-        "RunRecord": "dtfkit.lab.runner",
-        "Settings": "dtfkit.lab.runner",
-        "Panel": "dtfkit.lab.panel",
-    },
-)
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -604,6 +604,7 @@ class Lab:
                 "straggler_ms": {s.straggler: s.straggler_ms} if s.straggler else None,
                 "run_name": record.run_name,
             }
+            fn: Callable[..., dict[str, Any]]
             if s.mode == "sync":
                 fn, kwargs = (
                     sync.train_sync,

@@ -9,24 +9,7 @@ Example::
     >>> cluster = RayCluster(ps=1, workers=2)               # doctest: +SKIP
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from dtfkit.ray.cluster import RayCluster
-    from dtfkit.ray.launcher import RayLauncher
-    from dtfkit.ray.simulated import SimulatedRayCluster
-
-__all__ = ["RayCluster", "RayLauncher", "SimulatedRayCluster"]
-
-from dtfkit.lazy import lazy_attributes
-
-_LAZY = {
-    "RayCluster": "dtfkit.ray.cluster",
-    "RayLauncher": "dtfkit.ray.launcher",
-    "SimulatedRayCluster": "dtfkit.ray.simulated",
-}
-
-
-__getattr__ = lazy_attributes(__name__, _LAZY)
+# Loaded on first use: Ray is imported only when a name here is.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -71,6 +71,6 @@ Example::
 Its code is in ``kernel_side`` (the notebook kernel); every name is reachable from here.
 """
 
-from dtfkit.recipes._sides import lazy_sides
+import lazy_loader
 
-__getattr__, __dir__ = lazy_sides(__name__)
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

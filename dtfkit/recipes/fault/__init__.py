@@ -22,6 +22,6 @@ Example::
 Its code is in ``task_side`` (inside the tasks); every name is reachable from here.
 """
 
-from dtfkit.recipes._sides import lazy_sides
+import lazy_loader
 
-__getattr__, __dir__ = lazy_sides(__name__)
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

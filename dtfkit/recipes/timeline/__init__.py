@@ -32,6 +32,6 @@ Importing this module does not import TensorFlow.
 ``task_side`` runs in the tasks, ``kernel_side`` in the notebook kernel; every name is reachable from here.
 """
 
-from dtfkit.recipes._sides import lazy_sides
+import lazy_loader
 
-__getattr__, __dir__ = lazy_sides(__name__)
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -1,0 +1,7 @@
+# What dtfkit.lab hands out: type checkers and editors read it here; lazy_loader.attach_stub imports each
+# name from its module on first use.
+
+from .panel import Panel as Panel
+from .runner import Lab as Lab
+from .runner import RunRecord as RunRecord
+from .runner import Settings as Settings
