@@ -95,7 +95,18 @@ def _student_copies(ns: argparse.Namespace) -> int:
 def _translations(ns: argparse.Namespace) -> int:
     import json
 
-    from dtfkit.course import translate
+    try:
+        from edition import translate
+    except ModuleNotFoundError as missing:
+        if missing.name != "edition":
+            raise DtfkitError(
+                f"translations: {missing.name} is missing; install the builder's libraries: "
+                "python3 -m pip install -e '.[edition]'"
+            ) from None
+        raise DtfkitError(
+            "translations: the edition builder is not part of the installed package (it reads and writes the "
+            "chapters, README and docs of a checkout); run it from the root of a dtfkit checkout (git clone)"
+        ) from None
 
     if ns.action == "extract":
         for chapter, (units, untranslated, fuzzy) in translate.extract(ns.lang).items():

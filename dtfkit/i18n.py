@@ -36,7 +36,7 @@ from dtfkit.errors import DtfkitError
 
 LANGUAGE_ENV = "DTFKIT_LANG"
 LANGUAGES = ("en", "zh_CN")
-# The id of a translated chapter's first cell, which calls ``set_language`` (``course/translate.py`` writes it).
+# The id of a translated chapter's first cell, which calls ``set_language`` (``edition/translate.py`` writes it).
 LANGUAGE_CELL_ID = "dtfkit-language"
 LOCALE = Path(__file__).resolve().parent / "locale"
 _chosen: str | None = None

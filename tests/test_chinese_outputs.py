@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from dtfkit.course import code_units, listing, translate
+from dtfkit.course import code_units, listing
+from edition import translate
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"

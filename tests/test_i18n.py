@@ -14,8 +14,8 @@ import pytest
 
 import dtfkit
 from dtfkit import i18n
-from dtfkit.course import translate
 from dtfkit.errors import DtfkitError
+from edition import translate
 
 
 @pytest.fixture(autouse=True)

@@ -49,10 +49,10 @@ TENSORFLOW = ("tensorflow", "keras", "tf_keras")
 # Files that are not imported as modules but executed by a program of their own (none in dtfkit/ since the
 # classroom bench, whose jupyterhub_config.py JupyterHub executes, moved out to hubbench/).
 NOT_IMPORTED: dict[str, str] = {}
-# The classroom bench runs as root and makes Unix users: it lives beside the package, not in it. Only the
-# command line's forwarder (python -m dtfkit classroom-bench) names it, inside a function.
-CLASSROOM_BENCH = "hubbench"
-FORWARDS_TO_THE_BENCH = {"dtfkit.cli"}
+# Beside the package, not in it, each with the modules of dtfkit that may name it (the command line's
+# forwarders, inside a function): the classroom bench runs as root and makes Unix users; the edition builder
+# reads and writes a checkout's chapters and documents. A student's pip install carries neither.
+BESIDE_THE_PACKAGE = {"hubbench": {"dtfkit.cli"}, "edition": {"dtfkit.cli"}}
 
 # Modules outside the engine that the engine may import: they import nothing from dtfkit but each other.
 BOTTOM = {
@@ -470,16 +470,17 @@ def recipe_modules_without_a_side(root: Path = PACKAGE) -> list[str]:
 # ---------------------------------------------------------------- the rules
 
 
-def test_the_package_students_install_never_imports_the_classroom_bench():
+@pytest.mark.parametrize("beside", sorted(BESIDE_THE_PACKAGE))
+def test_the_package_students_install_names_what_lives_beside_it_only_in_its_forwarders(beside):
     modules = module_names(PACKAGE)
     naming = {
         m
         for m, path in modules.items()
-        if any(n == CLASSROOM_BENCH or n.startswith(CLASSROOM_BENCH + ".") for n in _all_imports(path))
+        if any(n == beside or n.startswith(beside + ".") for n in _all_imports(path))
     }
-    assert naming == FORWARDS_TO_THE_BENCH
-    assert not (PACKAGE / CLASSROOM_BENCH).exists()
-    assert (PACKAGE.parent / CLASSROOM_BENCH / "__main__.py").is_file()
+    assert naming == BESIDE_THE_PACKAGE[beside]
+    assert not (PACKAGE / beside).exists()
+    assert (PACKAGE.parent / beside / "__init__.py").is_file()
 
 
 def _all_imports(path: Path) -> set[str]:

@@ -1,4 +1,4 @@
-"""The Chinese edition is in step with the English chapters, from one source (``dtfkit.course.translate``).
+"""The Chinese edition is in step with the English chapters, from one source (``edition/translate.py``, beside the package).
 
 The English chapters are the source; each chapter's prose lives in a gettext catalog
 (``notebooks/locale/zh_CN/LC_MESSAGES``) and ``notebooks/zh_CN`` is built from them. Here: no unit is
@@ -20,8 +20,8 @@ import pytest
 from notebook_sections import CHECK_MARK, output_text, sanitize, sanitizer
 from prose_figures import Outputs
 
-from dtfkit.course import translate
 from dtfkit.course.code_units import skeleton
+from edition import translate
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 GLOSSARY = NOTEBOOKS / "locale" / "zh_CN" / "glossary.md"

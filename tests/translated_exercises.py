@@ -26,7 +26,7 @@ from checked_cells import upstream_names
 from notebook_sections import exercises_start, source
 from section_reruns import english_cells
 
-from dtfkit.course.translate import LANGUAGE_CELL_ID
+from dtfkit.i18n import LANGUAGE_CELL_ID
 
 WHOLE = ("01_",)  # translated chapters executed from the first cell to the last
 KERNEL_NAMES = {"get_ipython", "display"}  # what IPython gives every cell

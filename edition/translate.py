@@ -51,7 +51,7 @@ HEADER = """{language} translation of the dtfkit course, {chapter}.
 The English chapter is the source: `python -m dtfkit translations extract` brings this file up to
 date with it (a changed English unit becomes fuzzy, a new one untranslated); `python -m dtfkit
 translations build` writes the chapter from it. Terms: notebooks/locale/{lang}/glossary.md."""
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 # Documents translated with the chapters, relative to the repository (the folder above notebooks/).
 DOCUMENTS = ("README.md", "docs/teaching.md")
 _LINK = re.compile(r"(\]\()([^)\s]+)")
@@ -350,9 +350,9 @@ def merge(old: polib.POFile | None, fresh: list[polib.POEntry], header: str, lan
 
 
 LIBRARY = "dtfkit"  # the name of the library's own catalog (dtfkit/locale/<lang>/LC_MESSAGES/dtfkit.po)
-PACKAGE = Path(__file__).resolve().parents[1]
+PACKAGE = Path(__file__).resolve().parents[1] / "dtfkit"
 # The classroom bench speaks the reader's language through dtfkit's catalog; it lives beside the package.
-BESIDE_THE_PACKAGE = ("hubbench",)
+BESIDE_THE_PACKAGE = ("hubbench", "edition")
 
 
 def library_template() -> list[polib.POEntry]:

@@ -1,0 +1,6 @@
+"""The course's other editions, built from the English (``python -m dtfkit translations extract|build|check``).
+
+It reads and writes the checkout (``notebooks/``, ``README.md``, ``docs/``, the catalogs under ``locale/``
+folders), so it lives beside the package students install, not in it: a student's ``pip install dtfkit``
+reads the catalogs (``dtfkit.i18n``) and never builds them. Runs in the developer's or instructor's process.
+"""
