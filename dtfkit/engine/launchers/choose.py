@@ -21,15 +21,39 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from dtfkit.engine.launchers.contract import Launcher, LauncherSpec
 from dtfkit.engine.wire.layout import ClusterLayout
 from dtfkit.errors import DtfkitError
 from dtfkit.shown import shown
 
+if TYPE_CHECKING:
+    from dtfkit.engine.launchers.links import DelayOption, LinkOption
 
+
+@overload
+def choose_launcher(
+    layout: ClusterLayout,
+    *,
+    network: str,
+    link: str | dict[str, str] | None = None,
+    delay: str | dict[str, str] | None = None,
+    start_servers: bool = True,
+    launcher: None = None,
+) -> LauncherSpec: ...
+@overload
+def choose_launcher(
+    layout: ClusterLayout,
+    *,
+    network: str,
+    link: str | dict[str, str] | None = None,
+    delay: str | dict[str, str] | None = None,
+    start_servers: bool = True,
+    launcher: Launcher | LauncherSpec | None,
+) -> Launcher | LauncherSpec: ...
 def choose_launcher(
     layout: ClusterLayout,
     *,
@@ -67,7 +91,7 @@ def choose_launcher(
     return launcher
 
 
-def build_local_launcher(network: str, link=None, delay=None) -> Launcher:
+def build_local_launcher(network: str, link: LinkOption = None, delay: DelayOption = None) -> Launcher:
     """Local processes, each forked from this process's task zygote where it can serve
     (``dtfkit.engine.launchers.zygotes``), else a fresh interpreter."""
     from dtfkit.engine.launchers.local import LocalLauncher
@@ -75,7 +99,9 @@ def build_local_launcher(network: str, link=None, delay=None) -> Launcher:
     return LocalLauncher(network, link, delay=delay)
 
 
-def _check_link_keys(links, delays, layout: ClusterLayout) -> None:
+def _check_link_keys(
+    links: Mapping[str, object] | None, delays: Mapping[str, object] | None, layout: ClusterLayout
+) -> None:
     """Refuse ``link=``/``delay=`` keys naming no task of ``layout``, before anything starts."""
     from dtfkit.engine.launchers.links import check_plan_tasks
 

@@ -39,7 +39,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn, Protocol
 
 from dtfkit.engine.wire.protocol import TaskConfig
 
@@ -54,7 +54,7 @@ NETWORKS = (
     "ray",  # the network of a Ray cluster
 )
 
-_EMPTY: Mapping = MappingProxyType({})
+_EMPTY: Mapping[str, NoReturn] = MappingProxyType({})  # empty: a default for a Mapping of any values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +129,19 @@ class LauncherSpec:
         return self.build_with(**self.options)
 
 
+class ControlConnection(Protocol):
+    """A task's control connection as the owner uses it: a ``multiprocessing`` connection, or a
+    relay that behaves like one (Ray's). Messages are the pickled NamedTuples of ``protocol``."""
+
+    def send(self, obj: Any, /) -> None: ...
+
+    def recv(self) -> Any: ...
+
+    def fileno(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
 class TaskHandle(ABC):
     """One started task process, as its launcher sees it."""
 
@@ -137,7 +150,7 @@ class TaskHandle(ABC):
     identity: dict[str, Any]
     #: A control connection that is already up (a relay, as Ray's), else None:
     #: the task connects back to ``config.control`` and says ``Hello``.
-    connection: Any = None
+    connection: ControlConnection | None = None
     #: The host of the task's address (``host:port``) in the ClusterSpec; a restarted
     #: task gets the same host again.
     host: str = "localhost"

@@ -14,6 +14,8 @@ Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from dtfkit.engine.platform import netns
 from dtfkit.errors import DtfkitError
@@ -34,7 +36,25 @@ DELAY_REFUSED_MODES = {
 
 LINK_JOBS = ("ps", "worker", "chief", "evaluator", "client")
 _LINK_KEY_FORM = "'default', a job ('ps', 'worker', 'chief', 'evaluator', 'client') or a task ('worker:1')"
-def plan_links(link) -> dict[str, int] | None:
+
+V = TypeVar("V")  # a plan's values: bits per second (int), or seconds (float)
+
+
+class LinkPlan(dict[str, int]):
+    """A checked ``link=`` (``plan_links``): ``{key: bits per second}``; checking it again returns it."""
+
+
+class DelayPlan(dict[str, float]):
+    """A checked ``delay=`` (``plan_delays``): ``{key: seconds}``; checking it again returns it."""
+
+
+#: What ``link=`` takes: one rate (``"100mbit"``), rates by ``"default"``, job or task, or a checked plan.
+LinkOption = str | dict[str, str] | LinkPlan | None
+#: What ``delay=`` takes: one delay (``"20ms"``), delays by ``"default"``, job or task, or a checked plan.
+DelayOption = str | dict[str, str] | DelayPlan | None
+
+
+def plan_links(link: LinkOption) -> LinkPlan | None:
     """Check ``link=`` and turn it into ``{key: bits per second}`` (None: no links).
 
     ``"100mbit"`` is ``{"default": 100000000}``; a dict maps ``"default"``, a job or a
@@ -46,7 +66,7 @@ def plan_links(link) -> dict[str, int] | None:
     return LinkPlan(_plan("link", link, netns.parse_rate, example))
 
 
-def plan_delays(delay) -> dict[str, float] | None:
+def plan_delays(delay: DelayOption) -> DelayPlan | None:
     """Check ``delay=`` and turn it into ``{key: seconds}`` (None: no delay).
 
     ``"20ms"`` is ``{"default": 0.02}``; a dict maps ``"default"``, a job or a task to a
@@ -63,13 +83,13 @@ def plan_delays(delay) -> dict[str, float] | None:
     return DelayPlan(_plan("delay", delay, netns.parse_delay, example))
 
 
-def _plan(option: str, given, parse, example: str) -> dict:
-    """``given`` (one value, or a dict by default/job/task) checked with ``parse``."""
+def _plan(option: str, given: object, parse: Callable[[object], V], example: str) -> dict[str, V]:
+    """``given`` (one value, or a dict by default/job/task; whatever the caller passed) checked with ``parse``."""
     if isinstance(given, str):
         given = {"default": given}
     if not isinstance(given, dict) or not given:
         raise DtfkitError(f"{option} must be {example}, not {shown(given)}")
-    plan = {}
+    plan: dict[str, V] = {}
     for key, value in given.items():
         _check_key(option, key)
         try:
@@ -83,7 +103,7 @@ def _plan(option: str, given, parse, example: str) -> dict:
 _INDEX = re.compile(r"0|[1-9][0-9]{0,5}")
 
 
-def _check_key(option: str, key) -> None:
+def _check_key(option: str, key: object) -> None:
     """Refuse a key that cannot name a task of any cluster, and say how keys are written."""
     job, colon, index = key.partition(":") if isinstance(key, str) else ("", "", "")
     if key == "default" or (job in LINK_JOBS and (not colon or _INDEX.fullmatch(index))):
@@ -94,7 +114,7 @@ def _check_key(option: str, key) -> None:
     raise DtfkitError(f"{option} key {shown(key)} names no task{hint}: use {_LINK_KEY_FORM}")
 
 
-def check_plan_tasks(option: str, plan, tasks: list[str]) -> None:
+def check_plan_tasks(option: str, plan: Mapping[str, object] | None, tasks: list[str]) -> None:
     """Refuse keys of a checked ``link=``/``delay=`` plan that name no task of ``tasks``.
 
     A key for a task or job the cluster does not have would be ignored in silence (a
@@ -124,19 +144,11 @@ def check_plan_tasks(option: str, plan, tasks: list[str]) -> None:
         )
 
 
-class LinkPlan(dict):
-    """A checked ``link=`` (``plan_links``): ``{key: bits per second}``; checking it again returns it."""
-
-
-class DelayPlan(dict):
-    """A checked ``delay=`` (``plan_delays``): ``{key: seconds}``; checking it again returns it."""
-
-
-def link_rate(plan: dict[str, int], task: str) -> int | None:
+def link_rate(plan: Mapping[str, int], task: str) -> int | None:
     """The rate of ``task`` ("worker:1") in ``plan``: its own, its job's, the default, or None (no limit)."""
     return netns.task_value(plan, task)
 
 
-def link_delay(plan: dict[str, float] | None, task: str) -> float:
+def link_delay(plan: Mapping[str, float] | None, task: str) -> float:
     """The one-way delay of ``task``'s link in seconds, as ``link_rate`` finds a rate (0: none)."""
     return (netns.task_value(plan, task) or 0.0) if plan else 0.0

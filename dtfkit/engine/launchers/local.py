@@ -29,10 +29,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import types
+from typing import Any
 
 from dtfkit.engine.launchers import zygotes
 from dtfkit.engine.launchers.contract import ForkStart, Launcher, LauncherDescription, TaskHandle
-from dtfkit.engine.launchers.links import DELAY_REFUSED_MODES, LinkPlan, link_rate, plan_delays, plan_links
+from dtfkit.engine.launchers.links import (
+    DELAY_REFUSED_MODES,
+    DelayOption,
+    LinkOption,
+    LinkPlan,
+    link_rate,
+    plan_delays,
+    plan_links,
+)
 from dtfkit.engine.launchers.local_process import LocalProcess, spawn_task
 from dtfkit.engine.platform import lifeline, netns, state
 from dtfkit.engine.platform.anchor import NamespaceAnchor
@@ -79,7 +88,9 @@ class LocalLauncher(Launcher):
             task is a fresh interpreter.
     """
 
-    def __init__(self, network: str = "auto", link=None, *, delay=None, fork: bool = True):
+    def __init__(
+        self, network: str = "auto", link: LinkOption = None, *, delay: DelayOption = None, fork: bool = True
+    ):
         if network not in NETWORK_MODES:
             raise DtfkitError(f"network must be one of {', '.join(NETWORK_MODES)}, not {network!r}")
         self.network = network
@@ -110,13 +121,12 @@ class LocalLauncher(Launcher):
     # ------------------------------------------------------------- describe
     def describe(self) -> LauncherDescription:
         anchor = self.anchor
-        alive = anchor is not None and anchor.alive
         return dataclasses.replace(
             self._net,
             start=self._start_facts(),
             links=None if self.links is None else types.MappingProxyType(dict(self.links)),
             delays=None if self.delays is None else types.MappingProxyType(dict(self.delays)),
-            processes=(anchor.identity(),) if alive else (),
+            processes=(anchor.identity(),) if anchor is not None and anchor.alive else (),
             pids=types.MappingProxyType({"netns": anchor.pid} if anchor is not None else {}),
         )
 
@@ -201,10 +211,11 @@ class LocalLauncher(Launcher):
             "listen on every interface without authentication. Use it only on a trusted network."
         )
 
-    def _spawn(self, config: TaskConfig) -> LocalProcess:
+    def _spawn(self, config: TaskConfig) -> TaskHandle:
         """Start ``config``'s task in the network set up by the first start."""
-        launch: dict = {}
+        launch: dict[str, Any] = {}  # TaskConfig.launch: JSON for the task
         pass_fds: tuple[int, ...] = ()
+        gate: int | None = None
         if self.anchor is not None:
             launch["netns_pid"] = self.anchor.pid
             gate = self.anchor.gate  # set while the anchor may still be starting
@@ -222,9 +233,7 @@ class LocalLauncher(Launcher):
         config = dataclasses.replace(config, launch={**config.launch, **launch})
         env = lifeline.with_lifeline_here(config.env)
         if self.fork and config.tensorflow:
-            forked, why = zygotes.fork_task(
-                {**env, CONFIG_ENV: config.to_json()}, config.cwd, launch.get("netns_ready_fd")
-            )
+            forked, why = zygotes.fork_task({**env, CONFIG_ENV: config.to_json()}, config.cwd, gate)
             if forked is not None:
                 forked.host = host
                 self.forked += 1
@@ -242,4 +251,3 @@ class LocalLauncher(Launcher):
 def _warn(message: str) -> None:
     """Warn, naming the first caller outside dtfkit (the learner's cell, a test) as a traceback does."""
     frames.warn(message)
-

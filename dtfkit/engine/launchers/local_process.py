@@ -16,6 +16,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from typing import IO
 
 from dtfkit.engine.launchers.contract import TaskHandle
 from dtfkit.engine.platform import state
@@ -28,7 +29,10 @@ class LocalProcess(TaskHandle):
     """A task running as a child process of this one (the leader of its own process group)."""
 
     def __init__(self, popen: subprocess.Popen[bytes], *, host: str = "localhost"):
+        if popen.stdout is None:
+            raise ValueError("a task's output is a pipe (spawn_task makes it)")
         self.popen = popen
+        self.output: IO[bytes] = popen.stdout  # stdout and stderr together
         self.host = host
         self.identity = state.process_identity(popen.pid)
 
@@ -49,10 +53,10 @@ class LocalProcess(TaskHandle):
         kill_group(self.popen)
 
     def read_line(self) -> bytes:
-        return read_line(self.popen.stdout)
+        return read_line(self.output)
 
     def close_output(self) -> None:
-        self.popen.stdout.close()
+        self.output.close()
 
     def abort(self) -> bool:
         if self.popen.poll() is not None:

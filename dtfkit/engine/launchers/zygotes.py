@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from typing import IO, Any
 
 from dtfkit.engine.launchers.contract import ReportedExit, TaskHandle
 from dtfkit.engine.platform import lifeline, state
@@ -113,7 +114,7 @@ class ZygoteUnavailable(Exception):
 class ForkedProcess(ReportedExit, TaskHandle):
     """A task forked by a zygote: the leader of its own process group, the zygote's child."""
 
-    def __init__(self, zygote: Zygote, pid: int, output, cluster_id: str = ""):
+    def __init__(self, zygote: Zygote, pid: int, output: IO[bytes], cluster_id: str = ""):
         self.zygote = zygote
         self._pid = pid
         self.output = output
@@ -156,7 +157,7 @@ class ForkedProcess(ReportedExit, TaskHandle):
 @dataclasses.dataclass
 class _Pending:
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
-    answer: dict | None = None
+    answer: dict[str, Any] | None = None  # the zygote's JSON answer
 
 
 class Zygote:
@@ -230,7 +231,8 @@ class Zygote:
                 self._ready.set()
             elif op in ("forked", "failed"):
                 with self._lock:
-                    pending = self._pending.pop(message.get("id"), None)
+                    request = message.get("id")
+                    pending = self._pending.pop(request, None) if isinstance(request, int) else None
                     if op == "forked" and pending is not None:
                         self._unadopted.add(message["pid"])
                 if pending is not None:
@@ -340,7 +342,7 @@ class Zygote:
                 or not self._ready.is_set()
             )
 
-    def _adopt(self, pid: int, output, cluster_id: str) -> ForkedProcess:
+    def _adopt(self, pid: int, output: IO[bytes], cluster_id: str) -> ForkedProcess:
         child = ForkedProcess(self, pid, output, cluster_id)
         with self._lock:
             self._unadopted.discard(pid)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from dtfkit.engine.owner.events import CallAnswer
 from dtfkit.engine.owner.output import OUTPUT_DRAIN_SECONDS
@@ -39,6 +39,10 @@ if TYPE_CHECKING:
     from dtfkit.engine.owner.runtime import ClusterRuntime
 
 ERROR_POLICIES = ("interrupt", "wait")
+#: Why a task's part of a call failed: what it raised (type name, message, traceback), or the owner's own error.
+Failure = tuple[str, str, str] | Exception
+#: A finished call: ``("ok", {task name: value})``, or ``("error", what result() raises)``.
+Outcome = tuple[Literal["ok"], dict[str, Any]] | tuple[Literal["error"], Exception]
 STACK_DUMP_WAIT = 5.0
 NO_ANSWER_NOTE = N_(
     "(it could not answer: code outside Python, TensorFlow's C++ most often, held the interpreter; "
@@ -73,7 +77,7 @@ class RunHandle:
         self._stacks: dict[TaskId, str] = {}
         self._flushed: set[TaskId] = set()  # tasks whose output of the call is all in
         self._results: dict[TaskId, Any] = {}
-        self._failures: list[tuple[TaskId, Any]] = []
+        self._failures: list[tuple[TaskId, Failure]] = []
         self._notes: dict[TaskId, str] = {}
         self._reasons: dict[TaskId, str] = {}  # why each interrupted task was interrupted
         self._killed: set[TaskId] = set()  # killed after the grace period: their note says it all
@@ -81,7 +85,7 @@ class RunHandle:
         self._grace = grace
         self._timeout = timeout
         self._on_finish = on_finish
-        self._outcome: tuple[str, Any] | None = None
+        self._outcome: Outcome | None = None
         self.submitted = time.time()
         self._log_start = self._output.logbook.seq
         self._deadline = time.monotonic() + timeout if timeout else None
@@ -129,10 +133,11 @@ class RunHandle:
         if self._outcome is None:
             with self._events.waiting(f"{self.fn_name} (handle.result())"):
                 self._wait(None if timeout is None else time.monotonic() + timeout)
-        kind, value = self._outcome
-        if kind == "error":
-            raise value
-        return value
+        outcome = self._outcome
+        assert outcome is not None  # _wait() ends with _finish(), or raises
+        if outcome[0] == "error":
+            raise outcome[1]
+        return outcome[1]
 
     def stop(self) -> None:
         """Interrupt the call in every task still running it; kill those that do not
@@ -239,7 +244,7 @@ class RunHandle:
                     )
                 self._fail(task, TaskExited(text))
 
-    def _fail(self, task: TaskId, failure: Any) -> None:
+    def _fail(self, task: TaskId, failure: Failure) -> None:
         self._failures.append((task, failure))
         if self._pending and self._on_error == "interrupt" and self._grace_deadline is None:
             self._interrupt(_("{task} failed").format(task=self._failures[0][0]))
@@ -305,8 +310,8 @@ class RunHandle:
         # No answer: TensorFlow's C++ code holds the interpreter. faulthandler still can.
         silent = [self._procs[task] for task in self._pending if task not in stacks and task not in frozen]
         dumped = _stacks_by_abort(silent, time.monotonic() + STACK_DUMP_WAIT) if silent else {}
-        for task, text in dumped.items():
-            stacks[task] = f"{_(NO_ANSWER_NOTE)}\n{text}"
+        for task, dump in dumped.items():
+            stacks[task] = f"{_(NO_ANSWER_NOTE)}\n{dump}"
         names = ", ".join(t.name for t in self._pending)
         text = [
             _(
@@ -337,7 +342,7 @@ class RunHandle:
         error = TaskTimeout("\n".join(text), stacks=where_by_task, stopped=sorted(t.name for t in frozen))
         self._outcome = ("error", error)
         self._cleanup()
-        raise self._outcome[1]
+        raise error
 
     def _finish(self) -> None:
         if self._outcome is not None:
@@ -400,7 +405,7 @@ def _stacks_by_abort(procs: list[TaskProcess], deadline: float) -> dict[TaskId, 
     return found
 
 
-def _describe_failure(task: TaskId, failure: Any) -> str:
+def _describe_failure(task: TaskId, failure: Failure | None) -> str:
     if isinstance(failure, tuple):
         return _("{task} raised {exc_type} too").format(task=task, exc_type=failure[0])
     return re.split("[;；\n]", str(failure))[0]
@@ -436,12 +441,20 @@ def submit_call(
         raise DtfkitError(f"grace must be a number of seconds >= 0, not {grace!r}")
     payload = pickled(fn, tuple(args), dict(kwargs or {}))
     name = getattr(fn, "__qualname__", "the function")
-    options = {"timeout": timeout, "on_error": on_error, "grace": grace}
     if on == "client":
         client = rt.start_client()
         try:
             proc = rt.tasks.procs[client]
-            return RunHandle(rt, [proc], payload, name, on_finish=lambda: rt.remove_task(client), **options)
+            return RunHandle(
+                rt,
+                [proc],
+                payload,
+                name,
+                timeout=timeout,
+                on_error=on_error,
+                grace=grace,
+                on_finish=lambda: rt.remove_task(client),
+            )
         except BaseException:
             rt.remove_task(client)
             raise
@@ -453,7 +466,7 @@ def submit_call(
                 f"cluster.restart('{proc.task}') (cluster.ensure_running() starts every task "
                 "that is down) or start a new cluster."
             )
-    return RunHandle(rt, procs, payload, name, **options)
+    return RunHandle(rt, procs, payload, name, timeout=timeout, on_error=on_error, grace=grace)
 
 
 def run_call(
@@ -472,7 +485,7 @@ def run_call(
         return submit_call(rt, fn, args, kwargs, **options).result()
 
 
-def pickled(fn: Callable, args: tuple, kwargs: dict) -> PickledCall:
+def pickled(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> PickledCall:
     """``(fn, args, kwargs)`` pickled, with the source of its code for the tasks' tracebacks."""
     try:
         return pickle_call(fn, args, kwargs)

@@ -23,9 +23,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from multiprocessing.connection import Listener
+from multiprocessing.connection import Connection, Listener
 from typing import Any, Protocol
 
+from dtfkit.engine.launchers.contract import ControlConnection
 from dtfkit.engine.owner.metrics import MetricLog
 from dtfkit.engine.owner.output import Output
 from dtfkit.engine.owner.process import TaskProcess
@@ -78,7 +79,7 @@ class Events:
         self._calls: dict[int, CallInbox] = {}
         self._call_ids = itertools.count(1)
         self._threads: list[threading.Thread] = []
-        self._conns: list = []
+        self._conns: list[ControlConnection] = []
         self._wait_lock = threading.RLock()  # see waiting()
         # Per (task, generation): set once its control connection is read to the end. A task's exit
         # event waits for it, so that what the task sent before it exited (a StartFailed, say) is
@@ -127,13 +128,14 @@ class Events:
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
 
     def _accept_loop(self) -> None:
+        assert self._listener is not None  # listen() comes first
         control.serve(self._listener, self._is_closed, self._read_messages, "dtfkit-conn")
 
-    def _read_messages(self, conn) -> None:
+    def _read_messages(self, conn: Connection) -> None:
         self._conns.append(conn)  # close() shuts it down, a stalled handshake's included
         with self._connections_lock:
             self._handshakes += 1
-        read = None
+        read = hello = None
         try:
             hello = control.first_message(conn, self._authkey, protocol.Hello)
             if hello is not None:
@@ -143,7 +145,7 @@ class Events:
             with self._connections_lock:
                 self._handshakes -= 1
                 self._connections_lock.notify_all()
-        if read is not None:
+        if hello is not None and read is not None:
             self._read_connection(conn, hello.task, hello.gen, read)
 
     def _reading(self, name: str, gen: int) -> threading.Event:
@@ -153,7 +155,7 @@ class Events:
             self._connection_read[(name, gen)] = read
         return read
 
-    def _read_connection(self, conn, name: str, gen: int, read: threading.Event) -> None:
+    def _read_connection(self, conn: ControlConnection, name: str, gen: int, read: threading.Event) -> None:
         """Turn what one task sends into events (the connection is authenticated already)."""
         try:
             while True:
@@ -302,7 +304,7 @@ class Events:
         proc = self._current.get(event.task)
         return proc if proc is not None and proc.gen == event.gen else None
 
-    def apply_message(self, proc: TaskProcess, message: tuple) -> None:
+    def apply_message(self, proc: TaskProcess, message: tuple[object, ...]) -> None:
         """What a protocol message from ``proc`` changes: its state, or a call's answers."""
         if isinstance(message, protocol.Port):
             proc.port = message.port

@@ -48,9 +48,11 @@ class MetricLog:
             rows = [r for r in rows if r["time"] >= since]
         return rows
 
-    def series(self, y: str, x: str = "step", since: float | None = None) -> dict[str, tuple[list, list]]:
-        """Per task, the (x values, y values) of events that have both fields."""
-        out: dict[str, tuple[list, list]] = {}
+    def series(
+        self, y: str, x: str = "step", since: float | None = None
+    ) -> dict[str, tuple[list[Any], list[Any]]]:
+        """Per task, the (x values, y values) of events that have both fields (what the tasks reported)."""
+        out: dict[str, tuple[list[Any], list[Any]]] = {}
         for r in self.rows(since=since):
             if y in r and x in r:
                 xs, ys = out.setdefault(r["task"], ([], []))
@@ -91,14 +93,16 @@ class MetricLog:
         with self._lock:
             return len(self._rows)
 
-    def to_pandas(self):
+    def to_pandas(self) -> Any:  # a pandas.DataFrame (pandas is optional, and untyped here)
         """The events as a pandas DataFrame (needs pandas)."""
         import pandas as pd
 
         return pd.DataFrame(self.rows())
 
-    def plot(self, y: str = "loss", x: str = "step", ax=None, since: float | None = None):
-        """Plot ``y`` against ``x`` (``"step"``, or ``"time"`` for wall time), one line per task."""
+    def plot(self, y: str = "loss", x: str = "step", ax: Any = None, since: float | None = None) -> Any:
+        """Plot ``y`` against ``x`` (``"step"``, or ``"time"`` for wall time), one line per task.
+
+        ``ax``: the matplotlib ``Axes`` to draw on (a new figure's when None); returns it."""
         import matplotlib.pyplot as plt
 
         if ax is None:

@@ -27,7 +27,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from typing import Protocol, TextIO
 
 from dtfkit.engine.owner.chatter import RepeatFolder, is_noise
 
@@ -110,7 +110,7 @@ class LogBook:
         self.seq = 0
         self._recent: collections.deque[tuple[int, str, bool, str]] = collections.deque(maxlen=keep * 4)
         self._recent_size = 0
-        self._files: dict[str, object] = {}
+        self._files: dict[str, TextIO] = {}
         self._file_sizes: dict[str, int] = {}
         self._lock = threading.Lock()
         self.listener: Callable[[int, str, str], None] | None = None
@@ -159,10 +159,15 @@ class LogBook:
             if task not in self._files:
                 self._open(task)
 
-    def _open(self, task: str):
+    def _log_path(self, task: str) -> str:
+        path = self.path(task)
+        assert path is not None  # files are written only with a directory
+        return path
+
+    def _open(self, task: str) -> TextIO:
         # Never through a link someone planted in place of the file.
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-        fd = os.open(self.path(task), flags, 0o600)
+        fd = os.open(self._log_path(task), flags, 0o600)
         f = self._files[task] = os.fdopen(fd, "a", encoding="utf-8", errors="replace")
         self._file_sizes[task] = os.fstat(fd).st_size
         return f
@@ -171,7 +176,7 @@ class LogBook:
         f = self._files.get(task)
         if f is not None and self._file_sizes.get(task, 0) >= self._file_bytes:
             f.close()  # rotate: keep the newest and the previous file, nothing older
-            os.replace(self.path(task), self.path(task) + ".1")
+            os.replace(self._log_path(task), self._log_path(task) + ".1")
             self.rotated[task] = self.rotated.get(task, 0) + 1
             f = None
         if f is None:

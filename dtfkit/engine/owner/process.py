@@ -81,7 +81,9 @@ class ClusterView:
 class TaskProcess:
     """One task, as its owner sees it: a launcher's handle plus what the protocol said."""
 
-    def __init__(self, task: TaskId, gen: int, handle: TaskHandle, port: int | None, *, stacks_file=None):
+    def __init__(
+        self, task: TaskId, gen: int, handle: TaskHandle, port: int | None, *, stacks_file: str | None = None
+    ) -> None:
         self.task = task
         self.stacks_file: str | None = stacks_file  # faulthandler's dump (dumps.py)
         self.gen = gen
@@ -156,7 +158,7 @@ class TaskProcess:
             before, cpu_before = at, cpu
         return tuple(steps)
 
-    def send(self, message: tuple) -> None:
+    def send(self, message: tuple[object, ...]) -> None:  # a NamedTuple of protocol
         if self.conn is None:
             raise TaskNotRunning(f"{self.task} is not connected yet")
         with self.send_lock:

@@ -23,6 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Collection
+from typing import Literal
 
 from dtfkit.engine.launchers.contract import Launcher, LauncherDescription
 from dtfkit.engine.owner.events import CallAnswer, Deadline, Done, Event, Events, OnEvent
@@ -117,7 +118,7 @@ class ClusterRuntime:
         env: dict[str, str] | None = None,
         show_tf_logs: bool = False,
         start_timeout: float = 120.0,
-        progress: ProgressFactory | None = None,
+        progress: ProgressFactory | Literal[False] | None = None,  # False: none, as None
         script: Script | None = None,
         echo: Echo | None = None,
         cwd: str | None = None,
@@ -369,7 +370,7 @@ class ClusterRuntime:
     def __enter__(self) -> ClusterRuntime:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def pids(self) -> dict[str, int]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from dtfkit.engine.launchers.contract import Launcher, LauncherDescription
-from dtfkit.engine.owner.events import Events
+from dtfkit.engine.owner.events import Event, Events
 from dtfkit.engine.owner.output import Output, ProgressFactory
 from dtfkit.engine.owner.process import ClusterView, TaskProcess
 from dtfkit.engine.platform import state
@@ -214,6 +214,7 @@ class Tasks:
         )
         if mode == "script":
             script = self.script
+            assert script is not None  # a cluster of mode "script" was given one
             config = dataclasses.replace(
                 config, script=script.path, script_args=script.args, linger=script.linger
             )
@@ -256,7 +257,7 @@ class Tasks:
                     f"is busy); {t} and the rest were not started. Next step: start fewer tasks, "
                     "or pass a larger start_timeout."
                 )
-            pending[t] = self._spawn(t, port=self.addresses.get(t) and _port_of(self.addresses[t]))
+            pending[t] = self._spawn(t, port=_port_of(self.addresses[t]) if t in self.addresses else None)
         bar = self.progress([t.name for t in pending], f"starting {describe(list(pending))}")
         try:
             with self.output.folding_repeats(), self.output.live_output(self.events.post_line):
@@ -335,10 +336,12 @@ class Tasks:
         setup = self.setup_payload
         return (None, None) if setup is None else (setup.data, setup.sources)
 
-    def _wait(self, done, deadline: float, watched: dict[TaskId, TaskProcess], what: str) -> None:
+    def _wait(
+        self, done: Callable[[], bool], deadline: float, watched: dict[TaskId, TaskProcess], what: str
+    ) -> None:
         """Handle events until ``done()``; a watched task dying or the deadline raises."""
 
-        def check(event) -> None:
+        def check(event: Event) -> None:
             proc = self.events.current(event)
             if proc is None or proc.task not in watched:
                 return

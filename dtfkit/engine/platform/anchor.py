@@ -38,7 +38,11 @@ class NamespaceAnchor:
     def __init__(
         self, popen: subprocess.Popen[bytes], namespace: str = "", mark: str = "", gate: int | None = None
     ):
+        if popen.stdin is None or popen.stdout is None:
+            raise ValueError("an anchor's stdin and stdout are pipes (launch() makes them)")
         self.popen = popen
+        self._stdin: IO[bytes] = popen.stdin  # closed: the anchor leaves
+        self._stdout: IO[bytes] = popen.stdout  # its one line: "ready <namespace>", or why not
         self.namespace = namespace  # "" until confirmed
         self.mark = mark  # the DTFKIT_CLUSTER value in its environment, when not the cluster's
         self.gate = gate
@@ -93,7 +97,7 @@ class NamespaceAnchor:
             self.gate = None
         if self.namespace:
             return ""
-        line = _read_line_within(self.popen.stdout, ANCHOR_READY_SECONDS)
+        line = _read_line_within(self._stdout, ANCHOR_READY_SECONDS)
         if not line.startswith("ready "):
             self.close()
             return line or f"no answer in {ANCHOR_READY_SECONDS:g} s"
@@ -109,7 +113,7 @@ class NamespaceAnchor:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
-    def identity(self) -> dict:
+    def identity(self) -> state.ProcessIdentity:
         ident = state.process_identity(self.popen.pid)
         if self.mark:
             ident["mark"] = self.mark
@@ -120,14 +124,14 @@ class NamespaceAnchor:
             os.close(self.gate)
             self.gate = None
         try:
-            self.popen.stdin.close()  # EOF: the anchor leaves, and with it the namespace
+            self._stdin.close()  # EOF: the anchor leaves, and with it the namespace
         except OSError:
             pass
         kill_group(self.popen)
-        self.popen.stdout.close()
+        self._stdout.close()
 
 
-def _read_line_within(stream: IO[bytes] | None, timeout: float) -> str:
+def _read_line_within(stream: IO[bytes], timeout: float) -> str:
     """One line from a pipe, waiting at most ``timeout`` seconds."""
     ready, _, _ = select.select([stream], [], [], timeout)
     if not ready:

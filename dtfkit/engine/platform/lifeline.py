@@ -15,10 +15,13 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from typing import Literal, NoReturn, TypeVar
 
 _PR_SET_PDEATHSIG = 1
 PDEATHSIG_ENV = "DTFKIT_PDEATHSIG"
 OWNER_ENV = "DTFKIT_OWNER_PID"
+
+T = TypeVar("T")
 
 
 def die_with_parent() -> None:
@@ -82,7 +85,7 @@ def kill_group_and_leader(pid: int) -> None:
         pass
 
 
-def end_own_process_group() -> None:
+def end_own_process_group() -> NoReturn:
     """Kill this task and everything it started (each task leads its own session)."""
     try:
         os.killpg(os.getpgid(0), signal.SIGKILL)
@@ -105,8 +108,8 @@ class Spawner:
     _instance: Spawner | None = None
     _lock = threading.Lock()
 
-    def __init__(self):
-        self.jobs: queue.Queue = queue.Queue()
+    def __init__(self) -> None:
+        self.jobs: queue.Queue[Callable[[], None]] = queue.Queue()
         threading.Thread(target=self._loop, name="dtfkit-spawner", daemon=True).start()
 
     @classmethod
@@ -119,17 +122,20 @@ class Spawner:
 
     def _loop(self) -> None:
         while True:
-            fn, done = self.jobs.get()
+            self.jobs.get()()
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` in the spawner's thread and return what it returns (or raise what it raised)."""
+        done: queue.Queue[tuple[Literal[True], T] | tuple[Literal[False], BaseException]] = queue.Queue()
+
+        def job() -> None:  # runs in the spawner's thread
             try:
                 done.put((True, fn()))
             except BaseException as exc:  # noqa: BLE001 - handed back to the caller
                 done.put((False, exc))
 
-    def call(self, fn: Callable[[], object]):
-        """Run ``fn`` in the spawner's thread and return what it returns (or raise what it raised)."""
-        done: queue.Queue = queue.Queue()
-        self.jobs.put((fn, done))
-        ok, value = done.get()
-        if not ok:
-            raise value
-        return value
+        self.jobs.put(job)
+        outcome = done.get()
+        if outcome[0] is False:
+            raise outcome[1]
+        return outcome[1]

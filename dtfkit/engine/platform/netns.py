@@ -52,8 +52,12 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Mapping
+from typing import TypeVar
 
 from dtfkit.shown import shown
+
+V = TypeVar("V")  # a plan's values: bits per second, or seconds
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -163,7 +167,7 @@ _RATE_UNITS = {"kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 RATE_FORM = "a number and kbit, mbit or gbit, as tc writes rates: '500kbit', '100mbit', '1.5gbit'"
 
 
-def parse_rate(value) -> int:
+def parse_rate(value: object) -> int:
     """A tc-style rate (``"100mbit"``) in bits per second; ``ValueError`` naming the bad value."""
     # A rate is a few characters: a longer string is no rate, and is not parsed.
     match = _RATE.match(value) if isinstance(value, str) and len(value) <= 64 else None
@@ -192,7 +196,7 @@ DELAY_FORM = "a number and us, ms or s, with no space, as tc writes times: '0ms'
 MAX_DELAY_SECONDS = 10.0
 
 
-def parse_delay(value) -> float:
+def parse_delay(value: object) -> float:
     """A tc-style one-way delay (``"20ms"``) in seconds; ``ValueError`` naming the bad value.
 
     Example::
@@ -219,7 +223,7 @@ def format_delay(seconds: float) -> str:
     return f"{seconds * 1e6:g}us"
 
 
-def task_value(plan, task: str):
+def task_value(plan: Mapping[str, V], task: str) -> V | None:
     """``task``'s value ("worker:1") in a link plan: its own, its job's, the default, or None."""
     for key in (task, task.partition(":")[0], "default"):
         if key in plan:
@@ -259,7 +263,7 @@ def request_link(path: str, address: str, rate: int | None, timeout: float = LIN
         raise OSError(f"the link for {address} could not be made: {reply or 'the anchor gave no answer'}")
 
 
-def _tbf_args(rate: int) -> dict:
+def _tbf_args(rate: int) -> dict[str, str | int]:
     """Token bucket settings for ``rate`` bits/s: a burst of 10 ms of traffic (at least 16 KiB,
     more than one full-size frame), up to 50 ms of queue."""
     burst = max(16 * 1024, rate // 8 // 100)
@@ -308,6 +312,8 @@ class _Hub:
             pass
 
     def connect(self, ns_fd: int, address: str, rate: int | None) -> None:
+        if _libc is None:  # the hub runs only where unshare_user_and_net() worked
+            raise OSError("network namespaces need Linux")
         self.count += 1
         # A fresh hub-side name each time: the pair of a restarted task's old process may
         # still be on its way out (namespaces are torn down asynchronously).
@@ -464,7 +470,7 @@ def _anchor_main(argv: list[str]) -> None:
         ready, _, _ = select.select(watched, [], [])
         if 0 in ready and not os.read(0, 4096):
             return
-        if listener is not None and listener in ready:
+        if hub is not None and listener is not None and listener in ready:
             conn, _ = listener.accept()
             with conn:
                 hub.serve(conn)

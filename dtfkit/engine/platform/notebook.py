@@ -78,7 +78,7 @@ def cell_key() -> str | None:
     """
     current = shell()
     kernel = getattr(current, "kernel", None)
-    if kernel is None:
+    if current is None or kernel is None:
         return None
     try:
         parent = kernel.get_parent("shell") if hasattr(kernel, "get_parent") else current.parent_header

@@ -23,7 +23,9 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -134,7 +136,7 @@ def new_cluster_dir() -> tuple[str, str]:
 _CLUSTER_ID = re.compile(r"[0-9]+-[0-9a-z]{8}")
 
 
-def _own_folders(base: str):
+def _own_folders(base: str) -> Iterator[tuple[str, str]]:
     """``(name, path)`` of each real folder (not a link) in ``base`` that this user owns and that is
     named as dtfkit names a cluster's folder, by name: whatever else lives there is not dtfkit's to prune."""
     try:
@@ -176,7 +178,12 @@ def prune_closed(base: str, keep: int = KEEP_CLOSED_FOLDERS) -> list[str]:
     return removed
 
 
-def process_identity(pid: int) -> dict:
+#: A process's identity as the state file keeps it (JSON): ``{"pid": ..., "started": ...}``,
+#: and whatever a launcher adds (``"mark"``: the cluster id in its environment, when not the cluster's).
+ProcessIdentity = dict[str, Any]
+
+
+def process_identity(pid: int) -> ProcessIdentity:
     """Pid plus start time: together they name one process even after pid reuse."""
     try:
         return {"pid": pid, "started": psutil.Process(pid).create_time()}
@@ -192,7 +199,7 @@ def is_stopped(pid: int) -> bool:
         return False
 
 
-def write_state(path: str, cluster_id: str, processes: list[dict], description: str) -> None:
+def write_state(path: str, cluster_id: str, processes: list[ProcessIdentity], description: str) -> None:
     owner = process_identity(os.getpid())
     data = {
         "cluster": cluster_id,
@@ -215,7 +222,7 @@ def write_state(path: str, cluster_id: str, processes: list[dict], description: 
     os.replace(tmp, os.path.join(path, STATE_FILE))
 
 
-def read_state(path: str) -> dict | None:
+def read_state(path: str) -> dict[str, Any] | None:
     """A cluster folder's state, or None unless it is a plain file owned by this user."""
     try:
         fd = os.open(os.path.join(path, STATE_FILE), os.O_RDONLY | os.O_NOFOLLOW)
@@ -239,7 +246,7 @@ def remove_state(path: str) -> None:
         pass
 
 
-def _same_process(ident: dict) -> psutil.Process | None:
+def _same_process(ident: ProcessIdentity) -> psutil.Process | None:
     try:
         proc = psutil.Process(ident["pid"])
         if ident.get("started") is not None and abs(proc.create_time() - ident["started"]) > 0.01:
@@ -252,7 +259,7 @@ def _same_process(ident: dict) -> psutil.Process | None:
 def _belongs_to(proc: psutil.Process, cluster_id: str) -> bool:
     """True for a process of this user whose environment names ``cluster_id``."""
     try:
-        return proc.uids().real == os.getuid() and proc.environ().get(CLUSTER_ENV) == cluster_id
+        return bool(proc.uids().real == os.getuid() and proc.environ().get(CLUSTER_ENV) == cluster_id)
     except psutil.Error:
         return False
 
@@ -275,7 +282,7 @@ class CleanupReport:
         return "\n".join(lines)
 
 
-def owner_alive(data: dict) -> bool:
+def owner_alive(data: dict[str, Any]) -> bool:
     return _same_process(data.get("owner", {"pid": -1})) is not None
 
 
@@ -380,9 +387,10 @@ def cleanup(*, everything: bool = False, dry_run: bool = False, keep_logs: bool 
 
 def _env_of(proc: psutil.Process) -> dict[str, str]:
     try:
-        return proc.environ()
+        env: dict[str, str] = proc.environ()  # psutil ships no types
     except (psutil.Error, OSError):
         return {}
+    return env
 
 
 def _kill_tree(proc: psutil.Process, wait: bool = True) -> None:

@@ -39,6 +39,8 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypedDict
 
 CONFIG_ENV = "DTFKIT_RELAY"
 CHUNK = 1 << 16
@@ -49,7 +51,20 @@ CONNECT_SECONDS = 30.0  # a peer may connect while the server behind the relay s
 READY_SECONDS = 30.0  # the relay process's start-up (an interpreter and asyncio)
 
 
-def peer_delays(cluster: dict, task: str, plan) -> tuple[float, dict[str, float]]:
+class RelayConfig(TypedDict):
+    """What ``start`` hands the relay process (as JSON in ``CONFIG_ENV``)."""
+
+    fd: int  # the listening socket, bound to the task's public port
+    ready_fd: int  # the pipe's write end: b"1" once the relay accepts connections
+    server_port: int  # where the task's server listens, behind the relay
+    own: float  # this task's own delay, for a peer not in ``peers``
+    peers: dict[str, float]  # {peer host: seconds}
+    parent: int  # the task's pid: the relay ends with it
+
+
+def peer_delays(
+    cluster: Mapping[str, list[str] | dict[int, str]], task: str, plan: Mapping[str, float]
+) -> tuple[float, dict[str, float]]:
     """This task's own delay, and ``{peer host: seconds}`` for every task of ``cluster``.
 
     A connection's delay is the larger of the two tasks' delays (``plan`` as
@@ -58,7 +73,7 @@ def peer_delays(cluster: dict, task: str, plan) -> tuple[float, dict[str, float]
     from dtfkit.engine.platform.netns import task_value
 
     own = task_value(plan, task) or 0.0
-    peers = {}
+    peers: dict[str, float] = {}
     for job, addresses in cluster.items():
         items = addresses.items() if isinstance(addresses, dict) else enumerate(addresses)
         for index, address in items:
@@ -67,7 +82,9 @@ def peer_delays(cluster: dict, task: str, plan) -> tuple[float, dict[str, float]
     return own, peers
 
 
-def start(listener: socket.socket, own: float, peers: dict[str, float]) -> tuple[int, subprocess.Popen]:
+def start(
+    listener: socket.socket, own: float, peers: dict[str, float]
+) -> tuple[int, subprocess.Popen[bytes]]:
     """Start the relay on ``listener`` (bound to the task's public port) as a child of this
     process; returns the port the server should bind instead, and the relay's process.
 
@@ -81,7 +98,7 @@ def start(listener: socket.socket, own: float, peers: dict[str, float]) -> tuple
         probe.bind(("127.0.0.1", 0))  # the namespace is the task's own: nobody takes it meanwhile
         server_port = probe.getsockname()[1]
     ready_read, ready_write = os.pipe()
-    config = {
+    config: RelayConfig = {
         "fd": listener.fileno(),
         "ready_fd": ready_write,
         "server_port": server_port,
@@ -129,7 +146,7 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dela
     """Copy ``reader`` to ``writer``, each chunk ``delay`` s after it arrived, in order; an
     end of stream goes on as late as the bytes before it, a reset at once."""
     loop = asyncio.get_running_loop()
-    held: asyncio.Queue = asyncio.Queue(MAX_CHUNKS)
+    held: asyncio.Queue[tuple[float, bytes | None]] = asyncio.Queue(MAX_CHUNKS)  # None: a reset
 
     async def take() -> None:
         try:
@@ -181,7 +198,7 @@ async def _connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWrite
             await asyncio.sleep(0.05)
 
 
-def _handler(config: dict):
+def _handler(config: RelayConfig) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
     peers, own, port = config["peers"], config["own"], config["server_port"]
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -211,7 +228,7 @@ def _handler(config: dict):
     return handle
 
 
-async def _serve(config: dict) -> None:
+async def _serve(config: RelayConfig) -> None:
     listener = socket.socket(fileno=config["fd"])
     listener.listen(128)
     listener.setblocking(False)
@@ -223,7 +240,7 @@ async def _serve(config: dict) -> None:
 
 
 def _main() -> None:
-    config = json.loads(os.environ[CONFIG_ENV])
+    config: RelayConfig = json.loads(os.environ[CONFIG_ENV])
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: end with the task

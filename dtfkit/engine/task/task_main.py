@@ -26,12 +26,18 @@ import signal
 import socket
 import sys
 import threading
+from multiprocessing.connection import Connection
+from types import FrameType
+from typing import Any, TypeVar
 
 from dtfkit.engine.platform import lifeline
 from dtfkit.engine.wire import dumps, frames, protocol, sources
 from dtfkit.engine.wire.protocol import TaskConfig
 
 _PHASES.append(("dtfkit imports", time.monotonic(), time.process_time()))
+
+
+M = TypeVar("M")  # a message type of dtfkit.engine.wire.protocol
 
 
 def _phase(name: str) -> None:
@@ -42,16 +48,16 @@ def _phase(name: str) -> None:
 class Channel:
     """The task's end of the control connection to its owner."""
 
-    def __init__(self, conn):
+    def __init__(self, conn: Connection) -> None:
         # Connected and greeted already (connect()), before joining the namespace.
-        self.inbox: queue.Queue = queue.Queue()
+        self.inbox: queue.Queue[object] = queue.Queue()  # the owner's messages but interrupts and dumps
         self.send_lock = threading.Lock()
         self.current_call: int | None = None
         self.cancelled: set[int] = set()
         self.conn = conn
         threading.Thread(target=self._watch, name="dtfkit-control", daemon=True).start()
 
-    def send(self, message) -> None:
+    def send(self, message: object) -> None:
         with self.send_lock:
             self.conn.send(message)
 
@@ -87,24 +93,26 @@ class Channel:
         """
         pace = threading.Event()
         deadline = time.monotonic() + bound
+        main = threading.main_thread().ident
+        assert main is not None  # the main thread runs: it started this one
         while self.current_call == call_id and time.monotonic() < deadline:
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            signal.pthread_kill(main, signal.SIGINT)
             pace.wait(0.2)
 
-    def on_sigint(self, signum, frame) -> None:
+    def on_sigint(self, signum: int, frame: FrameType | None) -> None:
         # Only a running call is interrupted: a late repeat must not break the reply
         # being sent, or the loop waiting for the next call.
         if self.current_call is not None:
             raise KeyboardInterrupt
 
-    def wait_for(self, kind: type):
+    def wait_for(self, kind: type[M]) -> M:
         message = self.inbox.get()
         if not isinstance(message, kind):
             raise RuntimeError(f"expected {kind.__name__} from the owner, got {type(message).__name__}")
         return message
 
 
-def connect(cfg: TaskConfig):
+def connect(cfg: TaskConfig) -> Connection:
     """Connect to the owner and say hello (a cold task); the connection, not yet watched.
 
     Starts no thread, so a cold task does it before it joins the namespace: a Unix
@@ -130,7 +138,7 @@ def _format_stacks() -> str:
     return "\n".join(parts)
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:  # what the learner's function returned: TensorFlow's tensors too
     """Turn tensors into NumPy so the notebook can unpickle results without TensorFlow."""
     if hasattr(value, "numpy") and callable(value.numpy):
         return value.numpy()
@@ -148,16 +156,16 @@ class _ImportsTensorFlow(Exception):
 class _TensorFlowProbe(pickle.Unpickler):
     """Unpickles a result here, refusing classes the notebook could only load with TensorFlow."""
 
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> Any:
         if module.split(".")[0] in ("tensorflow", "keras", "tf_keras"):
             raise _ImportsTensorFlow(module)
         return super().find_class(module, name)
 
 
-def _encode_result(value) -> bytes:
+def _encode_result(value: object) -> bytes:
     import cloudpickle
 
-    data = cloudpickle.dumps(_plain(value))
+    data: bytes = cloudpickle.dumps(_plain(value))
     # The byte test is a cheap pre-filter: a plain string may mention "tensorflow".
     if b"tensorflow" in data or b"keras" in data:
         try:
@@ -220,7 +228,7 @@ def _reserve_port(port: int) -> socket.socket:
     return sock
 
 
-def _import_tensorflow():
+def _import_tensorflow() -> Any:  # the tensorflow module: it ships no types
     """Import TensorFlow with Python's cyclic garbage collector paused, then freeze what it made.
 
     The import makes about half a million objects that live as long as the task. With the
@@ -240,7 +248,9 @@ def _import_tensorflow():
     return tf
 
 
-def _serve(tf, cluster: dict, task_job: str, task_index: int, port: int | None = None):
+def _serve(
+    tf: Any, cluster: dict[str, list[str]], task_job: str, task_index: int, port: int | None = None
+) -> Any:
     """Start this task's server; ``port``: bind it instead of the cluster's port for this
     task (a relay holds that one, see ``dtfkit.engine.task.relay``)."""
     spec = tf.train.ClusterSpec(cluster)
@@ -252,7 +262,7 @@ def _serve(tf, cluster: dict, task_job: str, task_index: int, port: int | None =
     return tf.distribute.Server(server_def, start=True)
 
 
-def _start_relay(cfg: TaskConfig, cluster: dict, reserved: socket.socket) -> int | None:
+def _start_relay(cfg: TaskConfig, cluster: dict[str, list[str]], reserved: socket.socket) -> int | None:
     """With ``delay=``: hand the task's port to a delaying relay; the port the server binds then."""
     delays = (cfg.launch.get("link") or {}).get("delays")
     if delays is None:
@@ -264,16 +274,17 @@ def _start_relay(cfg: TaskConfig, cluster: dict, reserved: socket.socket) -> int
     return server_port
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _run_script(cfg: TaskConfig, cluster: dict, job: str, index: int) -> int:
+def _run_script(cfg: TaskConfig, cluster: dict[str, list[str]], job: str, index: int) -> int:
     import runpy
 
     from dtfkit.engine.wire.layout import TaskId, tutorial_flags
 
     script = cfg.script
+    assert script is not None  # mode "script": the launch names one
     sys.argv = [script, *tutorial_flags(cluster, TaskId(job, index)), *cfg.script_args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
@@ -292,7 +303,7 @@ def _run_script(cfg: TaskConfig, cluster: dict, job: str, index: int) -> int:
     return 0
 
 
-def _start_cold(cfg: TaskConfig, conn):
+def _start_cold(cfg: TaskConfig, conn: Connection) -> tuple[Channel, socket.socket | None, Any]:
     """Watch the connection, reserve a port (reported at once), import TensorFlow."""
     mode = cfg.mode
     channel = Channel(conn)
@@ -300,7 +311,8 @@ def _start_cold(cfg: TaskConfig, conn):
 
     from dtfkit import taskapi
 
-    taskapi.STATE.send = lambda event: channel.send(protocol.Metric(event))
+    # taskapi annotates send as None only (dtfkit/taskapi.py: `self.send = None`); it is a callable once set.
+    taskapi.STATE.send = lambda event: channel.send(protocol.Metric(event))  # type: ignore[assignment]
     link = cfg.launch.get("link")
     if link:
         from dtfkit.engine.platform import netns
@@ -340,6 +352,7 @@ def _whole_lines_out() -> None:
     keeps in one piece (up to 4 KiB).
     """
     for stream in (sys.stdout, sys.stderr):
+        assert isinstance(stream, io.TextIOWrapper)  # the interpreter's own streams, in a task
         stream.reconfigure(line_buffering=True, write_through=False)
 
 

@@ -33,6 +33,7 @@ import signal
 import socket
 import sys
 import time
+from typing import Any
 
 
 def _thread_ids() -> set[int]:
@@ -109,7 +110,8 @@ class Zygote:
         forks.send(self.sock, {"op": "ready", "pid": os.getpid(), "threads": threads, "refuse": refuse}, [])
         while True:
             try:
-                ready, _, _ = select.select([self.sock, self.wake_r], [], [])
+                watched: list[socket.socket | int] = [self.sock, self.wake_r]
+                ready, _, _ = select.select(watched, [], [])
             except InterruptedError:
                 continue
             if self.wake_r in ready:
@@ -125,7 +127,7 @@ class Zygote:
                     return
                 self._handle(message, fds, refuse)
 
-    def _handle(self, message: dict, fds: list[int], refuse: str) -> None:
+    def _handle(self, message: dict[str, Any], fds: list[int], refuse: str) -> None:
         try:
             if message.get("op") != "fork":
                 raise ValueError(f"unknown request {message.get('op')!r}")
@@ -141,13 +143,13 @@ class Zygote:
             for fd in fds:
                 _close(fd)
 
-    def _answer(self, message: dict) -> None:
+    def _answer(self, message: dict[str, Any]) -> None:
         try:
             forks.send(self.sock, message, [])
         except OSError:
             pass  # the owner is gone: the next read sees EOF
 
-    def _fork(self, message: dict, fds: list[int]) -> int:
+    def _fork(self, message: dict[str, Any], fds: list[int]) -> int:
         names = message.get("fds") or []
         if len(names) != len(fds) or "output" not in names:
             raise ValueError(f"expected descriptors {names}, got {len(fds)}")
@@ -237,7 +239,7 @@ class Zygote:
         self.sock.close()
 
 
-def _become_task(message: dict, given: dict[str, int], keep: set[int], zygote: Zygote) -> int:
+def _become_task(message: dict[str, Any], given: dict[str, int], keep: set[int], zygote: Zygote) -> int:
     """In the forked child: become the task ``message`` describes, run it, return its exit code."""
     zygote_pid = os.getppid()
     os.setsid()  # its own session and process group, as start_new_session gives a fresh interpreter

@@ -16,6 +16,9 @@ import threading
 from collections.abc import Callable
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Connection, Listener, answer_challenge, deliver_challenge
+from typing import TypeVar
+
+M = TypeVar("M")  # a message type of dtfkit.engine.wire.protocol
 
 
 def serve(
@@ -35,7 +38,7 @@ def serve(
         threading.Thread(target=handle, args=(conn,), name=name, daemon=True).start()
 
 
-def first_message(conn: Connection, authkey: bytes, kind: type) -> tuple | None:
+def first_message(conn: Connection, authkey: bytes, kind: type[M]) -> M | None:
     """Authenticate both ways (what ``Listener(authkey=...).accept()`` would do, the same way
     round as ``Client()``), then read the peer's first message: a ``kind`` (a message
     type of ``dtfkit.engine.wire.protocol``).

@@ -34,7 +34,7 @@ import re
 import sys
 import sysconfig
 import traceback
-from typing import NamedTuple
+from typing import NamedTuple, TextIO
 
 from dtfkit.engine.wire import frames, sources
 from dtfkit.i18n import _
@@ -50,7 +50,7 @@ _STDLIB_DIR = sysconfig.get_paths()["stdlib"]
 # Installed packages (TensorFlow) may live inside the standard library's folder.
 _PACKAGE_DIRS = tuple({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
 
-_KEEP: list = []  # faulthandler keeps only the file's descriptor: its file object must live on
+_KEEP: list[TextIO] = []  # faulthandler keeps only the file's descriptor: its file object must live on
 
 
 class ThreadStack(NamedTuple):

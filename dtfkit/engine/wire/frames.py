@@ -52,7 +52,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 from dtfkit.engine.platform import notebook
 
@@ -123,9 +123,18 @@ def is_plumbing(filename: str) -> bool:
     return filename in _RUNPY or filename.startswith(_ENGINE_DIRS)
 
 
-def trim(frames: Sequence[Frame], filename=lambda frame: frame.filename) -> list[Frame]:
+def _summary_file(frame: traceback.FrameSummary) -> str:
+    return frame.filename
+
+
+@overload
+def trim(frames: Sequence[traceback.FrameSummary]) -> list[traceback.FrameSummary]: ...
+@overload
+def trim(frames: Sequence[Frame], filename: Callable[[Frame], str]) -> list[Frame]: ...
+def trim(frames: Sequence[Any], filename: Callable[[Any], str] = _summary_file) -> list[Any]:
     """``frames`` (outermost first) without the leading frames of the engine; all of
-    them when every one is the engine's (a task that failed to start)."""
+    them when every one is the engine's (a task that failed to start). ``filename``
+    reads a frame's file (default: a ``traceback.FrameSummary``'s)."""
     for index, frame in enumerate(frames):
         if not is_plumbing(filename(frame)):
             return list(frames[index:])
@@ -149,7 +158,7 @@ def format_stack(frame: FrameType, rename: Callable[[str], str] = str) -> str:
 
 def _trim_chain(exception: traceback.TracebackException) -> None:
     seen: set[int] = set()
-    todo = [exception]
+    todo: list[traceback.TracebackException | None] = [exception]
     while todo:
         current = todo.pop()
         if current is None or id(current) in seen:
@@ -173,7 +182,7 @@ def warn(message: str, category: type[Warning] = UserWarning) -> None:
         >>> caught[0].message.args[0], caught[0].filename
         ('dtfkit: careful', '<doctest dtfkit.engine.wire.frames.warn[0]>')
     """
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIRS):
         frame = frame.f_back
     if frame is None:  # called from dtfkit alone (its command line)

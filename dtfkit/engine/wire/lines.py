@@ -9,12 +9,20 @@ Example::
 
 from __future__ import annotations
 
+from typing import Protocol
+
 # One line is cut after MAX_LINE_BYTES, keeping its last LINE_END_BYTES (where a done mark may be).
 MAX_LINE_BYTES = 64 * 1024
 LINE_END_BYTES = 256
 
 
-def read_line(stream, limit: int = MAX_LINE_BYTES) -> bytes:
+class LineStream(Protocol):
+    """A binary stream read a line at a time: a pipe's ``popen.stdout``, ``io.BytesIO``."""
+
+    def readline(self, size: int = -1, /) -> bytes: ...
+
+
+def read_line(stream: LineStream, limit: int = MAX_LINE_BYTES) -> bytes:
     """One line from a binary stream, at most about ``limit`` bytes of it kept.
 
     A longer line keeps its first ``limit`` bytes and its last ``LINE_END_BYTES``,

@@ -53,7 +53,8 @@ import sysconfig
 import threading
 import traceback
 import types
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import IO, Any, NamedTuple, Protocol
 
 from dtfkit.engine.platform import notebook
 from dtfkit.engine.wire import frames
@@ -84,7 +85,7 @@ class PickledCall(NamedTuple):
 
 
 # ------------------------------------------------------------------ owner side
-def pickle_call(fn: Any, args: tuple, kwargs: dict) -> PickledCall:
+def pickle_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> PickledCall:
     """Pickle ``(fn, args, kwargs)`` with cloudpickle, keeping code file names, and
     gather the source of every file that code came from."""
     pickler_class = _pickler_class()
@@ -147,10 +148,18 @@ def _code_filenames(code: types.CodeType, into: set[str]) -> None:
             _code_filenames(const, into)
 
 
-_PICKLER: type | None = None
+class _SourcePickler(Protocol):
+    """What ``pickle_call`` uses of the pickler ``_pickler_class`` makes."""
+
+    filenames: set[str]
+
+    def dump(self, obj: object, /) -> None: ...
 
 
-def _pickler_class() -> type:
+_PICKLER: Callable[[IO[bytes]], _SourcePickler] | None = None
+
+
+def _pickler_class() -> Callable[[IO[bytes]], _SourcePickler]:
     """A cloudpickle Pickler that ships code objects with marshal (cloudpickle's own
     reducer renames their file ``<dynamic-code>``) and notes their file names.
 
@@ -160,17 +169,18 @@ def _pickler_class() -> type:
     if _PICKLER is None:
         import cloudpickle
 
-        class SourcePickler(cloudpickle.Pickler):
-            def __init__(self, file):
+        # cloudpickle ships no types: its Pickler is Any to mypy, a class all the same.
+        class SourcePickler(cloudpickle.Pickler):  # type: ignore[misc]
+            def __init__(self, file: IO[bytes]) -> None:
                 super().__init__(file)
                 self.filenames: set[str] = set()
 
-            def reducer_override(self, obj):
+            def reducer_override(self, obj: object) -> object:
                 if type(obj) is types.CodeType:
                     return self._reduce_code(obj)
                 return super().reducer_override(obj)
 
-            def _reduce_code(self, code: types.CodeType):
+            def _reduce_code(self, code: types.CodeType) -> object:
                 try:
                     data = marshal.dumps(code)
                 except ValueError:  # a constant marshal cannot write: cloudpickle's way
@@ -214,7 +224,9 @@ def install_excepthooks() -> None:
     threading.excepthook = _print_uncaught_in_thread
 
 
-def _print_uncaught(exc_type, exc, tb) -> None:
+def _print_uncaught(
+    exc_type: type[BaseException], exc: BaseException | None, tb: types.TracebackType | None
+) -> None:
     _print_exception("", exc_type, exc)
 
 
@@ -224,7 +236,7 @@ def _print_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
         _print_exception(f"Exception in thread {name}:\n", args.exc_type, args.exc_value)
 
 
-def _print_exception(head: str, exc_type, exc) -> None:
+def _print_exception(head: str, exc_type: type[BaseException], exc: BaseException | None) -> None:
     if sys.stderr is None:
         return
     text = frames.format_exception(exc, with_display_names) if exc is not None else f"{exc_type.__name__}\n"
