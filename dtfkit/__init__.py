@@ -15,9 +15,8 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import lazy_loader
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from dtfkit.errors import (
     ClusterStartError,
@@ -57,18 +56,24 @@ if TYPE_CHECKING:
     from dtfkit.launch_script import launch
     from dtfkit.ray.cluster import RayCluster
 
-# Lazy, so that `import dtfkit` inside a task (for report()) stays cheap; __all__ above also names the
-# exceptions and taskapi's functions, which are imported at once.
-__getattr__ = lazy_loader.attach(
-    __name__,
-    submod_attrs={
-        "cluster": ["LocalCluster"],
-        "launch_script": ["launch"],
-        "ray.cluster": ["RayCluster"],  # imports Ray only when used
-        "engine.platform.state": ["cleanup"],
-        "diagnosis": ["diagnose"],
-    },
-)[0]
+# Lazy, so that `import dtfkit` inside a task (for report()) stays cheap. Written out rather than through
+# lazy_loader (as the subpackages are): the engine's helper programs run as `python -S -m dtfkit.engine...`,
+# which imports this package with no site-packages on the path.
+_LAZY = {
+    "LocalCluster": "dtfkit.cluster",
+    "launch": "dtfkit.launch_script",
+    "RayCluster": "dtfkit.ray.cluster",  # imports Ray only when used
+    "cleanup": "dtfkit.engine.platform.state",
+    "diagnose": "dtfkit.diagnosis",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'dtfkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value  # looked up once
+    return value
 
 
 def _start_zygote_from_import() -> None:

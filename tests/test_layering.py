@@ -830,3 +830,24 @@ def test_the_engine_and_the_tfjob_entry_give_the_same_tutorial_flags(cluster):
             assert tutorial_flags(cluster, TaskId(job, index)) == tfjob_entry.tutorial_flags(
                 cluster, job, index
             )
+
+
+# Programs the engine runs as `python -S -m ...` (no site-packages: they start fast and import nothing they
+# do not need); `import dtfkit`, which -m does first, must not need a third-party library.
+RUN_WITHOUT_SITE_PACKAGES = ("dtfkit.engine.platform.netns", "dtfkit.engine.task.relay")
+
+
+def test_the_engines_helper_programs_import_without_site_packages():
+    for module in RUN_WITHOUT_SITE_PACKAGES:
+        assert f'"-S", "-m", "{module}"' in module_names(PACKAGE)[module].read_text(), module
+    env = dict(os.environ, PYTHONPATH=str(PACKAGE.parent))
+    code = "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]; print('imported')"
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code, *RUN_WITHOUT_SITE_PACKAGES],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=PACKAGE.parent,
+    )
+    assert out.stdout.strip() == "imported", out.stderr[-2000:]
