@@ -288,8 +288,9 @@ class RayTaskHandle(ReportedExit, TaskHandle):
     def pid(self) -> int:
         return self.info().get("pid") or -1
 
+    # The contract's handles know their identity when made (an attribute); this one asks its actor.
     @property
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:  # type: ignore[override]
         info = self.info()
         # "remote": `dtfkit cleanup` must never take a pid from another machine for one of this one.
         return {
