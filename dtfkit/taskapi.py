@@ -17,6 +17,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,8 +80,8 @@ class _TaskState:
         self.context: TaskContext | None = None
         # callable(event) once connected to the owner: the task bootstrap (dtfkit.engine.task.task_main)
         # sets it and wraps the event in its message; this module knows no protocol (no engine import).
-        self.send = None
-        self.local_metrics: list[dict] = []
+        self.send: Callable[[dict[str, Any]], None] | None = None
+        self.local_metrics: list[dict[str, Any]] = []
         self.lock = threading.Lock()
 
 

@@ -312,7 +312,7 @@ def _start_cold(cfg: TaskConfig, conn: Connection) -> tuple[Channel, socket.sock
     from dtfkit import taskapi
 
     # taskapi annotates send as None only (dtfkit/taskapi.py: `self.send = None`); it is a callable once set.
-    taskapi.STATE.send = lambda event: channel.send(protocol.Metric(event))  # type: ignore[assignment]
+    taskapi.STATE.send = lambda event: channel.send(protocol.Metric(event))
     link = cfg.launch.get("link")
     if link:
         from dtfkit.engine.platform import netns
