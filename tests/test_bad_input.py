@@ -474,7 +474,7 @@ def test_a_port_taken_is_told_even_when_the_tasks_exit_is_seen_before_its_last_m
     exit's wait removed from Events._read_output this failed 2 runs in 4 here; in the others the
     owner's drain on an exit still caught the message that came a moment later."""
 
-    from dtfkit.engine.owner.events import Events
+    from dtfkit.engine.owner.events import EventKind, Events
     from dtfkit.engine.wire import protocol
     from dtfkit.errors import ClusterStartError
 
@@ -486,7 +486,7 @@ def test_a_port_taken_is_told_even_when_the_tasks_exit_is_seen_before_its_last_m
 
         def noting_put(event, *args, **kwargs):
             put(event, *args, **kwargs)
-            if event.kind == "exit" and event.task == name:
+            if event.kind is EventKind.EXIT and event.task == name:
                 exit_queued.set()
 
         self.queue.put = noting_put

@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import enum
 import itertools
 import queue
 import socket
@@ -43,14 +44,24 @@ Deadline = float | None | Callable[[], float | None]
 Done = Callable[[], bool]  # wait_until's test, asked before each wait
 
 
-@dataclass
+class EventKind(str, enum.Enum):
+    """What an ``Event`` says happened (a ``str``: ``EventKind.LOG == "log"``)."""
+
+    HELLO = "hello"  # the task's control connection is up (payload: the connection)
+    MSG = "msg"  # it sent a protocol message (payload: the message)
+    EXIT = "exit"  # its process ended (payload: the exit code)
+    LOG = "log"  # a line it printed, for the waiting thread to echo (payload: the line; seq: its number)
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     """Something that happened to a task, in the order the owner learnt of it."""
 
-    kind: str  # hello (payload: its connection) | msg (a protocol message) | exit (code) | log (line)
+    kind: EventKind
     task: str
-    gen: int = 0  # the task's generation (log: the line's number)
-    payload: Any = None
+    gen: int = 0  # the generation of the task's process that it happened to (a log line: 0, it has none)
+    payload: Any = None  # see EventKind
+    seq: int = 0  # a log line's number in the log book (LOG only)
 
 
 OnEvent = Callable[[Event], None]  # called by wait_until after each event it applied
@@ -110,7 +121,7 @@ class Events:
         self._current[task.name] = proc
         if conn is not None:  # adopted: connected and greeted already
             self._conns.append(conn)
-            self.queue.put(Event("hello", task.name, gen, conn))
+            self.queue.put(Event(EventKind.HELLO, task.name, gen, conn))
             read = self._reading(task.name, gen)
             self.spawn_thread(
                 lambda: self._read_connection(conn, task.name, gen, read), f"dtfkit-conn-{task.name}"
@@ -140,7 +151,7 @@ class Events:
             hello = control.first_message(conn, self._authkey, protocol.Hello)
             if hello is not None:
                 read = self._reading(hello.task, hello.gen)
-                self.queue.put(Event("hello", hello.task, hello.gen, conn))
+                self.queue.put(Event(EventKind.HELLO, hello.task, hello.gen, conn))
         finally:
             with self._connections_lock:
                 self._handshakes -= 1
@@ -166,7 +177,7 @@ class Events:
                 if isinstance(message, protocol.Metric):
                     self.metrics.add(name, message.row)
                 else:
-                    self.queue.put(Event("msg", name, gen, message))
+                    self.queue.put(Event(EventKind.MSG, name, gen, message))
         finally:
             read.set()
 
@@ -208,7 +219,7 @@ class Events:
         # Its last messages first: a StartFailed("bind") queued after the exit would read as a
         # plain "exited with code 3" instead of the port taken (seen in CI).
         self._await_connection_read(name, proc.gen)
-        self.queue.put(Event("exit", name, proc.gen, code))
+        self.queue.put(Event(EventKind.EXIT, name, proc.gen, code))
 
     def _take_line(self, proc: TaskProcess, text: str) -> None:
         name = proc.task.name
@@ -217,14 +228,14 @@ class Events:
             before, kind, number = done
             if before:  # the call's last output had no newline
                 self.output.logbook.add(name, before)
-            self.queue.put(Event("msg", name, proc.gen, protocol.done_message(kind, number)))
+            self.queue.put(Event(EventKind.MSG, name, proc.gen, protocol.done_message(kind, number)))
             return
         # Progress bars redraw with carriage returns: keep the last state.
         self.output.logbook.add(name, text.split("\r")[-1] if "\r" in text else text)
 
     def post_line(self, seq: int, task: str, line: str) -> None:
         """Queue a log line for the waiting thread to echo (``Output.live_output``'s ``notify``)."""
-        self.queue.put(Event("log", task, seq, line))
+        self.queue.put(Event(EventKind.LOG, task, payload=line, seq=seq))
 
     def close(self) -> None:
         """Stop listening, end every reader thread (a stalled handshake's included)."""
@@ -285,21 +296,21 @@ class Events:
 
     def apply_event(self, event: Event) -> TaskProcess | None:
         """Apply an event to the task it concerns; returns that task (current generation only)."""
-        if event.kind == "log":
-            self.output.echo_line(event.gen, event.task, event.payload)
+        if event.kind is EventKind.LOG:
+            self.output.echo_line(event.seq, event.task, event.payload)
             return None
         proc = self.current(event)
         if proc is None:
             return None
-        if event.kind == "hello":
+        if event.kind is EventKind.HELLO:
             proc.conn = event.payload
-        elif event.kind == "msg":
+        elif event.kind is EventKind.MSG:
             self.apply_message(proc, event.payload)
         return proc
 
     def current(self, event: Event) -> TaskProcess | None:
         """The task an event concerns, if it is from the task's current generation."""
-        if event.kind == "log":
+        if event.kind is EventKind.LOG:
             return None
         proc = self._current.get(event.task)
         return proc if proc is not None and proc.gen == event.gen else None

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from dtfkit.engine.launchers.contract import Launcher, LauncherDescription
-from dtfkit.engine.owner.events import Event, Events
+from dtfkit.engine.owner.events import Event, EventKind, Events
 from dtfkit.engine.owner.output import Output, ProgressFactory
 from dtfkit.engine.owner.process import ClusterView, TaskProcess
 from dtfkit.engine.platform import state
@@ -346,7 +346,7 @@ class Tasks:
             if proc is None or proc.task not in watched:
                 return
             # (A script that is already running may finish while its peers start.)
-            exited = event.kind == "exit" and not (self.mode == "script" and proc.ready)
+            exited = event.kind is EventKind.EXIT and not (self.mode == "script" and proc.ready)
             if exited:
                 self.events.drain()  # what it said last: why it failed, if it said
             if proc.start_failed_at == "bind":
