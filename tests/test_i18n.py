@@ -288,7 +288,7 @@ def test_what_the_tutorial_script_prints_is_read_back_in_either_language():
 
 
 def test_a_launchs_summary_and_a_remote_failure_speak_chinese():
-    from dtfkit.engine.owner.calls import _describe_failure
+    from dtfkit.engine.owner.calls import Failure
     from dtfkit.launch_script import LaunchResult
 
     result = LaunchResult({"ps:0": None, "worker:0": 0}, [], False, 2.0, "/tmp/logs")
@@ -296,6 +296,6 @@ def test_a_launchs_summary_and_a_remote_failure_speak_chinese():
     dtfkit.set_language("zh_CN")
     shown = result.summary()
     assert "finished" not in shown and "ended by the launcher" not in shown and "/tmp/logs" in shown
-    assert _describe_failure(dtfkit.engine.wire.layout.TaskId.parse("worker:1"), ("ValueError", "", "")) == (
+    assert Failure(dtfkit.engine.wire.layout.TaskId.parse("worker:1"), "ValueError").described() == (
         "worker:1 也抛出了 ValueError"
     )

@@ -23,7 +23,8 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from dtfkit.engine.owner.events import CallAnswer
 from dtfkit.engine.owner.output import OUTPUT_DRAIN_SECONDS
@@ -39,15 +40,75 @@ if TYPE_CHECKING:
     from dtfkit.engine.owner.runtime import ClusterRuntime
 
 ERROR_POLICIES = ("interrupt", "wait")
-#: Why a task's part of a call failed: what it raised (type name, message, traceback), or the owner's own error.
-Failure = tuple[str, str, str] | Exception
-#: A finished call: ``("ok", {task name: value})``, or ``("error", what result() raises)``.
-Outcome = tuple[Literal["ok"], dict[str, Any]] | tuple[Literal["error"], Exception]
 STACK_DUMP_WAIT = 5.0
 NO_ANSWER_NOTE = N_(
     "(it could not answer: code outside Python, TensorFlow's C++ most often, held the interpreter; "
     "these stacks are faulthandler's, written as it was ended with SIGABRT)"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why one task's part of a call failed: what the function raised there (``exc_type``, ``message``,
+    ``traceback``: its ``Error`` reply), or, in ``error``, the owner's own error, raised as it is (the
+    task died or was killed, or returned a value the notebook cannot load).
+
+    Example::
+
+        >>> Failure.raised(TaskId("worker", 1), protocol.Error(7, "ValueError", "bad", "Traceback ...")).stopped
+        False
+    """
+
+    task: TaskId
+    exc_type: str = ""
+    message: str = ""
+    traceback: str = ""
+    error: Exception | None = None
+
+    @classmethod
+    def raised(cls, task: TaskId, reply: protocol.Error) -> Failure:
+        """What the function raised in ``task``, as its ``Error`` reply says."""
+        return cls(task, reply.exc_type, reply.message, reply.traceback)
+
+    @property
+    def stopped(self) -> bool:
+        """The function was interrupted there (it raised ``KeyboardInterrupt``)."""
+        return self.error is None and self.exc_type == "KeyboardInterrupt"
+
+    def described(self) -> str:
+        """One clause for the list of what happened to the other tasks of the call."""
+        if self.error is None:
+            return _("{task} raised {exc_type} too").format(task=self.task, exc_type=self.exc_type)
+        return re.split("[;；\n]", str(self.error))[0]
+
+    def as_error(self, others: str) -> Exception:
+        """What ``result()`` raises when this is the call's first failure; ``others``: what happened to the
+        other tasks (a paragraph of its own, or "")."""
+        if self.error is None:
+            headlines = (_("{task} raised {exc_type}: {message}"), _("--- remote traceback ({task}) ---"))
+            return TaskFailed(self.task.name, self.exc_type, self.message, self.traceback, others, headlines)
+        if others:
+            self.error.args = (f"{self.error.args[0]}\n{others}",)
+        return self.error
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What came of a finished call: every task's return value, or the error ``result()`` raises."""
+
+    # {task name: return value}, in the order of the call's tasks
+    values: dict[str, Any] = field(default_factory=dict)
+    error: Exception | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def result(self) -> dict[str, Any]:
+        """The values, or raise the error."""
+        if self.error is not None:
+            raise self.error
+        return self.values
 
 
 class RunHandle:
@@ -77,7 +138,7 @@ class RunHandle:
         self._stacks: dict[TaskId, str] = {}
         self._flushed: set[TaskId] = set()  # tasks whose output of the call is all in
         self._results: dict[TaskId, Any] = {}
-        self._failures: list[tuple[TaskId, Failure]] = []
+        self._failures: list[Failure] = []
         self._notes: dict[TaskId, str] = {}
         self._reasons: dict[TaskId, str] = {}  # why each interrupted task was interrupted
         self._killed: set[TaskId] = set()  # killed after the grace period: their note says it all
@@ -135,9 +196,7 @@ class RunHandle:
                 self._wait(None if timeout is None else time.monotonic() + timeout)
         outcome = self._outcome
         assert outcome is not None  # _wait() ends with _finish(), or raises
-        if outcome[0] == "error":
-            raise outcome[1]
-        return outcome[1]
+        return outcome.result()
 
     def stop(self) -> None:
         """Interrupt the call in every task still running it; kill those that do not
@@ -154,7 +213,7 @@ class RunHandle:
         return time.time() - self.submitted
 
     def __repr__(self) -> str:
-        state = "running" if self._outcome is None else self._outcome[0]
+        state = "running" if self._outcome is None else "ok" if self._outcome.ok else "error"
         return f"<RunHandle {self.fn_name} on {', '.join(self.tasks)}: {state}>"
 
     # ------------------------------------------------------------ waiting
@@ -206,15 +265,17 @@ class RunHandle:
                         self._results[task] = cloudpickle.loads(reply.value)
                     except Exception as exc:  # noqa: BLE001
                         self._fail(
-                            task,
-                            DtfkitError(
-                                _("{task} returned a value the notebook cannot load: {exc}").format(
-                                    task=task, exc=exc
-                                )
-                            ),
+                            Failure(
+                                task,
+                                error=DtfkitError(
+                                    _("{task} returned a value the notebook cannot load: {exc}").format(
+                                        task=task, exc=exc
+                                    )
+                                ),
+                            )
                         )
                 else:
-                    self._fail(task, (reply.exc_type, reply.message, reply.traceback))
+                    self._fail(Failure.raised(task, reply))
             elif not proc.alive:
                 # Its last lines may still be in the pipe: they belong in this cell and in the message.
                 proc.output_closed.wait(OUTPUT_DRAIN_SECONDS)
@@ -242,12 +303,12 @@ class RunHandle:
                             restart_hint=self._restart_hint(task)
                         )
                     )
-                self._fail(task, TaskExited(text))
+                self._fail(Failure(task, error=TaskExited(text)))
 
-    def _fail(self, task: TaskId, failure: Failure) -> None:
-        self._failures.append((task, failure))
+    def _fail(self, failure: Failure) -> None:
+        self._failures.append(failure)
         if self._pending and self._on_error == "interrupt" and self._grace_deadline is None:
-            self._interrupt(_("{task} failed").format(task=self._failures[0][0]))
+            self._interrupt(_("{task} failed").format(task=self._failures[0].task))
 
     def _interrupt(self, reason: str) -> None:
         for task in self._pending:
@@ -276,7 +337,7 @@ class RunHandle:
             ).format(task=task, seconds=self._grace, restart_hint=self._restart_hint(task))
             self._notes[task] = note
             self._killed.add(task)
-            self._failures.append((task, TaskExited(f"{why}: {note}.")))
+            self._failures.append(Failure(task, error=TaskExited(f"{why}: {note}.")))
         # The processes this call was sent to, not a restarted successor.
         self._tasks_part.end_tasks([self._procs[task] for task in pending])
         for task in pending:
@@ -340,7 +401,7 @@ class RunHandle:
             text.append(f"--- {task} ---\n{where}")
         self._kill_pending()
         error = TaskTimeout("\n".join(text), stacks=where_by_task, stopped=sorted(t.name for t in frozen))
-        self._outcome = ("error", error)
+        self._outcome = Outcome(error=error)
         self._cleanup()
         raise error
 
@@ -348,9 +409,9 @@ class RunHandle:
         if self._outcome is not None:
             return
         if self._failures:
-            self._outcome = ("error", self._failure())
+            self._outcome = Outcome(error=self._failure())
         else:
-            self._outcome = ("ok", {task.name: self._results[task] for task in self._order})
+            self._outcome = Outcome({task.name: self._results[task] for task in self._order})
         self._cleanup()
 
     def _cleanup(self) -> None:
@@ -359,29 +420,23 @@ class RunHandle:
             self._on_finish()
 
     def _failure(self) -> Exception:
-        task, first = self._failures[0]
-        later = dict(self._failures[1:])
+        first = self._failures[0]
+        later = {failure.task: failure for failure in self._failures[1:]}  # a task's last failure
         others = []
         for t, note in self._notes.items():
-            if t == task:
+            if t == first.task:
                 continue
             failure = later.pop(t, None)
-            stopped = isinstance(failure, tuple) and failure[0] == "KeyboardInterrupt"
+            stopped = failure is not None and failure.stopped
             quiet = failure is None or t in self._killed
             others.append(note + (_(" and stopped") if stopped else "" if quiet else _(", then failed too")))
-        others += [_describe_failure(t, f) for t, f in later.items()]
+        others += [failure.described() for failure in later.values()]
         other_text = (
             _("What happened to the other tasks: {others}.").format(others=joined(others, clauses=True))
             if others
             else ""
         )
-        if isinstance(first, tuple):
-            exc_type, message, tb = first
-            headlines = (_("{task} raised {exc_type}: {message}"), _("--- remote traceback ({task}) ---"))
-            return TaskFailed(task.name, exc_type, message, tb, other_text, headlines)
-        if other_text:
-            first.args = (f"{first.args[0]}\n{other_text}",)
-        return first
+        return first.as_error(other_text)
 
 
 def _stacks_by_abort(procs: list[TaskProcess], deadline: float) -> dict[TaskId, str]:
@@ -403,12 +458,6 @@ def _stacks_by_abort(procs: list[TaskProcess], deadline: float) -> dict[TaskId, 
             if text:
                 found[proc.task] = text
     return found
-
-
-def _describe_failure(task: TaskId, failure: Failure | None) -> str:
-    if isinstance(failure, tuple):
-        return _("{task} raised {exc_type} too").format(task=task, exc_type=failure[0])
-    return re.split("[;；\n]", str(failure))[0]
 
 
 def submit_call(
