@@ -25,9 +25,8 @@ from typing import Any
 
 from dtfkit.engine.launchers.choose import choose_launcher
 from dtfkit.engine.launchers.contract import Launcher
-from dtfkit.engine.owner.runtime import check_task_count
 from dtfkit.engine.wire.layout import ClusterLayout
-from dtfkit.running_cluster import LogText, RunningCluster, runtime_options
+from dtfkit.running_cluster import LogText, RunningCluster, cluster_settings
 
 __all__ = ["LocalCluster", "LogText"]
 
@@ -125,16 +124,7 @@ class LocalCluster(RunningCluster):
         launcher: Launcher | None = None,
     ):
         layout = ClusterLayout.from_counts(ps=ps, workers=workers, chief=chief, evaluator=evaluator)
-        check_task_count(len(layout.tasks), max_tasks)  # before anything starts
-        chosen = choose_launcher(
-            layout,
-            network=network,
-            link=link,
-            delay=delay,
-            start_servers=start_servers,
-            launcher=launcher,
-        )
-        options = runtime_options(
+        settings = cluster_settings(
             start_servers=start_servers,
             gpus=gpus,
             env=env,
@@ -144,4 +134,12 @@ class LocalCluster(RunningCluster):
             progress=progress,
             max_tasks=max_tasks,
         )
-        self._start(layout, chosen, name=name, echo=echo, options=options)
+        chosen = choose_launcher(
+            layout,
+            network=network,
+            link=link,
+            delay=delay,
+            start_servers=start_servers,
+            launcher=launcher,
+        )
+        self._start(layout, chosen, name=name, echo=echo, settings=settings)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from dtfkit.engine.launchers.choose import choose_launcher
 from dtfkit.engine.owner.output import OUTPUT_DRAIN_SECONDS
 from dtfkit.engine.owner.runtime import ClusterRuntime, Script
+from dtfkit.engine.owner.settings import ClusterSettings
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId
 from dtfkit.errors import DtfkitError
 from dtfkit.i18n import _, joined
@@ -106,23 +107,21 @@ def launch(
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise DtfkitError(f"timeout must be a positive number of seconds or None, not {timeout!r}")
     layout = ClusterLayout.from_counts(ps=ps, workers=workers, chief=chief, evaluator=evaluator)
-    if ray is None:  # no launcher= given: a spec
-        launcher = choose_launcher(layout, network=network).build()
-    else:
-        launcher = _ray_launcher(ray, layout)
-    runtime = ClusterRuntime(
-        layout,
-        launcher=launcher,
+    settings = ClusterSettings(
         mode="script",
         gpus=gpus,
-        env=env,
+        env={} if env is None else env,
         show_tf_logs=show_tf_logs,
         start_timeout=start_timeout,
         progress=start_display(progress),
         script=Script(path, tuple(str(a) for a in args), linger=True),
-        echo=echo,
         max_tasks=max_tasks,
     )
+    if ray is None:  # no launcher= given: a spec
+        launcher = choose_launcher(layout, network=network).build()
+    else:
+        launcher = _ray_launcher(ray, layout)
+    runtime = ClusterRuntime(layout, settings, launcher=launcher, echo=echo)
     started = time.monotonic()
     try:
         runtime.start()

@@ -12,7 +12,7 @@ Example::
     class MyCluster(RunningCluster):
         def __init__(self, workers=2):
             layout = ClusterLayout.from_counts(workers=workers)
-            self._start(layout, LauncherSpec(MyLauncher, {}), name=None, echo=None, options={...})
+            self._start(layout, LauncherSpec(MyLauncher, {}), name=None, echo=None, settings=ClusterSettings())
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dtfkit.engine.launchers.contract import ForkStart, Launcher, LauncherDescri
 from dtfkit.engine.owner.calls import RunHandle, pickled, run_call, submit_call
 from dtfkit.engine.owner.metrics import MetricLog
 from dtfkit.engine.owner.runtime import ClusterRuntime
+from dtfkit.engine.owner.settings import ClusterSettings
 from dtfkit.engine.platform.notebook import cell_key
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId
 from dtfkit.errors import DtfkitError
@@ -47,7 +48,7 @@ class LogText(str):
         printer.text(str(self))
 
 
-def runtime_options(
+def cluster_settings(
     *,
     start_servers: bool,
     gpus: str,
@@ -57,17 +58,18 @@ def runtime_options(
     start_timeout: float,
     progress: bool,
     max_tasks: int | None,
-) -> dict[str, Any]:
-    """A cluster's arguments as ``ClusterRuntime`` takes them (``setup`` pickled once, here).
+) -> ClusterSettings:
+    """A cluster's arguments as the one settings object the runtime takes, checked here (``setup``
+    pickled once, here).
 
-    >>> runtime_options(start_servers=False, gpus="none", env=None, setup=None, show_tf_logs=False,
-    ...                 start_timeout=60.0, progress=False, max_tasks=None)["mode"]
+    >>> cluster_settings(start_servers=False, gpus="none", env=None, setup=None, show_tf_logs=False,
+    ...                  start_timeout=60.0, progress=False, max_tasks=None).mode
     'noserve'
     """
-    return dict(
+    return ClusterSettings(
         mode="serve" if start_servers else "noserve",
         gpus=gpus,
-        env=env,
+        env={} if env is None else env,
         show_tf_logs=show_tf_logs,
         start_timeout=start_timeout,
         progress=start_display(progress),
@@ -86,14 +88,14 @@ class RunningCluster:
         *,
         name: str | None,
         echo: Callable[[str, str], None] | None,
-        options: dict[str, Any],
+        settings: ClusterSettings,
         built: Launcher | None = None,
     ) -> None:
         """Replace the cluster of the same name, build the launcher and start the runtime.
 
         ``chosen``: a ``LauncherSpec`` (a closed cluster can start again from it) or a launcher
         of the caller's (it cannot). ``built``: the spec's launcher, if the caller built it
-        already. ``options``: the runtime's settings (``ClusterRuntime``).
+        already. ``settings``: how the tasks start (``ClusterSettings``, checked when made).
         """
         self.name = name if name is not None else cell_key()
         previous = _BY_NAME.get(self.name) if self.name else None
@@ -103,8 +105,7 @@ class RunningCluster:
         self._launcher_spec: LauncherSpec | None = chosen if isinstance(chosen, LauncherSpec) else None
         if built is None:
             built = chosen.build() if isinstance(chosen, LauncherSpec) else chosen
-        self._runtime_options = options
-        self._rt = ClusterRuntime(layout, launcher=built, echo=echo, **options)
+        self._rt = ClusterRuntime(layout, settings, launcher=built, echo=echo)
         self._rt.start()
         if self.name:
             _BY_NAME[self.name] = self
@@ -136,7 +137,7 @@ class RunningCluster:
     @property
     def serves(self) -> bool:
         """True when dtfkit started each task's TensorFlow server (``start_servers=True``)."""
-        return self._runtime_options["mode"] == "serve"
+        return self._rt.settings.serves
 
     @property
     def id(self) -> str:
@@ -304,10 +305,7 @@ class RunningCluster:
                 "dtfkit cannot start again: start a new LocalCluster"
             )
         runtime = ClusterRuntime(
-            self._rt.layout,
-            launcher=self._launcher_spec.build(),
-            echo=self._rt.echo,
-            **self._runtime_options,
+            self._rt.layout, self._rt.settings, launcher=self._launcher_spec.build(), echo=self._rt.echo
         )
         runtime.start()  # if it fails, it closes itself and this cluster stays closed
         self._rt = runtime

@@ -30,6 +30,7 @@ import dtfkit
 from dtfkit.engine.launchers.fake import FakeLauncher
 from dtfkit.engine.launchers.local import LocalLauncher
 from dtfkit.engine.owner import output, runtime, tasks
+from dtfkit.engine.owner.settings import ClusterSettings
 from dtfkit.engine.platform import state
 from dtfkit.engine.wire import lines, protocol
 from dtfkit.engine.wire.layout import ClusterLayout
@@ -82,7 +83,7 @@ def test_the_start_timeout_covers_spawning(monkeypatch):
             clock[0] += 10.0
             return super().start(config)
 
-    rt = runtime.ClusterRuntime(layout, launcher=SlowLauncher(), start_timeout=15)
+    rt = runtime.ClusterRuntime(layout, ClusterSettings(start_timeout=15), launcher=SlowLauncher())
     try:
         monkeypatch.setattr(tasks, "time", types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
         with pytest.raises(ClusterStartError, match="2 of 3 tasks were started within 15 s"):
@@ -623,3 +624,29 @@ def test_restart_on_a_port_another_program_took_is_a_clear_error_and_leaves_noth
             squatter.close()
         cluster.restart("worker", 0)  # the port is free again
         assert cluster.run(lambda: 7, timeout=60) == {"worker:0": 7}
+
+
+def test_a_clusters_settings_are_checked_once_when_made_and_frozen():
+    """issue 42: one object, validated when made; the runtime takes it as it is, and a restart reuses it."""
+    import dataclasses
+
+    with pytest.raises(DtfkitError, match="unknown task mode 'train'"):
+        ClusterSettings(mode="train")
+    with pytest.raises(DtfkitError, match="mode='script' needs script"):
+        ClusterSettings(mode="script")
+    with pytest.raises(DtfkitError, match="unknown gpus policy 'all'"):
+        ClusterSettings(gpus="all")
+    with pytest.raises(DtfkitError, match="start_timeout must be a positive number of seconds, not True"):
+        ClusterSettings(start_timeout=True)
+    with pytest.raises(DtfkitError, match="max_tasks must be a positive whole number or None, not 0"):
+        ClusterSettings(max_tasks=0)
+    with pytest.raises(DtfkitError, match="env: 'A=B' is not a valid environment variable name"):
+        ClusterSettings(env={"A=B": "1"})
+    settings = ClusterSettings(env={"GRPC_FAIL_FAST": "use_caller"}, max_tasks=2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.mode = "noserve"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        settings.env["X"] = "1"  # type: ignore[index]
+    assert dataclasses.replace(settings, start_timeout=5).env == {"GRPC_FAIL_FAST": "use_caller"}
+    with pytest.raises(DtfkitError, match="a cluster of 3 tasks is more than max_tasks=2 allows"):
+        runtime.ClusterRuntime(ClusterLayout.from_counts(workers=3), settings, launcher=FakeLauncher())

@@ -29,7 +29,7 @@ FRONT_ENDS = [
 RUNTIME_NAMES = {"rt", "runtime"}
 RUNTIME_ATTRS = {"_rt"}
 # What the front ends may use: methods, read-only properties, and settings fixed at creation
-# (layout is a frozen ClusterLayout; metrics is the cluster's public MetricLog; launcher is the
+# (layout is a frozen ClusterLayout; settings the frozen ClusterSettings it was made with; metrics is the cluster's public MetricLog; launcher is the
 # object the front end passed in, for what only it knows: Ray's node_of; launcher_description is
 # its frozen facts).
 ALLOWED = {
@@ -53,6 +53,7 @@ ALLOWED = {
     "pids",
     "printed_seq",
     "remove_task",
+    "settings",
     "restart",
     "set_echo",
     "snapshot",
@@ -107,7 +108,7 @@ def test_front_ends_use_only_the_public_runtime_surface(path):
 
 def test_the_allowed_names_are_methods_or_read_only_properties():
     """What ALLOWED names exists on ClusterRuntime and cannot be assigned through."""
-    settings_fixed_at_creation = {"id", "launcher", "layout", "metrics"}
+    settings_fixed_at_creation = {"id", "launcher", "layout", "metrics", "settings"}
     for name in sorted(ALLOWED - settings_fixed_at_creation):
         member = inspect.getattr_static(ClusterRuntime, name)
         if isinstance(member, property):

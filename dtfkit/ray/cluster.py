@@ -23,13 +23,12 @@ from types import MappingProxyType
 from typing import Any
 
 from dtfkit.engine.launchers.contract import LauncherDescription, LauncherSpec
-from dtfkit.engine.owner.runtime import check_task_count
 from dtfkit.engine.wire import frames
 from dtfkit.engine.wire.layout import ClusterLayout
 from dtfkit.i18n import N_, _
 from dtfkit.log import note
 from dtfkit.ray.launcher import RayLauncher, RayStart, check_resources
-from dtfkit.running_cluster import RunningCluster, runtime_options
+from dtfkit.running_cluster import RunningCluster, cluster_settings
 
 RAY_NETWORK_WARNING = N_(
     "dtfkit: RayCluster: every TensorFlow server of this cluster listens on every network "
@@ -111,8 +110,7 @@ class RayCluster(RunningCluster):
         if address is None and not _connected():
             note(_(SIMULATED_NOTE).format(nodes=nodes))
         frames.warn(_(RAY_NETWORK_WARNING))  # names the learner's cell as IPython does: Cell In[4]
-        check_task_count(len(layout.tasks), max_tasks)
-        options = runtime_options(
+        settings = cluster_settings(
             start_servers=start_servers,
             gpus="share",  # the driver's GPUs mean nothing on a node: Ray assigns GPUs (resources=)
             env=env,
@@ -123,7 +121,7 @@ class RayCluster(RunningCluster):
             max_tasks=max_tasks,
         )
         # Ray's own launcher: a task starts on its node, as a fresh interpreter.
-        self._start(layout, spec, name=name, echo=echo, options=options, built=launcher)
+        self._start(layout, spec, name=name, echo=echo, settings=settings, built=launcher)
 
     @property
     def launcher(self) -> RayLauncher:

@@ -23,13 +23,13 @@ import os
 import threading
 import time
 from collections.abc import Collection
-from typing import Literal
 
 from dtfkit.engine.launchers.contract import Launcher, LauncherDescription
 from dtfkit.engine.owner.events import CallAnswer, Deadline, Done, Event, Events, OnEvent
 from dtfkit.engine.owner.metrics import MetricLog
-from dtfkit.engine.owner.output import NO_PROGRESS, Echo, Output, ProgressFactory, StartProgress, print_line
+from dtfkit.engine.owner.output import NO_PROGRESS, Echo, Output, StartProgress, print_line
 from dtfkit.engine.owner.process import ClusterView, TaskView
+from dtfkit.engine.owner.settings import ClusterSettings
 from dtfkit.engine.owner.tasks import Script, Tasks
 from dtfkit.engine.platform import gpu_plan, state
 from dtfkit.engine.platform.admission import (  # noqa: F401 - part of this module's interface
@@ -42,7 +42,6 @@ from dtfkit.engine.platform.admission import (  # noqa: F401 - part of this modu
 from dtfkit.engine.platform.taskenv import task_environment
 from dtfkit.engine.wire import protocol
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId
-from dtfkit.engine.wire.sources import PickledCall
 from dtfkit.errors import DtfkitError, TaskNotRunning
 
 __all__ = [
@@ -62,7 +61,6 @@ __all__ = [
 CLOSED = (
     "this cluster is closed; cluster.ensure_running() starts it again (new addresses), or start a new one"
 )
-TASK_MODES = ("serve", "noserve", "script")  # what the cluster's tasks do (a client task: "client")
 _OPEN: set[ClusterRuntime] = set()
 _OPEN_LOCK = threading.Lock()
 
@@ -111,70 +109,45 @@ class ClusterRuntime:
     def __init__(
         self,
         layout: ClusterLayout,
+        settings: ClusterSettings | None = None,
         *,
         launcher: Launcher | None = None,
-        mode: str = "serve",
-        gpus: str = "auto",
-        env: dict[str, str] | None = None,
-        show_tf_logs: bool = False,
-        start_timeout: float = 120.0,
-        progress: ProgressFactory | Literal[False] | None = None,  # False: none, as None
-        script: Script | None = None,
         echo: Echo | None = None,
-        cwd: str | None = None,
-        setup_payload: PickledCall | None = None,
-        max_tasks: int | None = None,
     ):
-        check_task_count(len(layout.tasks), max_tasks)
-        if max_tasks is not None and len(layout.tasks) > max_tasks:
-            raise DtfkitError(
-                f"a cluster of {len(layout.tasks)} tasks is more than max_tasks={max_tasks} allows; "
-                "ask for fewer tasks or raise max_tasks"
-            )
-        if mode not in TASK_MODES:
-            raise DtfkitError(f"unknown task mode {mode!r}")
-        if (mode == "script") != (script is not None):
-            raise DtfkitError("mode='script' needs script=Script(...), and only it does")
-        if not (isinstance(start_timeout, (int, float)) and start_timeout > 0):
-            raise DtfkitError(f"start_timeout must be a positive number of seconds, not {start_timeout!r}")
-        if progress is not None and progress is not False and not callable(progress):
-            raise DtfkitError(
-                f"progress must be a function progress(task names, description) or None, not {progress!r}"
-            )
+        settings = ClusterSettings() if settings is None else settings
+        settings.admit(layout)  # the one place a cluster's size is refused, before anything starts
         if launcher is None:
             from dtfkit.engine.launchers.local import LocalLauncher
 
             launcher = LocalLauncher()
         self.launcher = launcher
         self.layout = layout
-        self.mode = mode
-        self.extra_env = check_env(env)
-        self.show_tf_logs = show_tf_logs
-        self.cwd = cwd or os.getcwd()
+        self.settings = settings
+        self.cwd = settings.cwd or os.getcwd()  # fixed now: a restarted task starts where the others did
         self.started_at = time.time()
         self.metrics = MetricLog()
         self._closed = False
         # Validated before anything is created on disk (an unknown policy raises).
         n_gpus = gpu_plan.count_gpus()  # may ask nvidia-smi: once per cluster, not per task
-        plan = gpu_plan.plan_visible_devices([t.name for t in layout.tasks], n_gpus, gpus)
+        plan = gpu_plan.plan_visible_devices([t.name for t in layout.tasks], n_gpus, settings.gpus)
         self.id, self.dir = state.new_cluster_dir()
-        self.output = Output(os.path.join(self.dir, "logs"), echo, show_noise=show_tf_logs)
+        self.output = Output(os.path.join(self.dir, "logs"), echo, show_noise=settings.show_tf_logs)
         self.events = Events(self.id, self.output, self.metrics, lambda: self._closed)
         self.tasks = Tasks(
             layout,
             launcher,
             cluster_id=self.id,
             directory=self.dir,
-            mode=mode,
-            script=script,
+            mode=settings.mode,
+            script=settings.script,
             task_env=self.task_env,
             cwd=self.cwd,
-            setup_payload=setup_payload,
-            start_timeout=float(start_timeout),
+            setup_payload=settings.setup_payload,
+            start_timeout=settings.start_timeout,
             gpu_plan=(n_gpus, plan),
             output=self.output,
             events=self.events,
-            progress=progress or NO_PROGRESS,
+            progress=settings.progress or NO_PROGRESS,
         )
         with _OPEN_LOCK:
             _OPEN.add(self)
@@ -238,7 +211,11 @@ class ClusterRuntime:
     def task_env(self) -> dict[str, str]:
         """The environment every task of this cluster starts with (before per-task GPU settings)."""
         return task_environment(
-            self.id, self.dir, extra=self.extra_env, cwd=self.cwd, show_tf_logs=self.show_tf_logs
+            self.id,
+            self.dir,
+            extra=dict(self.settings.env),
+            cwd=self.cwd,
+            show_tf_logs=self.settings.show_tf_logs,
         )
 
     # ----------------------------------------------------------------- output

@@ -75,7 +75,7 @@ def check_task_count(n: int, max_tasks: int | None = None) -> None:
         )
 
 
-def check_env(env: dict[str, str] | None) -> dict[str, str]:
+def check_env(env: object) -> dict[str, str]:
     """``env=`` as strings; refuse what would silently become a wrong value (None, objects)."""
     if env is None:
         return {}

@@ -33,7 +33,8 @@ CONFIG_ENV = "DTFKIT_TASK"
 # serve: start a tf.distribute.Server; noserve: TensorFlow imported and TF_CONFIG set,
 # no server (strategies that start their own); script: run a launched script;
 # client: no server, no port (a separate client).
-TASK_MODES = ("serve", "noserve", "script", "client")
+CLUSTER_MODES = ("serve", "noserve", "script")  # what a cluster's tasks do (ClusterSettings.mode)
+TASK_MODES = (*CLUSTER_MODES, "client")
 
 
 @dataclass(frozen=True)
