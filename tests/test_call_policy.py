@@ -313,3 +313,54 @@ def test_a_task_that_printed_nothing_has_an_empty_log_file():
             task: os.path.join(cluster.log_dir, task.replace(":", "-") + ".log") for task in cluster.tasks
         }
         assert {task: os.path.getsize(path) for task, path in files.items()} == {"ps:0": 0, "worker:0": 0}
+
+
+def test_a_task_process_moves_through_its_lifecycle_and_refuses_other_moves():
+    """Ready needs both halves, in either order; a call moves it to busy and back; a move its
+    lifecycle does not allow raises; a repeated start-up message changes nothing."""
+    from dtfkit.engine.launchers.contract import TaskHandle
+    from dtfkit.engine.owner.process import Lifecycle, LifecycleError, TaskProcess
+    from dtfkit.engine.wire.layout import TaskId
+
+    class Alive(TaskHandle):
+        identity: dict[str, int] = {}
+        pid = 1
+
+        def poll(self):
+            return None
+
+        def wait(self, timeout=None):
+            return None
+
+        def kill(self):
+            pass
+
+        def read_line(self):
+            return b""
+
+        def close_output(self):
+            pass
+
+    for first, second in (("said_ready", "startup_output_in"), ("startup_output_in", "said_ready")):
+        proc = TaskProcess(TaskId("worker", 0), 1, Alive(), None)
+        for step in (first, second):
+            assert not proc.ready and proc.status == "starting"
+            getattr(proc, step)(*((("x", 1.0, 0.5),),) if step == "said_ready" else ())
+        assert proc.ready and proc.state is Lifecycle.IDLE and proc.status == "running"
+    proc.startup_output_in()  # a stray start-up mark after it: nothing moves
+    assert proc.state is Lifecycle.IDLE
+    proc.call_started(7)
+    assert (proc.busy_with, proc.calls, proc.status) == (7, 1, "busy")
+    with pytest.raises(LifecycleError, match="worker:0 .generation 1. cannot go from BUSY to BUSY"):
+        proc.call_started(8)
+    proc.call_ended()
+    assert (proc.busy_with, proc.state, proc.view().status) == (None, Lifecycle.IDLE, "running")
+    failed = TaskProcess(TaskId("worker", 1), 2, Alive(), None)
+    failed.start_failed("bind", "Traceback ...")
+    assert (failed.state, failed.start_failed_at, failed.status) == (
+        Lifecycle.START_FAILED,
+        "bind",
+        "starting",
+    )
+    with pytest.raises(LifecycleError):
+        failed.call_started(9)

@@ -160,8 +160,7 @@ class RunHandle:
         self.call_id = self._events.open_call(self)  # answers with this id come to deliver()
         for proc in self._procs.values():  # once per task, however often ``on`` named it
             proc.send(protocol.Call(self.call_id, payload.data, payload.sources))
-            proc.busy_with = self.call_id
-            proc.calls += 1
+            proc.call_started(self.call_id)
             self._pending[proc.task] = proc.gen
 
     def deliver(self, task: TaskId, message: CallAnswer) -> None:
@@ -259,7 +258,7 @@ class RunHandle:
             reply = self._replies.get(task) if task in self._flushed else None
             if reply is not None:
                 self._pending.pop(task)
-                proc.busy_with = None
+                proc.call_ended()
                 if isinstance(reply, protocol.Result):
                     try:
                         self._results[task] = cloudpickle.loads(reply.value)
@@ -280,7 +279,7 @@ class RunHandle:
                 # Its last lines may still be in the pipe: they belong in this cell and in the message.
                 proc.output_closed.wait(OUTPUT_DRAIN_SECONDS)
                 self._pending.pop(task)
-                proc.busy_with = None
+                proc.call_ended()
                 if proc.killed:
                     text = _("{task} was killed while running {function}; {restart_hint}.").format(
                         task=task, function=self.fn_name, restart_hint=self._restart_hint(task)
@@ -341,7 +340,7 @@ class RunHandle:
         # The processes this call was sent to, not a restarted successor.
         self._tasks_part.end_tasks([self._procs[task] for task in pending])
         for task in pending:
-            self._procs[task].busy_with = None
+            self._procs[task].call_ended()
         self._pending.clear()
 
     def _restart_hint(self, task: TaskId) -> str:
@@ -448,8 +447,7 @@ def _stacks_by_abort(procs: list[TaskProcess], deadline: float) -> dict[TaskId, 
     not gone by the deadline, is left out."""
     aborted = []
     for proc in procs:
-        if proc.handle.abort():
-            proc.killed = True
+        if proc.abort():
             aborted.append(proc)
     found = {}
     for proc in aborted:

@@ -213,7 +213,7 @@ class Events:
                 self._take_line(proc, raw.decode("utf-8", errors="replace").rstrip("\n"))
             except Exception as exc:  # noqa: BLE001 - one odd line must not end the reader
                 logbook.add(name, f"[dtfkit: could not take a line of output: {exc!r}]")
-        proc.output_closed.set()
+        proc.output_ended()
         proc.handle.close_output()
         code = proc.handle.wait()
         # Its last messages first: a StartFailed("bind") queued after the exit would read as a
@@ -303,7 +303,7 @@ class Events:
         if proc is None:
             return None
         if event.kind is EventKind.HELLO:
-            proc.conn = event.payload
+            proc.connected(event.payload)
         elif event.kind is EventKind.MSG:
             self.apply_message(proc, event.payload)
         return proc
@@ -316,28 +316,21 @@ class Events:
         return proc if proc is not None and proc.gen == event.gen else None
 
     def apply_message(self, proc: TaskProcess, message: tuple[object, ...]) -> None:
-        """What a protocol message from ``proc`` changes: its state, or a call's answers."""
+        """What a protocol message from ``proc`` changes: its state (through its methods), or a call's answers."""
         if isinstance(message, protocol.Port):
-            proc.port = message.port
-            proc.port_reported = True
+            proc.port_bound(message.port)
         elif isinstance(message, protocol.Ready):
-            proc.said_ready = True
-            # The owner's own step costs the task no CPU: it carries the task's last reading on.
-            last_cpu = message.phases[-1][2] if message.phases else 0.0
-            proc.ready_phases = (*message.phases, ("owner saw ready", time.monotonic(), last_cpu))
-            proc.ready = proc.startup_output_in
+            proc.said_ready(message.phases)
         elif isinstance(message, protocol.OutputDone) and message.call_id == protocol.STARTUP_OUTPUT_ID:
-            proc.startup_output_in = True
-            proc.ready = proc.said_ready
+            proc.startup_output_in()
         elif isinstance(message, (protocol.Result, protocol.Error, protocol.OutputDone, protocol.Stacks)):
             call = self._calls.get(message.call_id)
             if call is not None:  # else a call given up on: its late answer is dropped
                 call.deliver(proc.task, message)
         elif isinstance(message, protocol.ScriptDone):
-            proc.script_code = message.code
+            proc.script_done(message.code)
         elif isinstance(message, protocol.StartFailed):
-            proc.start_error = message.traceback
-            proc.start_failed_at = message.stage
+            proc.start_failed(message.stage, message.traceback)
 
     # ------------------------------------------------------------------ calls
     def open_call(self, inbox: CallInbox) -> int:

@@ -231,8 +231,7 @@ class Tasks:
         config = self._config(task, gen, port, env)
         spawned_at = time.monotonic()
         handle = self.launcher.start(config)
-        proc = TaskProcess(task, gen, handle, port, stacks_file=config.stacks_file)
-        proc.spawned_at = spawned_at
+        proc = TaskProcess(task, gen, handle, port, stacks_file=config.stacks_file, spawned_at=spawned_at)
         self.procs[task] = proc
         self.events.watch(proc)
         return proc
