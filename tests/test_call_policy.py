@@ -341,11 +341,17 @@ def test_a_task_process_moves_through_its_lifecycle_and_refuses_other_moves():
         def close_output(self):
             pass
 
-    for first, second in (("said_ready", "startup_output_in"), ("startup_output_in", "said_ready")):
+    def said_ready(proc):
+        proc.said_ready((("interpreter", 1.0, 0.5),))
+
+    def startup_output_in(proc):
+        proc.startup_output_in()
+
+    for halves in ((said_ready, startup_output_in), (startup_output_in, said_ready)):
         proc = TaskProcess(TaskId("worker", 0), 1, Alive(), None)
-        for step in (first, second):
+        for half in halves:
             assert not proc.ready and proc.status == "starting"
-            getattr(proc, step)(*((("x", 1.0, 0.5),),) if step == "said_ready" else ())
+            half(proc)
         assert proc.ready and proc.state is Lifecycle.IDLE and proc.status == "running"
     proc.startup_output_in()  # a stray start-up mark after it: nothing moves
     assert proc.state is Lifecycle.IDLE
