@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from dtfkit.engine.launchers.choose import choose_launcher
 from dtfkit.engine.owner.output import OUTPUT_DRAIN_SECONDS
-from dtfkit.engine.owner.runtime import ClusterRuntime, Script
-from dtfkit.engine.owner.settings import ClusterSettings
+from dtfkit.engine.owner.runtime import ClusterRuntime
+from dtfkit.engine.owner.settings import ClusterSettings, Script
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId
 from dtfkit.errors import DtfkitError
 from dtfkit.i18n import _, joined

@@ -27,10 +27,10 @@ from collections.abc import Collection
 from dtfkit.engine.launchers.contract import Launcher, LauncherDescription
 from dtfkit.engine.owner.events import CallAnswer, Deadline, Done, Event, Events, OnEvent
 from dtfkit.engine.owner.metrics import MetricLog
-from dtfkit.engine.owner.output import NO_PROGRESS, Echo, Output, StartProgress, print_line
+from dtfkit.engine.owner.output import Echo, Output, StartProgress, print_line
 from dtfkit.engine.owner.process import ClusterView, TaskView
-from dtfkit.engine.owner.settings import ClusterSettings
-from dtfkit.engine.owner.tasks import Script, Tasks
+from dtfkit.engine.owner.settings import ClusterSettings, Script
+from dtfkit.engine.owner.tasks import Tasks
 from dtfkit.engine.platform import gpu_plan, state
 from dtfkit.engine.platform.admission import (  # noqa: F401 - part of this module's interface
     MAX_TASKS_ENV,
@@ -136,18 +136,14 @@ class ClusterRuntime:
         self.tasks = Tasks(
             layout,
             launcher,
+            settings=settings,
             cluster_id=self.id,
             directory=self.dir,
-            mode=settings.mode,
-            script=settings.script,
             task_env=self.task_env,
             cwd=self.cwd,
-            setup_payload=settings.setup_payload,
-            start_timeout=settings.start_timeout,
             gpu_plan=(n_gpus, plan),
             output=self.output,
             events=self.events,
-            progress=settings.progress or NO_PROGRESS,
         )
         with _OPEN_LOCK:
             _OPEN.add(self)

@@ -25,13 +25,21 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from dtfkit.engine.owner.output import ProgressFactory
-from dtfkit.engine.owner.tasks import Script
 from dtfkit.engine.platform.admission import check_env, check_task_count
 from dtfkit.engine.platform.gpu_plan import POLICIES
 from dtfkit.engine.wire.layout import ClusterLayout
 from dtfkit.engine.wire.protocol import CLUSTER_MODES
 from dtfkit.engine.wire.sources import PickledCall
 from dtfkit.errors import DtfkitError
+
+
+@dataclass(frozen=True)
+class Script:
+    """What every task of a ``mode="script"`` cluster runs (see ``dtfkit.launch``)."""
+
+    path: str
+    args: tuple[str, ...] = ()
+    linger: bool = False  # a finished worker keeps serving until the launcher ends the cluster
 
 
 @dataclass(frozen=True)

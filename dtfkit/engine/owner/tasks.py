@@ -21,30 +21,20 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
 from types import MappingProxyType
 
 from dtfkit.engine.launchers.contract import Launcher, LauncherDescription
 from dtfkit.engine.owner.events import Event, EventKind, Events
-from dtfkit.engine.owner.output import Output, ProgressFactory
+from dtfkit.engine.owner.output import NO_PROGRESS, Output
 from dtfkit.engine.owner.process import ClusterView, TaskProcess
+from dtfkit.engine.owner.settings import ClusterSettings
 from dtfkit.engine.platform import state
 from dtfkit.engine.wire import dumps, protocol
 from dtfkit.engine.wire.layout import ClusterLayout, TaskId, cluster_dict, tf_config
 from dtfkit.engine.wire.protocol import TaskConfig
-from dtfkit.engine.wire.sources import PickledCall
 from dtfkit.errors import ClusterStartError, DtfkitError
 
 START_ATTEMPTS = 3
-
-
-@dataclass(frozen=True)
-class Script:
-    """What every task of a ``mode="script"`` cluster runs (see ``dtfkit.launch``)."""
-
-    path: str
-    args: tuple[str, ...] = ()
-    linger: bool = False  # a finished worker keeps serving until the launcher ends the cluster
 
 
 # How long a task that sent StartFailed may take to exit (it calls os._exit at once).
@@ -67,33 +57,26 @@ class Tasks:
         layout: ClusterLayout,
         launcher: Launcher,
         *,
+        settings: ClusterSettings,
         cluster_id: str,
         directory: str,
-        mode: str,
-        script: Script | None,
         task_env: Callable[[], dict[str, str]],
         cwd: str,
-        setup_payload: PickledCall | None,
-        start_timeout: float,
         gpu_plan: tuple[int, dict[str, tuple[str, bool]]],
         output: Output,
         events: Events,
-        progress: ProgressFactory,
     ):
         self.layout = layout
         self.launcher = launcher
         self.cluster_id = cluster_id
         self.directory = directory
-        self.mode = mode
-        self.script = script
+        self.settings = settings
         self.task_env = task_env  # every task's environment (before per-task GPU settings)
         self.cwd = cwd
-        self.setup_payload = setup_payload
-        self.start_timeout = start_timeout
         self.n_gpus, self.gpu_plan = gpu_plan
         self.output = output
         self.events = events
-        self.progress = progress
+        self.progress = settings.progress or NO_PROGRESS
         self.closed = False
         self.procs: dict[TaskId, TaskProcess] = {}
         self.addresses: dict[TaskId, str] = {}
@@ -200,7 +183,7 @@ class Tasks:
         elif not task.serves:
             mode = "noserve"
         else:
-            mode = self.mode
+            mode = self.settings.mode
         config = TaskConfig(
             task=task.name,
             gen=gen,
@@ -213,7 +196,7 @@ class Tasks:
             env=env,
         )
         if mode == "script":
-            script = self.script
+            script = self.settings.script
             assert script is not None  # a cluster of mode "script" was given one
             config = dataclasses.replace(
                 config, script=script.path, script_args=script.args, linger=script.linger
@@ -245,14 +228,14 @@ class Tasks:
             self._start_tasks_now(tasks, restart)
 
     def _start_tasks_now(self, tasks: tuple[TaskId, ...] | list[TaskId], restart: bool) -> None:
-        deadline = time.monotonic() + self.start_timeout
+        deadline = time.monotonic() + self.settings.start_timeout
         pending: dict[TaskId, TaskProcess] = {}
         for t in tasks:
             if time.monotonic() >= deadline:
                 # Spawning counts: on a loaded machine starting processes alone can take long.
                 raise ClusterStartError(
                     f"only {len(pending)} of {len(tasks)} tasks were started within "
-                    f"{self.start_timeout:g} s (spawning the processes took that long; the machine "
+                    f"{self.settings.start_timeout:g} s (spawning the processes took that long; the machine "
                     f"is busy); {t} and the rest were not started. Next step: start fewer tasks, "
                     "or pass a larger start_timeout."
                 )
@@ -332,7 +315,7 @@ class Tasks:
 
     def _setup_fields(self) -> tuple[bytes | None, protocol.Sources | None]:
         """``Spec``'s setup payload and the source of its code."""
-        setup = self.setup_payload
+        setup = self.settings.setup_payload
         return (None, None) if setup is None else (setup.data, setup.sources)
 
     def _wait(
@@ -345,7 +328,7 @@ class Tasks:
             if proc is None or proc.task not in watched:
                 return
             # (A script that is already running may finish while its peers start.)
-            exited = event.kind is EventKind.EXIT and not (self.mode == "script" and proc.ready)
+            exited = event.kind is EventKind.EXIT and not (self.settings.mode == "script" and proc.ready)
             if exited:
                 self.events.drain()  # what it said last: why it failed, if it said
             if proc.start_failed_at == "bind":
@@ -365,7 +348,7 @@ class Tasks:
         if not self.events.wait_until(done, deadline, on_event=check):
             late = [t.name for t, p in watched.items() if not p.ready]
             raise ClusterStartError(
-                f"{', '.join(late)} did not {what} within {self.start_timeout:g} s; "
+                f"{', '.join(late)} did not {what} within {self.settings.start_timeout:g} s; "
                 f"last log lines:\n{self.output.last_lines(late)}\n"
                 "Next step: look at the log above; on a busy machine pass a larger start_timeout."
             )
