@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from dtfkit.engine.launchers.choose import choose_launcher
+from dtfkit.engine.launchers.contract import LauncherSpec
 from dtfkit.engine.owner.output import OUTPUT_DRAIN_SECONDS
 from dtfkit.engine.owner.runtime import ClusterRuntime
 from dtfkit.engine.owner.settings import ClusterSettings, Script
@@ -118,7 +119,8 @@ def launch(
         max_tasks=max_tasks,
     )
     if ray is None:  # no launcher= given: a spec
-        launcher = choose_launcher(layout, network=network).build()
+        chosen = choose_launcher(layout, network=network)
+        launcher = chosen.build() if isinstance(chosen, LauncherSpec) else chosen
     else:
         launcher = _ray_launcher(ray, layout)
     runtime = ClusterRuntime(layout, settings, launcher=launcher, echo=echo)

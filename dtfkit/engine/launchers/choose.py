@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 from dtfkit.engine.launchers.contract import Launcher, LauncherSpec
 from dtfkit.engine.wire.layout import ClusterLayout
@@ -34,26 +34,6 @@ if TYPE_CHECKING:
     from dtfkit.engine.launchers.links import DelayOption, LinkOption
 
 
-@overload
-def choose_launcher(
-    layout: ClusterLayout,
-    *,
-    network: str,
-    link: str | dict[str, str] | None = None,
-    delay: str | dict[str, str] | None = None,
-    start_servers: bool = True,
-    launcher: None = None,
-) -> LauncherSpec: ...
-@overload
-def choose_launcher(
-    layout: ClusterLayout,
-    *,
-    network: str,
-    link: str | dict[str, str] | None = None,
-    delay: str | dict[str, str] | None = None,
-    start_servers: bool = True,
-    launcher: Launcher | LauncherSpec | None,
-) -> Launcher | LauncherSpec: ...
 def choose_launcher(
     layout: ClusterLayout,
     *,
