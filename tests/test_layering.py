@@ -13,7 +13,7 @@ The engine's wings, top to bottom, each named for the process that runs its code
 the kernel's process), ``task`` (the program a task process runs), ``wire`` (what both sides agree
 on), ``platform`` (the machine). A wing imports its own modules and the wings below it, never ``task``.
 
-Layers, top to bottom: the front ends (``dtfkit``, ``cluster``, ``launch``, ``cli``, ``ray``,
+Layers, top to bottom: the front ends (``dtfkit``, ``cluster``, ``launch_script``, ``cli``, ``ray``,
 ``lab``, ``course``, ``recipes``, ``kube``), the engine (``dtfkit.engine``, whose
 ``dtfkit.engine.platform.notebook`` answers the notebook facts), and ``BOTTOM`` (standard library only,
 plus each other).

@@ -105,12 +105,7 @@ class RayCluster(RunningCluster):
             nodes=nodes,
             tasks=[t.name for t in layout.tasks],
         )
-        spec = LauncherSpec(RayLauncher, MappingProxyType(self._ray_options))
-        launcher = spec.build()  # checks its arguments before anything prints; connects in its first start
-        if address is None and not _connected():
-            note(_(SIMULATED_NOTE).format(nodes=nodes))
-        frames.warn(_(RAY_NETWORK_WARNING))  # names the learner's cell as IPython does: Cell In[4]
-        settings = cluster_settings(
+        settings = cluster_settings(  # checked before the launcher is built or anything prints
             start_servers=start_servers,
             gpus="share",  # the driver's GPUs mean nothing on a node: Ray assigns GPUs (resources=)
             env=env,
@@ -120,6 +115,11 @@ class RayCluster(RunningCluster):
             progress=progress,
             max_tasks=max_tasks,
         )
+        spec = LauncherSpec(RayLauncher, MappingProxyType(self._ray_options))
+        launcher = spec.build()  # checks its arguments before anything prints; connects in its first start
+        if address is None and not _connected():
+            note(_(SIMULATED_NOTE).format(nodes=nodes))
+        frames.warn(_(RAY_NETWORK_WARNING))  # names the learner's cell as IPython does: Cell In[4]
         # Ray's own launcher: a task starts on its node, as a fresh interpreter.
         self._start(layout, spec, name=name, echo=echo, settings=settings, built=launcher)
 

@@ -2,8 +2,8 @@
 launcher; and the refusals of a combination of options, before anything starts
 (a launcher's own refusals, such as links on the host network, fire when the chosen one is built).
 
-Runs in the owner's process. ``LocalCluster`` (and ``RayCluster``, which passes its launcher)
-asks here; the answer is a ``LauncherSpec`` when dtfkit built the launcher (so a closed cluster
+Runs in the owner's process. ``LocalCluster`` and ``launch()`` ask here (``RayCluster`` builds its own
+``RayLauncher``); the answer is a ``LauncherSpec`` when dtfkit built the launcher (so a closed cluster
 can build the same one again), or the caller's own ``Launcher`` as it is.
 
 Example::
