@@ -256,6 +256,17 @@ def test_a_restarted_task_keeps_its_delay(delayed):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def test_an_evaluator_which_runs_no_server_starts_beside_delayed_servers():
+    """An evaluator's mode is noserve by its role: with delay= it starts without a relay (it was refused,
+    naming start_servers=False, which nobody had set), and the servers keep theirs."""
+    needs_namespaces()
+    with dtfkit.LocalCluster(workers=1, evaluator=1, delay="1ms", progress=False, name=None) as cluster:
+        assert cluster.status() == {"worker:0": "running", "evaluator:0": "running"}
+        assert len(relays_of(cluster)) == 1  # the worker's server's relay; the evaluator has none
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_close_ends_the_relays():
     needs_namespaces()
     cluster = dtfkit.LocalCluster(workers=2, delay="1ms", progress=False, name=None)
