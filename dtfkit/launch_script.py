@@ -175,7 +175,7 @@ def _supervise(
 
     def note(text: str) -> None:
         messages.append(text)
-        runtime.echo("dtfkit", text)
+        runtime.output.echo("dtfkit", text)
 
     def finished(task: TaskId) -> bool:
         # Process state, not events: an exit may have been seen while the cluster started.
@@ -197,7 +197,7 @@ def _supervise(
             last_output[event.task] = time.monotonic()
 
     # Everything not shown yet: a script may print between start() and here.
-    with runtime.live_output(since=runtime.printed_seq):
+    with runtime.live_output(since=runtime.output.printed_seq):
         remaining = set(finishing)
         while remaining:
             for task in exited():
@@ -214,7 +214,7 @@ def _supervise(
                 if codes[chief] == 0 and _only_servers_left(runtime, remaining, chief, note):
                     break
             if failed:
-                runtime.drain()  # the failed task's last lines come before the verdict
+                runtime.events.drain()  # the failed task's last lines come before the verdict
                 if remaining:
                     note(
                         f"{failed[0]} exited with code {codes[TaskId.parse(failed[0])]}; stopping {', '.join(t.name for t in sorted(remaining))}"
@@ -226,7 +226,7 @@ def _supervise(
             if chief_done_at is not None and not hinted:
                 wake.append(chief_done_at + HANG_HINT_AFTER)
             # Until a task finishes, or the timeout or the time for the hang hint comes.
-            if runtime.wait_until(
+            if runtime.events.wait_until(
                 lambda: any(finished(t) for t in remaining), min(wake) if wake else None, saw
             ):
                 continue
@@ -249,7 +249,7 @@ def _supervise(
         runtime.close()
     seconds = time.monotonic() - started
     ordered = {t.name: codes[t] for t in layout.tasks}
-    return LaunchResult(ordered, failed, timed_out, seconds, runtime.log_dir or "", messages)
+    return LaunchResult(ordered, failed, timed_out, seconds, runtime.output.logbook.directory or "", messages)
 
 
 # Where a task's main thread is when it only serves: tf.distribute.Server.join() (server_lib.py).

@@ -114,7 +114,7 @@ class RunningCluster:
     @property
     def cluster_spec(self) -> dict[str, list[str]]:
         """The ClusterSpec dictionary every task was given."""
-        return {job: list(hosts) for job, hosts in self._rt.snapshot().cluster.items()}
+        return {job: list(hosts) for job, hosts in self._rt.tasks.snapshot().cluster.items()}
 
     @property
     def tasks(self) -> list[str]:
@@ -128,7 +128,7 @@ class RunningCluster:
     @property
     def isolated(self) -> bool:
         """True when the cluster runs in its own network namespace."""
-        return self._rt.isolated
+        return self._rt.tasks.describe_launcher().isolated
 
     @property
     def closed(self) -> bool:
@@ -145,17 +145,17 @@ class RunningCluster:
 
     @property
     def log_dir(self) -> str:
-        return self._rt.log_dir or ""  # the runtime always has its logs folder
+        return self._rt.output.logbook.directory or ""  # the runtime always has its logs folder
 
     def pids(self) -> dict[str, int]:
         """The pid of every process of the cluster."""
-        return self._rt.pids()
+        return self._rt.tasks.pids()
 
     @property
     def echo(self) -> Callable[[str, str], None]:
         """Where the tasks' output goes: ``echo(task, line)``. Set it to send the output
         elsewhere (a widget's log, a list); ``None`` prints it in the waiting cell again."""
-        return self._rt.echo
+        return self._rt.output.echo
 
     @echo.setter
     def echo(self, echo: Callable[[str, str], None] | None) -> None:
@@ -172,16 +172,16 @@ class RunningCluster:
             >>> cluster.start_note                                            # doctest: +SKIP
             'forked 3 of 3 task process(es) from the task zygote (TensorFlow imported once)'
         """
-        return self._start_note_of(self._rt.launcher_description)
+        return self._start_note_of(self._rt.tasks.describe_launcher())
 
     def status(self) -> dict[str, str]:
         """``{"worker:0": "running", "ps:0": "killed", ...}``."""
-        return {view.name: view.status for view in self._rt.snapshot().tasks.values()}
+        return {view.name: view.status for view in self._rt.tasks.snapshot().tasks.values()}
 
     def address(self, task: str, index: int | None = None) -> str:
         """``"localhost:PORT"`` of a task (``"10.77.0.2:PORT"`` with ``link=``)."""
         view = self._rt.task_view(task, index)  # an unknown task is a clear error
-        addresses = self._rt.snapshot().addresses
+        addresses = self._rt.tasks.snapshot().addresses
         if view.task not in addresses:
             raise DtfkitError(f"{view.task} has no address: it runs no server ({view.job} tasks do not)")
         return addresses[view.task]
@@ -305,7 +305,10 @@ class RunningCluster:
                 "dtfkit cannot start again: start a new LocalCluster"
             )
         runtime = ClusterRuntime(
-            self._rt.layout, self._rt.settings, launcher=self._launcher_spec.build(), echo=self._rt.echo
+            self._rt.layout,
+            self._rt.settings,
+            launcher=self._launcher_spec.build(),
+            echo=self._rt.output.echo,
         )
         runtime.start()  # if it fails, it closes itself and this cluster stays closed
         self._rt = runtime
@@ -341,7 +344,7 @@ class RunningCluster:
             self._rt.task_view(task, index)  # an unknown task is a clear error
         out = []
         for name in names:
-            lines = self._rt.log_lines(name, everything=everything, tail=tail)
+            lines = self._rt.output.logbook.lines(name, everything=everything, tail=tail)
             out += [f"[{name}] {line}" for line in lines] if len(names) > 1 else lines
         return LogText("\n".join(out))
 
@@ -355,7 +358,7 @@ class RunningCluster:
         return cluster_display.start_words(described.start) if isinstance(described.start, ForkStart) else ""
 
     def _display(self) -> cluster_display.ClusterFacts:
-        described = self._rt.launcher_description
+        described = self._rt.tasks.describe_launcher()
         return cluster_display.ClusterFacts(
             kind=type(self).__name__,
             id=self.id,
@@ -363,9 +366,9 @@ class RunningCluster:
             described=described,
             network_note="closed" if self.closed else self._network_note(described),
             start_note="" if self.closed else self._start_note_of(described),
-            snapshot=self._rt.snapshot(),
-            dropped_note=self._rt.dropped_note(),
-            log_dir=self._rt.log_dir or "",
+            snapshot=self._rt.tasks.snapshot(),
+            dropped_note=self._rt.output.logbook.dropped_note(),
+            log_dir=self._rt.output.logbook.directory or "",
         )
 
     def __repr__(self) -> str:

@@ -266,7 +266,7 @@ def test_a_second_waiting_thread_is_refused(cluster, tmp_path):
     waiter = threading.Thread(target=handle.result, daemon=True)
     waiter.start()
     try:
-        assert wait_until(lambda: cluster._rt.waiting_for is not None, 10)
+        assert wait_until(lambda: cluster._rt.events.waiting_for is not None, 10)
         with pytest.raises(DtfkitError, match="already waiting for wait_for_file"):
             cluster.run(name, on="worker:1")
     finally:

@@ -175,7 +175,7 @@ def test_launch_shows_lines_printed_before_it_starts_supervising(tmp_path, monke
 
     def start_then_let_worker_0_print(runtime):
         real_start(runtime)
-        assert wait_until(lambda: "worker:0 early" in runtime.log_lines("worker:0"), 60)
+        assert wait_until(lambda: "worker:0 early" in runtime.output.logbook.lines("worker:0"), 60)
 
     monkeypatch.setattr(ClusterRuntime, "start", start_then_let_worker_0_print)
     lines: list[tuple[str, str]] = []

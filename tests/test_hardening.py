@@ -92,7 +92,7 @@ def test_the_start_timeout_covers_spawning(monkeypatch):
     finally:
         monkeypatch.undo()
         rt.close()
-    assert not any(view.alive for view in rt.snapshot().tasks.values())
+    assert not any(view.alive for view in rt.tasks.snapshot().tasks.values())
 
 
 # ------------------------------------------------------ 3: the base folder
@@ -512,7 +512,7 @@ def print_huge_lines(n: int) -> int:
 def test_huge_output_is_bounded_in_memory_and_said_so(cluster, capsys):
     assert cluster.run(print_huge_lines, args=(80,), on="worker:1", timeout=120) == {"worker:1": 80}
     capsys.readouterr()
-    kept = cluster._rt.log_lines("worker:1")
+    kept = cluster._rt.output.logbook.lines("worker:1")
     assert max(len(line) for line in kept) < 64 * 1024 + 1000  # lines.MAX_LINE_BYTES and its kept end
     assert sum(len(line) for line in kept) <= 4 * 1024 * 1024  # output.TASK_MEMORY_BYTES
     assert "worker:1:" in repr(cluster) and "dropped from memory" in repr(cluster)
@@ -534,7 +534,7 @@ def test_a_second_thread_waiting_on_the_cluster_is_refused_at_once(cluster, tmp_
     waiter = threading.Thread(target=lambda: results.append(handle.result()), daemon=True)
     waiter.start()
     try:
-        assert wait_until(lambda: cluster._rt.waiting_for is not None, 10)
+        assert wait_until(lambda: cluster._rt.events.waiting_for is not None, 10)
         # Refused, not queued: waiting would end in a TaskTimeout after 30 s (the gate
         # opens only below), which the message match tells apart.
         with pytest.raises(DtfkitError, match="already waiting for wait_for_file"):

@@ -144,7 +144,7 @@ def test_a_cluster_with_links_is_forked_too():
     """Each task enters a namespace of its own right after its fork, while it has one thread."""
     needs_namespaces()
     with dtfkit.LocalCluster(workers=2, link="100mbit", progress=False, name=None) as cluster:
-        note = start_words(cluster._rt.launcher_description.start)
+        note = start_words(cluster._rt.tasks.describe_launcher().start)
         assert cluster.start_note == note
         names = cluster.run(lambda: os.readlink("/proc/self/ns/net"))
     assert note.startswith("forked 2 of 2 task process(es) from the task zygote"), note

@@ -500,10 +500,10 @@ def submit_call(
                 timeout=timeout,
                 on_error=on_error,
                 grace=grace,
-                on_finish=lambda: rt.remove_task(client),
+                on_finish=lambda: rt.tasks.remove_task(client),
             )
         except BaseException:
-            rt.remove_task(client)
+            rt.tasks.remove_task(client)
             raise
     procs = [rt.tasks.procs[t] for t in rt.layout.select(on)]
     for proc in procs:

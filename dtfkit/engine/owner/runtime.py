@@ -24,8 +24,8 @@ import threading
 import time
 from collections.abc import Collection
 
-from dtfkit.engine.launchers.contract import Launcher, LauncherDescription
-from dtfkit.engine.owner.events import CallAnswer, Deadline, Done, Event, Events, OnEvent
+from dtfkit.engine.launchers.contract import Launcher
+from dtfkit.engine.owner.events import CallAnswer, Event, Events
 from dtfkit.engine.owner.metrics import MetricLog
 from dtfkit.engine.owner.output import Echo, Output, StartProgress, print_line
 from dtfkit.engine.owner.process import ClusterView, TaskView
@@ -87,12 +87,14 @@ class ClusterRuntime:
 
     Where the tasks run is the launcher's business (``dtfkit.engine.launchers.contract``); what
     they say arrives as ``Event`` s on one queue, which the thread that waits (one at a
-    time, see ``waiting()``) applies with ``wait_until()``. ``progress`` makes the
-    start-up display (``dtfkit.progress.Progress`` in the front ends; none by default).
+    time, ``events.waiting()``) applies with ``events.wait_until()``. How the tasks start is
+    its ``settings`` (``ClusterSettings``).
 
-    ``tasks``, ``events`` and ``output`` are its parts, for the engine and its tests;
-    front ends use only the methods and properties here and the frozen views they return
-    (``tests/test_runtime_surface.py`` checks that).
+    ``tasks``, ``events`` and ``output`` are its parts. It composes them and forwards nothing to
+    them: its methods are what takes more than one part (start, restart, kill, a client task, the
+    stacks). Front ends call those, and read the parts through the paths
+    ``tests/test_runtime_surface.py`` allows (``tasks.snapshot()``, ``output.logbook.lines()``, ...);
+    they write nothing of a part.
 
     Example::
 
@@ -100,8 +102,8 @@ class ClusterRuntime:
         >>> runtime.start()                                                       # doctest: +SKIP
         >>> runtime.task_view("worker:0").status                                  # doctest: +SKIP
         'running'
-        >>> with runtime.waiting("my call"), runtime.live_output():               # doctest: +SKIP
-        ...     runtime.wait_until(lambda: False, deadline=time.monotonic() + 5)
+        >>> with runtime.events.waiting("my call"), runtime.live_output():        # doctest: +SKIP
+        ...     runtime.events.wait_until(lambda: False, deadline=time.monotonic() + 5)
         False
         >>> runtime.close()                                                       # doctest: +SKIP
     """
@@ -154,51 +156,11 @@ class ClusterRuntime:
     def closed(self) -> bool:
         return self._closed
 
-    @property
-    def isolated(self) -> bool:
-        """True when the tasks' servers are in a private network namespace."""
-        return self.launcher_description.isolated
-
-    @property
-    def launcher_description(self) -> LauncherDescription:
-        """What the launcher did so far, as frozen facts (network, how the tasks started,
-        links, nodes); the front ends word them."""
-        return self.tasks.describe_launcher()
-
-    @property
-    def waiting_for(self) -> str | None:
-        """What the thread that waits on this cluster now waits for (None: nobody waits)."""
-        return self.events.waiting_for
-
-    @property
-    def echo(self) -> Echo:
-        """Where the tasks' output goes: ``echo(task, line)``."""
-        return self.output.echo
-
     def set_echo(self, echo: Echo | None) -> None:
         """Send the tasks' output to ``echo(task, line)`` (None: print it, ``print_line``)."""
         self.output.echo = echo or print_line
 
-    @property
-    def printed_seq(self) -> int:
-        """The number of the last log line echoed."""
-        return self.output.printed_seq
-
-    @property
-    def log_dir(self) -> str | None:
-        """The folder of the tasks' log files."""
-        return self.output.logbook.directory
-
     # ------------------------------------------------------------------ views
-    def snapshot(self) -> ClusterView:
-        """The cluster as it is now, frozen: tasks, addresses, ClusterSpec.
-
-        Example::
-
-            >>> runtime.snapshot().tasks[TaskId("worker", 0)].status   # doctest: +SKIP
-            'running'
-        """
-        return self.tasks.snapshot()
 
     def task_view(self, task: str | TaskId, index: int | None = None) -> TaskView:
         """One task as it is now, frozen; an unknown task is a clear error."""
@@ -215,13 +177,6 @@ class ClusterRuntime:
         )
 
     # ----------------------------------------------------------------- output
-    def log_lines(self, task: str, *, everything: bool = False, tail: int | None = None) -> list[str]:
-        """What ``task`` printed (``everything``: TensorFlow's start-up noise too)."""
-        return self.output.logbook.lines(task, everything=everything, tail=tail)
-
-    def dropped_note(self) -> str:
-        """What the log book had to drop from memory or rotate, if anything."""
-        return self.output.logbook.dropped_note()
 
     def live_output(self, since: int | None = None) -> contextlib.AbstractContextManager[None]:
         """While the caller waits, echo task output in the caller's thread (its cell).
@@ -232,15 +187,6 @@ class ClusterRuntime:
         return self.output.live_output(self.events.post_line, since)
 
     # ----------------------------------------------------------------- events
-    def waiting(self, what: str) -> contextlib.AbstractContextManager[None]:
-        """Claim the cluster's event queue for this thread while it waits for ``what``
-        (a second thread is refused with a ``DtfkitError``)."""
-        return self.events.waiting(what)
-
-    def wait_until(self, done: Done, deadline: Deadline, on_event: OnEvent | None = None) -> bool:
-        """Apply the tasks' events until ``done()`` (True) or ``deadline`` passes (False);
-        see ``events.Events.wait_until``. Call it inside ``waiting()``."""
-        return self.events.wait_until(done, deadline, on_event)
 
     def stacks(self, tasks: Collection[TaskId], timeout: float = 5.0) -> dict[TaskId, str]:
         """What each of ``tasks`` is doing now: the Python stacks of its threads (the control thread
@@ -271,10 +217,6 @@ class ClusterRuntime:
         finally:
             self.events.close_call(call_id)
 
-    def drain(self) -> None:
-        """Apply every event already queued, without waiting."""
-        self.events.drain()
-
     def wait_output(self, task: str | TaskId, timeout: float) -> bool:
         """Wait (at most ``timeout`` s) until every line the task's current process printed
         is in the log book; True if so."""
@@ -296,10 +238,6 @@ class ClusterRuntime:
         self.check_open()
         return self.tasks.start_client()
 
-    def remove_task(self, task: TaskId) -> None:
-        """End a task that is not part of the layout (a client) and forget it."""
-        self.tasks.remove_task(task)
-
     def kill(self, task: str | TaskId, index: int | None = None) -> None:
         """Kill one task with SIGKILL, as a crash would (for fault-injection lessons)."""
         self.tasks.end_tasks([self.tasks.task_process(task, index)])
@@ -307,7 +245,7 @@ class ClusterRuntime:
     def restart(self, task: str | TaskId | None = None, index: int | None = None) -> None:
         """Start a task again on its old address (all dead tasks when ``task`` is None)."""
         self.check_open()
-        with self.waiting("restart()"):  # before anything is killed: a refusal changes nothing
+        with self.events.waiting("restart()"):  # before anything is killed: a refusal changes nothing
             target = None if task is None else self.tasks.task_process(task, index).task
             self.tasks.restart(target)
 
@@ -316,8 +254,8 @@ class ClusterRuntime:
         and idle, and those of ``fresh`` that have run a call; returns ``{task: why}``
         (empty: nothing to do)."""
         self.check_open()
-        with self.waiting("ensure_running()"):
-            self.drain()  # deaths, readiness and answers that arrived while nobody waited
+        with self.events.waiting("ensure_running()"):
+            self.events.drain()  # deaths, readiness and answers that arrived while nobody waited
             return self.tasks.ensure_running(set(fresh or ()))
 
     def check_open(self) -> None:
@@ -345,7 +283,3 @@ class ClusterRuntime:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def pids(self) -> dict[str, int]:
-        """Pid of every task process, and of the launcher's own (e.g. the namespace anchor, ``"netns"``)."""
-        return self.tasks.pids()
