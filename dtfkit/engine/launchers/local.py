@@ -46,7 +46,7 @@ from dtfkit.engine.launchers.local_process import LocalProcess, spawn_task
 from dtfkit.engine.platform import lifeline, netns, state
 from dtfkit.engine.platform.anchor import NamespaceAnchor
 from dtfkit.engine.wire import frames
-from dtfkit.engine.wire.layout import TaskId
+from dtfkit.engine.wire.layout import SERVING_ROLES
 from dtfkit.engine.wire.protocol import CONFIG_ENV, TaskConfig
 from dtfkit.errors import ClusterStartError, DtfkitError
 
@@ -146,7 +146,7 @@ class LocalLauncher(Launcher):
     def start(self, config: TaskConfig) -> TaskHandle:
         # An evaluator runs no server by its role (its mode is noserve, whatever start_servers says):
         # there is no port to put a relay in front of, and nothing to refuse.
-        serving_role = TaskId.parse(config.task).serves
+        serving_role = config.task.partition(":")[0] in SERVING_ROLES  # a client task is no role of a layout
         if self.delays is not None and config.mode in DELAY_REFUSED_MODES and serving_role:
             raise DtfkitError(f"{config.task}: {DELAY_REFUSED_MODES[config.mode]}")
         if self._net.network != "pending":
