@@ -196,7 +196,9 @@ def test_sync_through_the_panel_aggregates_exactly_r_gradients_in_lockstep(lab, 
 def test_async_steps_interleave_and_updates_are_stale(lab):
     record = lab.run(mode="async", steps=60, straggler_ms=0)
     assert record.state == "finished" and record.global_step() >= 60
-    assert record.interleavings() >= 5, [r["task"] for r in record.rows]
+    # Both workers ran their steps, so in time order they switch at least once; how often is the load's
+    # doing (a busy machine once let one worker run 37 steps before the other's first).
+    assert record.interleavings() >= 1, [r["task"] for r in record.rows]
     assert record.max_staleness() >= 1, sorted(record.staleness())
     assert all(share > 0 for share in record.shares().values()), record.shares()
     # The staleness is measured, not assumed: every update read a step before the one it made.
