@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from dtfkit.engine.owner.output import ProgressFactory
-from dtfkit.engine.platform.admission import check_env, check_task_count
+from dtfkit.engine.platform.admission import check_env, check_max_tasks, check_task_count
 from dtfkit.engine.platform.gpu_plan import POLICIES
 from dtfkit.engine.wire.layout import ClusterLayout
 from dtfkit.engine.wire.protocol import CLUSTER_MODES
@@ -71,8 +71,7 @@ class ClusterSettings:
             raise DtfkitError(
                 f"progress must be a function progress(task names, description) or None, not {self.progress!r}"
             )
-        if self.max_tasks is not None:
-            check_task_count(0, self.max_tasks)  # the value's type; the count is admit()'s
+        check_max_tasks(self.max_tasks)
         object.__setattr__(self, "start_timeout", float(timeout))
         env = dict(self.env) if isinstance(self.env, MappingProxyType) else self.env  # another's settings
         object.__setattr__(self, "env", MappingProxyType(check_env(env)))

@@ -59,11 +59,18 @@ def task_limit() -> tuple[int, str]:
     )
 
 
+def check_max_tasks(max_tasks: object) -> None:
+    """Refuse a ``max_tasks=`` that is not a positive whole number or None."""
+    if max_tasks is not None and (
+        isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1
+    ):
+        raise DtfkitError(f"max_tasks must be a positive whole number or None, not {max_tasks!r}")
+
+
 def check_task_count(n: int, max_tasks: int | None = None) -> None:
     """Refuse a cluster of ``n`` tasks beyond the machine's limit (``max_tasks`` overrides it)."""
+    check_max_tasks(max_tasks)
     if max_tasks is not None:
-        if isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1:
-            raise DtfkitError(f"max_tasks must be a positive whole number or None, not {max_tasks!r}")
         return  # if n > max_tasks, the caller's own limit applies
     limit, why = task_limit()
     if n > limit:
