@@ -352,7 +352,7 @@ def merge(old: polib.POFile | None, fresh: list[polib.POEntry], header: str, lan
 LIBRARY = "dtfkit"  # the name of the library's own catalog (dtfkit/locale/<lang>/LC_MESSAGES/dtfkit.po)
 PACKAGE = Path(__file__).resolve().parents[1] / "dtfkit"
 # The classroom bench speaks the reader's language through dtfkit's catalog; it lives beside the package.
-BESIDE_THE_PACKAGE = ("hubbench", "edition")
+BESIDE_THE_PACKAGE = ("hubbench",)
 
 
 def library_template() -> list[polib.POEntry]:
