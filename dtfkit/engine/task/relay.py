@@ -35,6 +35,7 @@ import ctypes
 import json
 import os
 import select
+import selectors
 import signal
 import socket
 import subprocess
@@ -246,7 +247,15 @@ def _main() -> None:
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: end with the task
     if os.getppid() != config["parent"]:
         os._exit(0)  # the task ended before prctl took effect
-    asyncio.run(_serve(config))
+    # select(), not epoll: Python's epoll selector waits in whole milliseconds, rounded up
+    # (selectors.EpollSelector.select: math.ceil(timeout * 1e3)), so a 0.2 ms delay held a message
+    # for a millisecond whenever nothing else woke the loop; select() takes the timeout in
+    # microseconds. A relay has a few sockets per peer, far below select's 1024.
+    loop = asyncio.SelectorEventLoop(selectors.SelectSelector())
+    try:
+        loop.run_until_complete(_serve(config))
+    finally:
+        loop.close()
 
 
 if __name__ == "__main__":
