@@ -31,6 +31,9 @@ from .kernel_side import (
     trace_steps as trace_steps,
 )
 from .task_side import (
+    ALGORITHMS as ALGORITHMS,
+)
+from .task_side import (
     MAX_FLOATS as MAX_FLOATS,
 )
 from .task_side import (
@@ -40,6 +43,9 @@ from .task_side import (
     Send as Send,
 )
 from .task_side import (
+    build_allreduce as build_allreduce,
+)
+from .task_side import (
     build_ps as build_ps,
 )
 from .task_side import (
@@ -47,6 +53,9 @@ from .task_side import (
 )
 from .task_side import (
     build_sharded_ps as build_sharded_ps,
+)
+from .task_side import (
+    build_tree as build_tree,
 )
 from .task_side import (
     bytes_by_task as bytes_by_task,
@@ -74,6 +83,12 @@ from .task_side import (
 )
 from .task_side import (
     trace_sync as trace_sync,
+)
+from .task_side import (
+    tree_depth as tree_depth,
+)
+from .task_side import (
+    tree_parent as tree_parent,
 )
 from .task_side import (
     worker_gradient as worker_gradient,

@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 
 from dtfkit.recipes.allreduce.task_side import (
-    METHODS,
+    ALGORITHMS,
     Send,
     _check_steps,
     check_sync_args,
     trace_sync,
+    tree_parent,
 )
 from dtfkit.shown import shown
 
@@ -168,7 +169,8 @@ def expected_bytes(method: str, n: int, floats: int, itemsize: int = 4) -> dict[
     receives and sends ``n * size``. ring: every worker sends and receives
     ``2 (n - 1)`` chunks of ``size / n``. sharded_ps: the same as the ring, in other
     messages: every worker sends its ``n - 1`` foreign slices and the ``n - 1`` copies of
-    its summed shard, and receives as many.
+    its summed shard, and receives as many. tree: every worker sends and receives ``size``
+    once for each tree link it has (to its parent and to each child).
 
     >>> expected_bytes("ps", 2, 12)
     {'ps:0': {'sent': 96, 'received': 96}, 'worker:0': {'sent': 48, 'received': 48}, 'worker:1': {'sent': 48, 'received': 48}}
@@ -176,6 +178,8 @@ def expected_bytes(method: str, n: int, floats: int, itemsize: int = 4) -> dict[
     True
     >>> expected_bytes("sharded_ps", 4, 12)["worker:3"]
     {'sent': 72, 'received': 72}
+    >>> expected_bytes("tree", 5, 12)["worker:1"]    # its parent, worker 0, and its children 3 and 4
+    {'sent': 144, 'received': 144}
     """
     size = floats * itemsize
     if method == "ps":
@@ -185,7 +189,10 @@ def expected_bytes(method: str, n: int, floats: int, itemsize: int = 4) -> dict[
     if method in ("ring", "sharded_ps"):
         per_worker = 2 * (n - 1) * (size // n)
         return {f"worker:{i}": {"sent": per_worker, "received": per_worker} for i in range(n)}
-    raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+    if method == "tree":  # every link of the tree carries the whole gradient once up, once down
+        degree = [int(i > 0) + sum(c < n for c in (2 * i + 1, 2 * i + 2)) for i in range(n)]
+        return {f"worker:{i}": {"sent": degree[i] * size, "received": degree[i] * size} for i in range(n)}
+    raise ValueError(f"method must be one of {ALGORITHMS}, not {method!r}")
 
 
 def expected_link_bytes(method: str, n: int, floats: int, itemsize: int = 4) -> dict[tuple[str, str], int]:
@@ -213,7 +220,11 @@ def expected_link_bytes(method: str, n: int, floats: int, itemsize: int = 4) -> 
         return {(f"worker:{i}", f"worker:{(i + 1) % n}"): per_link for i in range(n) if per_link}
     if method == "sharded_ps":
         return {(f"worker:{i}", f"worker:{j}"): 2 * (size // n) for i in range(n) for j in range(n) if i != j}
-    raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+    if method == "tree":
+        links = {(f"worker:{i}", f"worker:{tree_parent(i)}"): size for i in range(1, n)}
+        links.update({(f"worker:{tree_parent(i)}", f"worker:{i}"): size for i in range(1, n)})
+        return dict(sorted(links.items()))
+    raise ValueError(f"method must be one of {ALGORITHMS}, not {method!r}")
 
 
 def busiest_link(bytes_table: dict[str, dict[str, int]]) -> int:

@@ -20,6 +20,9 @@ from dtfkit.recipes.timeline import task_side as timeline
 from dtfkit.shown import shown
 
 METHODS = ("ps", "sharded_ps", "ring")
+# Chapter 13 adds a fourth: a binary tree, log2(n) rounds up and as many down (MPICH's answer to the
+# ring's 2 (n - 1) rounds on small messages). The chapters before it compare the first three.
+ALGORITHMS = (*METHODS, "tree")
 # The ps method sends a worker's whole gradient as one tensor, in one gRPC message, and
 # TensorFlow's gRPC server takes messages up to int32 max bytes (grpc_server_lib.cc,
 # builder.SetMaxMessageSize): 4-byte floats, less 1 MiB for the message's other fields.
@@ -142,6 +145,53 @@ def build_sharded_ps(
     )
 
 
+def tree_parent(i: int) -> int | None:
+    """Worker ``i``'s parent in the binary tree ``build_tree`` uses (heap order: worker 0 is the
+    root, the children of ``i`` are ``2i + 1`` and ``2i + 2``).
+
+    >>> [tree_parent(i) for i in range(6)]
+    [None, 0, 0, 1, 1, 2]
+    """
+    return None if i == 0 else (i - 1) // 2
+
+
+def tree_depth(i: int) -> int:
+    """How many links lie between worker ``i`` and the root of the tree.
+
+    >>> [tree_depth(i) for i in range(7)]
+    [0, 1, 1, 2, 2, 2, 2]
+    """
+    return (i + 1).bit_length() - 1
+
+
+def build_tree(tf: Any, grads: Sequence[Any], devices: Sequence[str]) -> list:
+    """Reduce up a binary tree to worker 0, then broadcast the sum down it; each worker's sum.
+
+    Up: deepest level first, every worker adds its children's partial sums to its own gradient
+    (each child sends its whole partial sum, ``S``, over the link). Down: every worker copies
+    its parent's sum. ``2 * tree_depth(n - 1)`` rounds in all, against the ring's ``2 (n - 1)``;
+    but a parent's link carries ``2 S`` each way in a round, against the ring's ``S / n``.
+
+    Example (in a task)::
+
+        outs = build_tree(tf, [g0, g1, g2], ["/job:worker/task:0", "/job:worker/task:1", "/job:worker/task:2"])
+    """
+    n = len(devices)
+    partial = list(grads)
+    for i in reversed(range(n)):  # children (larger indices) are summed before their parents
+        children = [c for c in (2 * i + 1, 2 * i + 2) if c < n]
+        if children:
+            with tf.compat.v1.device(devices[i]):
+                partial[i] = tf.add_n([partial[i], *(partial[c] for c in children)], name=f"tree_up/w{i}")
+    total: list = [None] * n
+    for i in range(n):  # parents (smaller indices) have their sum before their children copy it
+        parent = tree_parent(i)
+        with tf.compat.v1.device(devices[i]):
+            source = partial[0] if parent is None else total[parent]
+            total[i] = tf.identity(source, name=f"tree_down/w{i}")
+    return total
+
+
 def worker_gradient(tf: Any, index: int, floats: int, seed: int = 0) -> Any:
     """Worker ``index``'s gradient: ``floats`` uniform float32 numbers, the same in every run.
 
@@ -171,8 +221,8 @@ def check_sync_args(method: str, n: int, floats: int) -> None:
     ...
     ValueError: 1000 floats do not split into 3 equal chunks: pick floats divisible by n (e.g. 999 or 1002)
     """
-    if not isinstance(method, str) or method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, not {shown(method)}")
+    if not isinstance(method, str) or method not in ALGORITHMS:
+        raise ValueError(f"method must be one of {ALGORITHMS}, not {shown(method)}")
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n (how many workers synchronise) must be an integer >= 1, not {shown(n)}")
     if not isinstance(floats, int) or isinstance(floats, bool) or floats < 1:
@@ -183,7 +233,7 @@ def check_sync_args(method: str, n: int, floats: int) -> None:
             f"{floats} floats do not split into {n} equal chunks: pick floats divisible by n "
             f"(e.g. {' or '.join(map(str, near))})"
         )
-    parts = 1 if method == "ps" else n  # the ring and the shards send 1/n of the gradient at once
+    parts = 1 if method in ("ps", "tree") else n  # the ring and the shards send 1/n of the gradient at once
     if floats // parts > MAX_FLOATS:
         sent = "its whole gradient" if parts == 1 else f"1/{n} of the gradient"
         raise ValueError(
@@ -198,7 +248,7 @@ def _sync_graph(tf: Any, method: str, n: int, floats: int, seed: int, schedule: 
     ``n`` workers, read, and the method's sums. Returns ``(graph, reads, sums)``."""
     with tf.Graph().as_default() as graph:
         grads = _gradients(tf, n, floats, seed)
-        outs = _build(tf, method, grads, schedule)
+        outs = build_allreduce(tf, method, grads, schedule)
     return graph, grads, outs
 
 
@@ -218,13 +268,21 @@ def _gradients(tf: Any, n: int, floats: int, seed: int) -> list:
     return grads
 
 
-def _build(tf: Any, method: str, grads: Sequence[Any], schedule: dict | None = None) -> list:
-    """``method``'s graph over ``grads`` (one per worker, in worker order): each worker's sum."""
+def build_allreduce(tf: Any, method: str, grads: Sequence[Any], schedule: dict | None = None) -> list:
+    """``method``'s graph (one of ``ALGORITHMS``) over ``grads``, one per worker in worker order,
+    worker ``i``'s on ``/job:worker/task:i``: each worker's sum, on its device.
+
+    Example (in a task)::
+
+        outs = build_allreduce(tf, "tree", [g0, g1, g2])
+    """
     devices = _devices(len(grads))
     if method == "ring":
         return build_ring(tf, grads, devices, schedule)
     if method == "sharded_ps":
         return build_sharded_ps(tf, grads, devices)
+    if method == "tree":
+        return build_tree(tf, grads, devices)
     return build_ps(tf, grads, devices)
 
 
@@ -410,7 +468,7 @@ def time_sync(
                 grads = _gradients(tf, n, floats, seed)
             for method in methods:
                 with tf.name_scope(f"{method}_{floats}"):
-                    targets[floats, method] = [out.op for out in _build(tf, method, grads)]
+                    targets[floats, method] = [out.op for out in build_allreduce(tf, method, grads)]
             targets[floats, "none"] = [grad.op for grad in grads]
     options = tf.compat.v1.RunOptions(timeout_in_ms=timeout_ms)
     seconds: dict[tuple[int, str], list[float]] = {key: [] for key in targets}
