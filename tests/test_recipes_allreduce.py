@@ -53,7 +53,7 @@ def test_expected_bytes_formulas():
         assert ps["ps:0"] == {"sent": n * size, "received": n * size}
         assert allreduce.busiest_link(ps) == n * size
     with pytest.raises(ValueError, match="method"):
-        allreduce.expected_bytes("tree", 2, FLOATS)
+        allreduce.expected_bytes("butterfly", 2, FLOATS)
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 6])

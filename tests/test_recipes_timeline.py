@@ -348,7 +348,7 @@ class _NoCluster:
 @pytest.mark.parametrize(
     ("args", "kwargs", "complaint"),
     [
-        (("tree", 2, FLOATS), {}, "method must be one of"),
+        (("butterfly", 2, FLOATS), {}, "method must be one of"),
         (("ring", 2, FLOATS), {"steps": 0}, "steps must be an integer >= 1 .*, not 0"),
         (("ring", 2, FLOATS), {"steps": 1.5}, "steps must be an integer >= 1 .*, not 1.5"),
         (("ring", 0, FLOATS), {}, "n .* must be an integer >= 1, not 0"),
