@@ -166,6 +166,12 @@ class Priced:
 _Timed = tuple[float, tuple[float, ...]]  # a time, and the counts of the path that led to it
 
 
+def _tick(seconds: float) -> float:
+    """A time rounded to the picosecond, to order events: two events at the same time, one a rounding
+    error later, keep their order (by index) when the parameters change by a rounding error."""
+    return round(seconds, 12)
+
+
 def _plus(timed: _Timed, *, at: Sequence[float], **more: float) -> _Timed:
     """``timed`` moved on by ``more`` (counts of TERMS by name); ``at`` holds what one count of each
     term costs (the parameters, d, and 1 for seconds), in TERMS order."""
@@ -216,26 +222,28 @@ def _play(
         times = [finish[j] for j in s.after] + [starts[s.task]]
         if s.to is not None and tensorflow:
             times.append(_plus(starts[s.to], d_s=1, at=at))  # the receiver's request has arrived
-        return max(times, key=lambda t: t[0])
+        return max(times, key=lambda t: _tick(t[0]))
 
-    heap: list[tuple[float, int, tuple[float, ...]]] = []
+    heap: list[
+        tuple[float, int, float, tuple[float, ...]]
+    ] = []  # (the time to order by, step, its time, path)
     for i, s in enumerate(graph):
         if not s.after:
             ready, path = ready_at(i)
-            heap.append((ready, i, path))
+            heap.append((_tick(ready), i, ready, path))
     heapq.heapify(heap)
     ends: dict[str, _Timed] = {}
     while heap:
-        ready, i, path = heapq.heappop(heap)
+        _, i, ready, path = heapq.heappop(heap)
         s = graph[i]
         holds = [("out", s.task), ("in", s.to)] if s.to is not None else [("cpu", s.task)]
         start: _Timed = (ready, path)
         if s.to is not None:  # first the machine's CPU, which every task shares, then the links
-            if MACHINE in free and free[MACHINE][0] > start[0]:
+            if MACHINE in free and _tick(free[MACHINE][0]) > _tick(start[0]):
                 start = free[MACHINE]
             start = free[MACHINE] = _plus(start, mu_s=1, eta_s_per_byte=s.nbytes, at=at)
         for key in holds:  # a busy link or CPU: the path runs through whoever held it
-            if key in free and free[key][0] > start[0]:
+            if key in free and _tick(free[key][0]) > _tick(start[0]):
                 start = free[key]
         if s.to is not None:
             wait = 0.0
@@ -267,7 +275,7 @@ def _play(
             waiting[child] -= 1
             if waiting[child] == 0:
                 ready, path = ready_at(child)
-                heapq.heappush(heap, (ready, child, path))
+                heapq.heappush(heap, (_tick(ready), child, ready, path))
     if any(waiting):
         raise ValueError("an algorithm's graph has a cycle")
     if tensorflow:  # each remote piece's end reaches the master d later; an empty step takes 2d
@@ -377,21 +385,23 @@ def fit(
     rows = list(rows)
     if len(rows) <= len(PARAMS):
         raise ValueError(f"fit needs more runs than parameters ({len(PARAMS)}), not {len(rows)}")
-    params = np.array(start, dtype=float)
     best: tuple[float, np.ndarray, int] | None = None
-    for done in range(1, rounds + 1):
-        x, y = design(rows, params)
-        if done > 1:  # the parameters of the last round, priced on their own paths
-            misfit = float(np.sum((y - x @ params) ** 2))
-            if best is None or misfit < best[0]:
-                best = (misfit, params, done - 1)
-        new = _nonnegative_lstsq(x, y)
-        if np.allclose(new, params, rtol=1e-6, atol=1e-15):
-            best = (0.0, new, done)
-            break
-        params = new
+    # The least squares of one round is exact for the paths it was given, but which paths are critical
+    # changes with the costs: from three starts a decade apart, keep the costs whose own paths fit best.
+    for scale in (1.0, 10.0, 0.1):
+        params = np.array(start, dtype=float) * scale
+        for done in range(1, rounds + 1):
+            x, y = design(rows, params)
+            if done > 1:  # the last round's costs, priced on their own paths
+                misfit = float(np.sum((y - x @ params) ** 2))
+                if best is None or misfit < best[0]:
+                    best = (misfit, params, done - 1)
+            new = _nonnegative_lstsq(x, y)
+            if np.allclose(new, params, rtol=1e-6, atol=1e-15):
+                break
+            params = new
     assert best is not None
-    _misfit, params, done = best  # paths can flip back and forth: keep the round that fits best
+    _misfit, params, done = best
     x, y = design(rows, params)
     residual = y - x @ params
     dof = max(1, len(y) - len(params))

@@ -17,26 +17,28 @@ from dtfkit.recipes.allreduce.task_side import ALGORITHMS, build_allreduce, work
 
 
 def packs(tensor_bytes: Sequence[int], pack_bytes: int) -> list[list[int]]:
-    """The tensors (their indices, in order) in each bucket, by TensorFlow's own rule for
-    ``CommunicationOptions(bytes_per_pack=...)`` (``cross_device_utils.group_by_size``): a bucket
-    takes tensors until it holds more than ``pack_bytes``, then the next one starts ("few but large
-    packs"); 0 puts every tensor in one bucket, and 1 each tensor in a bucket of its own.
+    """The tensors (their indices) in each bucket, as ``MultiWorkerMirroredStrategy`` packs its
+    gradients for ``CommunicationOptions(bytes_per_pack=...)``: ``CollectiveAllReduce._all_reduce``
+    reverses the list (the last gradient first, as the backward pass makes them), then
+    ``cross_device_utils.group_by_size`` lets a bucket take tensors until it holds more than
+    ``pack_bytes`` ("few but large packs"). 0 puts every tensor in one bucket; 1 each in its own.
 
     >>> packs([400, 400, 400, 2000, 400], 1000)
-    [[0, 1, 2], [3], [4]]
+    [[4, 3], [2, 1, 0]]
     >>> packs([400, 400], 0), packs([400, 400], 1)
-    ([[0, 1]], [[0], [1]])
+    ([[1, 0]], [[1], [0]])
     """
+    order = list(reversed(range(len(tensor_bytes))))
     if pack_bytes == 0:
-        return [list(range(len(tensor_bytes)))]
+        return [order]
     out: list[list[int]] = []
     size = 0
-    for i, nbytes in enumerate(tensor_bytes):
+    for i in order:
         if not out or size > pack_bytes:
             out.append([])
             size = 0
         out[-1].append(i)
-        size += nbytes
+        size += tensor_bytes[i]
     return out
 
 
