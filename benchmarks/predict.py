@@ -62,7 +62,7 @@ def report(rows: list[dict]) -> str:
     }
     lines = [
         f"Fitted on {model.runs} runs (d in {', '.join(FIT_DELAYS)}; n in {', '.join(map(str, FIT_NS))}; "
-        f"every size and algorithm) in {model.rounds} rounds:",
+        "every size and algorithm):",
         "",
         "| parameter | value | standard error |",
         "|---|---:|---:|",

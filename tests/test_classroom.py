@@ -39,6 +39,7 @@ CHAPTERS = {
     "10_beyond_one_machine": ["10.1", "10.2"],
     "11_communication_up_close": ["11.1", "11.2"],
     "12_when_things_go_wrong": ["12.1", "12.2"],
+    "13_predict_then_run": ["13.1", "13.2"],
 }
 CHECK_CELL = re.compile(r"^# check exercise (\d+\.\d+)")
 

@@ -32,6 +32,7 @@ CHAPTER = {
     "10": "10_beyond_one_machine",  # its tests: tests/test_exercises_10.py, with the helpers below
     "11": "11_communication_up_close",  # its tests: tests/test_exercises_11.py
     "12": "12_when_things_go_wrong",  # its tests: tests/test_exercises_12*.py
+    "13": "13_predict_then_run",  # its tests: tests/test_exercises_13.py
 }
 # Words that would hand the learner the answer: no feedback of a wrong answer may contain them.
 GIVEAWAYS = {

@@ -284,8 +284,8 @@ def test_an_unknown_language_or_chapter_is_a_clear_error():
 
     with pytest.raises(DtfkitError, match="no translation of the course into 'fr'"):
         translate.extract("fr")
-    with pytest.raises(DtfkitError, match="no chapter or document '13'"):
-        translate.todo("13")
+    with pytest.raises(DtfkitError, match="no chapter or document '14'"):
+        translate.todo("14")
 
 
 def test_the_translations_link_to_translations_and_find_the_images():

@@ -36,6 +36,7 @@ CHAPTERS = [
     "notebooks/10_beyond_one_machine.ipynb",
     "notebooks/11_communication_up_close.ipynb",
     "notebooks/12_when_things_go_wrong.ipynb",
+    "notebooks/13_predict_then_run.ipynb",
 ]
 BURN = "while True:\n    pass\n"
 

@@ -1,8 +1,8 @@
-"""Synchronising gradients three ways: through a parameter server, through ``n`` ps shards, or
-around a ring (chapter 9).
+"""Synchronising gradients four ways: through a parameter server, through ``n`` ps shards,
+around a ring (chapter 9), or up and down a binary tree (chapter 13).
 
 Each of the first ``n`` workers holds a gradient vector of ``floats`` float32 numbers (a
-variable on that worker). Three graphs add them up so that every worker ends with the sum:
+variable on that worker). Four graphs add them up so that every worker ends with the sum:
 
 - ``build_ps``: every worker sends its gradient to ``ps:0``, the ps adds them, and every
   worker reads the sum back. The ps receives ``n`` gradients and sends ``n`` sums.
@@ -17,6 +17,10 @@ variable on that worker). Three graphs add them up so that every worker ends wit
   holds one chunk fully summed. All-gather: ``n - 1`` steps in which the summed chunks go
   round the ring. Every worker sends and receives ``2 (n - 1) / n`` of the gradient,
   whatever ``n`` is.
+- ``build_tree``: worker 0 is the root, the children of worker ``i`` are ``2i + 1`` and
+  ``2i + 2``; every worker adds its children's partial sums to its gradient and sends the
+  result up, then copies its parent's sum down. ``2 floor(log2 n)`` rounds, but a parent's
+  link carries the whole gradient once for its parent and once for each child.
 
 ``ring_schedule(n)`` is the ring as plain Python (who sends which chunk to whom, step by
 step); ``build_ring`` turns a schedule into ops placed with ``tf.device``. ``sync_run`` (in

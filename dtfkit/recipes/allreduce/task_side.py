@@ -1,4 +1,4 @@
-"""Runs inside the tasks: the three synchronisations themselves (ring, ps, sharded ps) built as graphs and timed
+"""Runs inside the tasks: the four synchronisations themselves (ring, ps, sharded ps, tree) built as graphs and timed
 or traced in a worker (``sync_run``, ``sync_sweep``, ``trace_sync``), the ring's schedule, and the
 size checks both sides share.
 
