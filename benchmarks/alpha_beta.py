@@ -91,7 +91,7 @@ def summary(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.run import LoadSampler, machine
+    from benchmarks.run import LoadSampler, append_to_results, machine
     from dtfkit.recipes import alpha_beta
 
     parser = argparse.ArgumentParser(
@@ -115,10 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(report)
     if args.append:
-        path = os.path.join(ROOT, "benchmarks", "RESULTS.md")
-        with open(path, "a") as f:
-            f.write("\n" + report)
-        print(f"appended to {path}")
+        print(f"appended to {append_to_results(report)}")
     return 0
 
 

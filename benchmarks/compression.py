@@ -123,7 +123,7 @@ def table(rows_: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.run import LoadSampler, machine
+    from benchmarks.run import LoadSampler, append_to_results, machine
     from dtfkit.engine.platform import netns
     from dtfkit.recipes import compression
 
@@ -157,9 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("\n" + header + text)
     if ns.append:
-        path = os.path.join(ROOT, "benchmarks", "RESULTS.md")
-        with open(path, "a") as f:
-            f.write("\n" + header + text + "\n")
+        path = append_to_results(header + text + "\n")
         print(f"\nappended to {path}")
     return 0 if all(r["holds"] for r in result) else 1
 

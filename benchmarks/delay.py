@@ -233,7 +233,7 @@ def summary(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.run import LoadSampler, machine
+    from benchmarks.run import LoadSampler, append_to_results, machine
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.delay", description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="transfers per size and delay (default 3)")
@@ -253,9 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("\n" + header + text)
     if ns.append:
-        path = os.path.join(ROOT, "benchmarks", "RESULTS.md")
-        with open(path, "a") as f:
-            f.write("\n" + header + text + "\n")
+        path = append_to_results(header + text + "\n")
         print(f"\nappended to {path}")
     return 0
 

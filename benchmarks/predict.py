@@ -114,7 +114,7 @@ def _plain_choices(errs: list[dict]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.run import LoadSampler, machine
+    from benchmarks.run import LoadSampler, append_to_results, machine
     from dtfkit.recipes import predict
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.predict", description=__doc__.split("\n")[0])
@@ -150,10 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(text)
     if args.append:
-        path = os.path.join(ROOT, "benchmarks", "RESULTS.md")
-        with open(path, "a") as f:
-            f.write("\n" + text)
-        print(f"appended to {path}", file=sys.stderr)
+        print(f"appended to {append_to_results(text)}", file=sys.stderr)
     return 0
 
 

@@ -740,6 +740,14 @@ def bench_links(repeat: int, log: Callable[[str], None]) -> list[Row]:
     return rows + [plain, linked]
 
 
+def append_to_results(text: str) -> str:
+    """Add ``text`` to benchmarks/RESULTS.md (after a blank line); returns the file's path."""
+    path = os.path.join(ROOT, "benchmarks", "RESULTS.md")
+    with open(path, "a") as f:
+        f.write("\n" + text)
+    return path
+
+
 def machine() -> dict[str, str]:
     model = platform.processor()
     try:

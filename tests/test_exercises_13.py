@@ -18,10 +18,14 @@ GIVEAWAYS["13.2"] = ["2 * (alpha_s + d_s) + 2 * n", "depth * (2 * (alpha_s", "2 
 
 
 @pytest.mark.parametrize("hidden", [False, True])
-def test_13_1_the_notebooks_solution_passes(no_spawn, hidden):
-    outcome = summary(check.ch13.fit_link(solution("13.1", "fit_link"), hidden=hidden))
+@pytest.mark.parametrize(
+    ("number", "name", "check_of", "said"),
+    [("13.1", "fit_link", "fit_link", "MB/s"), ("13.2", "sync_seconds", "round_model", "the ring takes")],
+)
+def test_the_notebooks_solutions_pass(no_spawn, hidden, number, name, check_of, said):
+    outcome = summary(getattr(check.ch13, check_of)(solution(number, name), hidden=hidden))
     assert outcome["status"] == "passed", outcome
-    assert "MB/s" in outcome["message"]
+    assert said in outcome["message"]
 
 
 def test_13_1_plain_least_squares_is_told_to_weigh_every_run_alike(no_spawn):
@@ -62,20 +66,15 @@ def test_13_1_an_answer_that_calls_dtfkits_fit_is_refused(no_spawn):
     assert outcome["status"] == "failed" and "dtfkit.recipes.predict" in outcome["message"], outcome
 
 
-@pytest.mark.parametrize("hidden", [False, True])
-def test_13_2_the_notebooks_solution_passes(no_spawn, hidden):
-    outcome = summary(check.ch13.round_model(solution("13.2", "sync_seconds"), hidden=hidden))
-    assert outcome["status"] == "passed", outcome
-    assert "the ring takes" in outcome["message"]
-
-
 def _forgets(term):
     right = solution("13.2", "sync_seconds")
 
     def answer(algorithm, n, size_bytes, d_s, alpha_s, kappa_s, beta_s_per_byte, gamma_s_per_byte):
         costs = {"alpha": alpha_s, "kappa": kappa_s, "beta": beta_s_per_byte, "gamma": gamma_s_per_byte}
         costs[term] = 0.0
-        return right(algorithm, n, size_bytes, d_s, costs["alpha"], costs["kappa"], costs["beta"], costs["gamma"])
+        return right(
+            algorithm, n, size_bytes, d_s, costs["alpha"], costs["kappa"], costs["beta"], costs["gamma"]
+        )
 
     return answer
 
