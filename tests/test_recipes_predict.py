@@ -89,12 +89,19 @@ def test_a_critical_paths_counts_give_its_time():
         link = predict.Link.of(rng.choice(["0ms", "1ms", "20ms"]), rng.choice(["100mbit", "1gbit"]))
         priced = predict.price(predict.steps(algorithm, n, 4 * n * rng.randint(1, 10**6)), params, link)
         at = (*params, link.d_s, 1.0)
-        assert math.isclose(priced.seconds, sum(c * a for c, a in zip(priced.counts, at, strict=True)), rel_tol=1e-9)
+        assert math.isclose(
+            priced.seconds, sum(c * a for c, a in zip(priced.counts, at, strict=True)), rel_tol=1e-9
+        )
 
 
 @pytest.mark.parametrize(
     ("algorithm", "hops"),
-    [("ps", [3, 3, 3, 3, 3]), ("sharded_ps", [2, 3, 3, 3, 3]), ("ring", [2, 5, 7, 9, 11]), ("tree", [2, 2, 5, 5, 5])],
+    [
+        ("ps", [3, 3, 3, 3, 3]),
+        ("sharded_ps", [2, 3, 3, 3, 3]),
+        ("ring", [2, 5, 7, 9, 11]),
+        ("tree", [2, 2, 5, 5, 5]),
+    ],
 )
 def test_the_delays_a_synchronisation_pays_under_tensorflows_calls(algorithm, hops):
     """Worked out by hand from the calls (a remote piece starts d late; a request crosses before its
@@ -219,7 +226,10 @@ def test_the_tree_and_the_buckets_on_a_real_cluster():
         assert [r["buckets"] for r in rows] == [6, 3, 1]
         assert all(len(r["seconds"]) == 1 and r["median_s"] > 0 for r in rows)
         (overlap,) = cluster.run(
-            predict.time_overlap, args=(2,), kwargs={"layers": 2, "width": 32, "batch": 16, "steps": 1}, on="client"
+            predict.time_overlap,
+            args=(2,),
+            kwargs={"layers": 2, "width": 32, "batch": 16, "steps": 1},
+            on="client",
         ).values()
         assert [r["way"] for r in overlap] == ["compute", "overlapped", "after"]
         with pytest.raises(dtfkit.TaskFailed, match="positive multiple of n = 3"):

@@ -159,7 +159,7 @@ def time_overlap(
     where each layer's synchronisation starts as soon as its gradient is ready (the last layer's
     first: the backward pass runs from the output down), and ``"after"``, where every
     synchronisation waits until the whole backward pass is done (a control dependency on every
-    gradient). Also ``"compute"``: the backward pass alone. Returns one row per way: ``way``,
+    gradient). Also ``"compute"``: the forward and the backward pass alone, with no synchronisation. Returns one row per way: ``way``,
     ``seconds``, ``median_s``.
 
     Example::
