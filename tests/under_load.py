@@ -1,9 +1,9 @@
-"""Run the timing-sensitive tests and chapters 3, 4, 7, 8, 9, 10, 11 and 12 with CPU burners beside them.
+"""Run the timing-sensitive tests and chapters 3, 4, 7 and 8 to 13 with CPU burners beside them.
 
 What a test or a chapter checks must hold on a busy 2-core classroom server, not only on
 a quiet machine. This command starts ``--burners`` processes that each spin one core at
 100 %, runs the tests marked ``timing`` and the chapters whose facts come from real
-training runs (3, 4, 7, 8, 9, 10: on a simulated Ray cluster, 11: on delayed links, and 12: failures bounded by timeouts) under nbval, then ends the burners (by pid, also on Ctrl-C or
+training runs (3, 4, 7, 8, 9, 10: on a simulated Ray cluster, 11 and 13: on delayed links, and 12: failures bounded by timeouts) under nbval, then ends the burners (by pid, also on Ctrl-C or
 a failure) and prints one line per part with its exit code and duration.
 
 Usage, from the repository root::
