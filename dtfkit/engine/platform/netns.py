@@ -263,11 +263,19 @@ def request_link(path: str, address: str, rate: int | None, timeout: float = LIN
         raise OSError(f"the link for {address} could not be made: {reply or 'the anchor gave no answer'}")
 
 
+def token_burst_bytes(rate: int) -> int:
+    """The bytes a link of ``rate`` bits/s lets through at once after a pause: 10 ms of traffic, at
+    least 16 KiB (more than one full-size frame).
+
+    >>> token_burst_bytes(1_000_000_000)
+    1250000
+    """
+    return max(16 * 1024, rate // 8 // 100)
+
+
 def _tbf_args(rate: int) -> dict[str, str | int]:
-    """Token bucket settings for ``rate`` bits/s: a burst of 10 ms of traffic (at least 16 KiB,
-    more than one full-size frame), up to 50 ms of queue."""
-    burst = max(16 * 1024, rate // 8 // 100)
-    return {"rate": f"{max(rate // 1000, 1)}kbit", "burst": burst, "latency": "50ms"}
+    """Token bucket settings for ``rate`` bits/s: a burst of ``token_burst_bytes``, up to 50 ms of queue."""
+    return {"rate": f"{max(rate // 1000, 1)}kbit", "burst": token_burst_bytes(rate), "latency": "50ms"}
 
 
 def _mac_of(address: str) -> str:

@@ -64,6 +64,12 @@ from .task_side import (
     check_sync_args as check_sync_args,
 )
 from .task_side import (
+    gradient_variables as gradient_variables,
+)
+from .task_side import (
+    master_session as master_session,
+)
+from .task_side import (
     mwms_allreduce as mwms_allreduce,
 )
 from .task_side import (
@@ -77,6 +83,9 @@ from .task_side import (
 )
 from .task_side import (
     sync_sweep as sync_sweep,
+)
+from .task_side import (
+    time_steps as time_steps,
 )
 from .task_side import (
     time_sync as time_sync,

@@ -247,7 +247,7 @@ def _sync_graph(tf: Any, method: str, n: int, floats: int, seed: int, schedule: 
     """The graph ``sync_run`` and ``trace_sync`` run: a gradient variable on each of the first
     ``n`` workers, read, and the method's sums. Returns ``(graph, reads, sums)``."""
     with tf.Graph().as_default() as graph:
-        grads = _gradients(tf, n, floats, seed)
+        grads = gradient_variables(tf, n, floats, seed)
         outs = build_allreduce(tf, method, grads, schedule)
     return graph, grads, outs
 
@@ -256,8 +256,15 @@ def _devices(n: int) -> list[str]:
     return [f"/job:worker/task:{i}" for i in range(n)]
 
 
-def _gradients(tf: Any, n: int, floats: int, seed: int) -> list:
-    """In the default graph: a gradient variable on each of the first ``n`` workers; their reads."""
+def gradient_variables(tf: Any, n: int, floats: int, seed: int = 0) -> list:
+    """In the default graph: a gradient variable on each of the first ``n`` workers
+    (``worker_gradient``); their reads, in worker order.
+
+    Example (in a task)::
+
+        with tf.compat.v1.variable_scope("layer_3"):
+            grads = gradient_variables(tf, 4, 1200, seed=3)
+    """
     grads = []
     for i, device in enumerate(_devices(n)):
         with tf.compat.v1.device(device):
@@ -287,8 +294,15 @@ def build_allreduce(tf: Any, method: str, grads: Sequence[Any], schedule: dict |
 
 
 @contextmanager
-def _session(tf: Any, graph: Any, grappler: bool):
-    """A session on worker:0's master with the variables initialised (Grappler off unless asked)."""
+def master_session(tf: Any, graph: Any, grappler: bool = False):
+    """A session on worker:0's master with ``graph``'s variables initialised (Grappler off unless
+    asked: the graph runs as built).
+
+    Example (in a client task)::
+
+        with master_session(tf, graph) as sess:
+            sess.run(ops)
+    """
     target = "grpc://" + dtfkit.this_task().cluster["worker"][0]
     with graph.as_default(), tf.compat.v1.Session(target, config=_graph_config(tf, grappler)) as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
@@ -332,7 +346,7 @@ def sync_run(
     check_sync_args(method, n, floats)
     graph, grads, outs = _sync_graph(tf, method, n, floats, seed, schedule)
     targets = [out.op for out in outs]  # run, fetch nothing: no transfer to the client
-    with _session(tf, graph, grappler) as sess:
+    with master_session(tf, graph, grappler) as sess:
         traced = placement.trace_run(sess, targets, graph=graph, timeout_ms=timeout_ms)
         seconds = []
         for _ in range(repeats):
@@ -407,7 +421,7 @@ def trace_sync(
     graph, _, outs = _sync_graph(tf, method, n, floats, seed, None)
     targets = [out.op for out in outs]
     records: list[dict[str, Any]] = []
-    with _session(tf, graph, grappler=False) as sess:
+    with master_session(tf, graph) as sess:
         for step in range(steps):
             metadata = tf.compat.v1.RunMetadata()
             sess.run(targets, options=placement.trace_options(timeout_ms=timeout_ms), run_metadata=metadata)
@@ -419,6 +433,29 @@ def _check_steps(steps: int, most: int | None = None) -> None:
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1 or (most and steps > most):
         upto = f" and at most {most} (a trace is for reading; time_sync measures many steps)" if most else ""
         raise ValueError(f"steps must be an integer >= 1{upto}, not {shown(steps)}")
+
+
+def time_steps(
+    tf: Any, sess: Any, targets: dict[Any, list], steps: int, timeout_ms: int
+) -> dict[Any, list[float]]:
+    """Run every target once untimed (the master registers its pieces of the graph with the tasks
+    then), then time ``steps`` runs of each, taking turns, so that a busy moment of the machine does
+    not fall on one target alone: ``{key: [seconds, ...]}``.
+
+    Example (in a client task)::
+
+        seconds = time_steps(tf, sess, {"ring": ring_ops, "ps": ps_ops}, 3, 120_000)
+    """
+    options = tf.compat.v1.RunOptions(timeout_in_ms=timeout_ms)
+    for ops in targets.values():
+        sess.run(ops, options=options)
+    seconds: dict[Any, list[float]] = {key: [] for key in targets}
+    for _ in range(steps):
+        for key, ops in targets.items():
+            start = time.perf_counter()
+            sess.run(ops, options=options)
+            seconds[key].append(time.perf_counter() - start)
+    return seconds
 
 
 def time_sync(
@@ -465,21 +502,13 @@ def time_sync(
     with tf.Graph().as_default() as graph:
         for floats in sizes:
             with tf.compat.v1.variable_scope(f"floats_{floats}"):
-                grads = _gradients(tf, n, floats, seed)
+                grads = gradient_variables(tf, n, floats, seed)
             for method in methods:
                 with tf.name_scope(f"{method}_{floats}"):
                     targets[floats, method] = [out.op for out in build_allreduce(tf, method, grads)]
             targets[floats, "none"] = [grad.op for grad in grads]
-    options = tf.compat.v1.RunOptions(timeout_in_ms=timeout_ms)
-    seconds: dict[tuple[int, str], list[float]] = {key: [] for key in targets}
-    with _session(tf, graph, grappler=False) as sess:
-        for ops in targets.values():
-            sess.run(ops, options=options)
-        for _ in range(steps):
-            for key, ops in targets.items():
-                start = time.perf_counter()
-                sess.run(ops, options=options)
-                seconds[key].append(time.perf_counter() - start)
+    with master_session(tf, graph) as sess:
+        seconds = time_steps(tf, sess, targets, steps, timeout_ms)
         transfers: dict[tuple[int, str], list[dict[str, Any]]] = {}
         for key, ops in targets.items() if trace else ():
             metadata = tf.compat.v1.RunMetadata()

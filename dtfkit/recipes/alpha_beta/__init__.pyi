@@ -12,6 +12,9 @@ from .kernel_side import (
     comm_span_s as comm_span_s,
 )
 from .kernel_side import (
+    communication as communication,
+)
+from .kernel_side import (
     crossover_size as crossover_size,
 )
 from .kernel_side import (

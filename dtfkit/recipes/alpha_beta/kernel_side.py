@@ -104,8 +104,8 @@ def fastest(rows: Iterable[dict[str, Any]], key: str = "comm_s") -> dict[tuple[s
 
 
 # ------------------------------------------------------------------------ measuring
-def _check_measure_args(delays: Sequence[str], sizes: Sequence[int], n: int, link: str, steps: int) -> int:
-    """Refuse bad input before any cluster starts; returns the link's rate in bits/s."""
+def _check_measure_args(delays: Sequence[str], sizes: Sequence[int], n: int, link: str, steps: int) -> None:
+    """Refuse bad input before any cluster starts, naming the bad value."""
     from dtfkit.engine.platform import netns
 
     if not isinstance(n, int) or isinstance(n, bool) or n < 2:
@@ -124,7 +124,7 @@ def _check_measure_args(delays: Sequence[str], sizes: Sequence[int], n: int, lin
                 f"size {size!r} is not a whole number of float32 chunks: each size must be a positive "
                 f"multiple of 4·n = {4 * n} bytes (n float32 chunks of equal length)"
             )
-    return netns.parse_rate(link)
+    netns.parse_rate(link)
 
 
 def measure(
@@ -160,9 +160,8 @@ def measure(
         fastest(rows)     # {('1ms', 1200): 'sharded_ps', ..., ('20ms', 1200000): 'ring'}
     """
     import dtfkit
-    from dtfkit.engine.platform import netns
 
-    rate = _check_measure_args(delays, sizes, n, link, steps)
+    _check_measure_args(delays, sizes, n, link, steps)
     if not isinstance(trace, bool):
         raise ValueError(
             f"trace must be True (trace one more step per method and size) or False, not {trace!r}"
@@ -181,23 +180,36 @@ def measure(
                 on="client",
                 timeout=timeout,
             ).values()
-        empty = {r["bytes"]: r["median_s"] for r in rows if r["method"] == "none"}
-        for r in rows:
-            if r["method"] == "none":
-                continue
-            out.append(
-                {
-                    "delay": delay,
-                    "d_s": netns.parse_delay(delay),
-                    "link": link,
-                    "rate_bytes_per_s": rate / 8,
-                    **r,
-                    "empty_s": empty[r["bytes"]],
-                    "comm_s": r["median_s"] - empty[r["bytes"]],
-                    **({"comm_span_s": comm_span_s(r["transfers"])} if trace else {}),
-                }
-            )
+        for r in communication(rows, delay, link):
+            out.append({**r, **({"comm_span_s": comm_span_s(r["transfers"])} if trace else {})})
     return out
+
+
+def communication(rows: Iterable[dict[str, Any]], delay: str, link: str) -> list[dict[str, Any]]:
+    """``allreduce.time_sync``'s rows of one cluster (``link=link, delay=delay``) as communication:
+    each method's row with ``delay``, ``d_s``, ``link``, ``rate_bytes_per_s``, ``empty_s`` (the
+    median empty step of its size: the same calls, nothing crosses a link) and ``comm_s`` =
+    ``median_s - empty_s``; the empty steps' own rows are left out.
+
+    >>> rows = [{"method": "none", "bytes": 8, "median_s": 0.004}, {"method": "ring", "bytes": 8, "median_s": 0.01}]
+    >>> [(r["method"], round(r["comm_s"], 6), r["d_s"]) for r in communication(rows, "1ms", "100mbit")]
+    [('ring', 0.006, 0.001)]
+    """
+    from dtfkit.engine.platform import netns
+
+    rows = list(rows)
+    empty = {r["bytes"]: r["median_s"] for r in rows if r["method"] == "none"}
+    where = {
+        "delay": delay,
+        "d_s": netns.parse_delay(delay),
+        "link": link,
+        "rate_bytes_per_s": netns.parse_rate(link) / 8,
+    }
+    return [
+        {**where, **r, "empty_s": empty[r["bytes"]], "comm_s": r["median_s"] - empty[r["bytes"]]}
+        for r in rows
+        if r["method"] != "none"
+    ]
 
 
 def comm_span_s(transfers: Iterable[dict[str, Any]]) -> float:

@@ -19,7 +19,7 @@ import numpy as np
 
 from dtfkit import fonts
 from dtfkit.i18n import _, language
-from dtfkit.recipes import allreduce
+from dtfkit.recipes import allreduce, alpha_beta
 from dtfkit.recipes.allreduce import ALGORITHMS, tree_parent
 
 #: What the fit finds, in this order; every one is in seconds (per round, per message, per byte).
@@ -145,12 +145,12 @@ class Link:
         """The ``Link`` of ``LocalCluster(link=link, delay=delay)``.
 
         >>> Link.of("5ms", "1gbit")
-        Link(d_s=0.005, rate_bytes_per_s=125000000.0, burst_bytes=1250000.0)
+        Link(d_s=0.005, rate_bytes_per_s=125000000.0, burst_bytes=1250000)
         """
         from dtfkit.engine.platform import netns
 
-        rate = netns.parse_rate(link) / 8
-        return cls(netns.parse_delay(delay), rate, max(16 * 1024, rate / 100))  # netns._tbf_args
+        rate = netns.parse_rate(link)
+        return cls(netns.parse_delay(delay), rate / 8, netns.token_burst_bytes(rate))
 
 
 @dataclass(frozen=True)
@@ -188,8 +188,9 @@ def _play(
 ) -> Priced:
     """Play ``graph`` out on ``link``-s, one per task, and return the time of the synchronisation.
 
-    Every task's link sends one message at a time and receives one at a time; a message holds both
-    for ``κ + β·bytes``, plus any wait for its token buckets (refilled at the link's rate), and
+    A message first holds the machine's CPU (``MACHINE``, one message at a time) for ``μ + η·bytes``.
+    Then, as every task's link sends one message at a time and receives one at a time, it holds both
+    for ``κ + β·bytes``, plus any wait for their token buckets (refilled at the link's rate), and
     arrives ``α + d`` after it leaves them. An add holds its task for ``γ·bytes``.
 
     With ``tensorflow`` (the default) the run is the one a TensorFlow session makes on the master of
@@ -374,8 +375,9 @@ def fit(
     """Least squares for ``PARAMS`` from measured runs (``measure``'s rows: ``method``, ``n``,
     ``bytes``, ``d_s``, ``comm_s``). Which path is critical depends on the parameters, so the fit
     prices every run at the current parameters, solves the linear problem of that pricing
-    (``design``), and repeats until the paths stop changing; if they keep flipping, it keeps the
-    round whose paths fit best. A parameter the data push below 0 is held at 0. The standard errors are the linear problem's (σ² (XᵀX)⁻¹, σ² from the residuals).
+    (``design``), and repeats until the paths stop changing, from three starts a decade apart; it
+    keeps the costs whose own paths fit best. A parameter the data push below 0 is held at 0. The
+    standard errors are the linear problem's (σ² (XᵀX)⁻¹, σ² from the residuals).
 
     Example::
 
@@ -454,7 +456,7 @@ def measure(
     import dtfkit
     from dtfkit.engine.platform import netns
 
-    rate = netns.parse_rate(link)
+    netns.parse_rate(link)  # a bad link or delay is refused before any cluster starts
     for d in delays:
         netns.parse_delay(d)
     for n in ns:
@@ -473,23 +475,7 @@ def measure(
                     on="client",
                     timeout=timeout,
                 ).values()
-                empty = {r["bytes"]: r["median_s"] for r in rows if r["method"] == "none"}
-                out += [
-                    {
-                        "delay": delay,
-                        "d_s": netns.parse_delay(delay),
-                        "link": link,
-                        "rate_bytes_per_s": rate / 8,
-                        "method": r["method"],
-                        "n": n,
-                        "bytes": r["bytes"],
-                        "median_s": r["median_s"],
-                        "empty_s": empty[r["bytes"]],
-                        "comm_s": r["median_s"] - empty[r["bytes"]],
-                    }
-                    for r in rows
-                    if r["method"] != "none"
-                ]
+                out += alpha_beta.communication(rows, delay, link)
     return out
 
 

@@ -8,12 +8,17 @@ TensorFlow only inside functions: the kernel imports this module to name what it
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Sequence
 from typing import Any
 
-import dtfkit
-from dtfkit.recipes.allreduce.task_side import ALGORITHMS, build_allreduce, worker_gradient
+from dtfkit.recipes.allreduce.task_side import (
+    ALGORITHMS,
+    build_allreduce,
+    gradient_variables,
+    master_session,
+    sync_run,
+    time_steps,
+)
 
 
 def packs(tensor_bytes: Sequence[int], pack_bytes: int) -> list[list[int]]:
@@ -52,30 +57,6 @@ def _check_args(algorithm: str, n: int, tensor_floats: Sequence[int]) -> None:
             raise ValueError(f"every tensor's length must be a positive multiple of n = {n}, not {floats!r}")
 
 
-def _session(tf: Any, graph: Any) -> Any:
-    config = tf.compat.v1.ConfigProto()
-    config.graph_options.rewrite_options.disable_meta_optimizer = True  # the graph as built
-    return tf.compat.v1.Session(
-        "grpc://" + dtfkit.this_task().cluster["worker"][0], graph=graph, config=config
-    )
-
-
-def _timed(sess: Any, targets: dict[Any, list], steps: int, timeout_ms: int) -> dict[Any, list[float]]:
-    """Each target run once untimed, then ``steps`` timed runs of each, taking turns."""
-    import tensorflow as tf
-
-    options = tf.compat.v1.RunOptions(timeout_in_ms=timeout_ms)
-    for ops in targets.values():
-        sess.run(ops, options=options)
-    seconds: dict[Any, list[float]] = {key: [] for key in targets}
-    for _ in range(steps):
-        for key, ops in targets.items():
-            start = time.perf_counter()
-            sess.run(ops, options=options)
-            seconds[key].append(time.perf_counter() - start)
-    return seconds
-
-
 def time_buckets(
     algorithm: str,
     n: int,
@@ -104,13 +85,10 @@ def time_buckets(
     sizes = [4 * f for f in tensor_floats]
     targets: dict[int, list] = {}
     with tf.Graph().as_default() as graph:
-        grads = [
-            [
-                _variable(tf, f"w{i}_t{j}", f"/job:worker/task:{i}", worker_gradient(tf, i, floats, seed=j))
-                for j, floats in enumerate(tensor_floats)
-            ]
-            for i in range(n)
-        ]
+        by_tensor = []  # by_tensor[j][i]: worker i's tensor j
+        for j, floats in enumerate(tensor_floats):
+            with tf.compat.v1.variable_scope(f"tensor_{j}"):
+                by_tensor.append(gradient_variables(tf, n, floats, seed=j))
         for pack in pack_bytes:
             ops = []
             for b, members in enumerate(packs(sizes, pack)):
@@ -118,15 +96,13 @@ def time_buckets(
                     joined = []
                     for i in range(n):
                         with tf.compat.v1.device(f"/job:worker/task:{i}"):
-                            joined.append(tf.concat([grads[i][j] for j in members], 0))
+                            joined.append(tf.concat([by_tensor[j][i] for j in members], 0))
                     for i, total in enumerate(build_allreduce(tf, algorithm, joined)):
                         with tf.compat.v1.device(f"/job:worker/task:{i}"):
                             ops += [t.op for t in tf.split(total, [tensor_floats[j] for j in members])]
             targets[pack] = ops
-        init = tf.compat.v1.global_variables_initializer()
-    with _session(tf, graph) as sess:
-        sess.run(init)
-        seconds = _timed(sess, targets, steps, timeout_ms)
+    with master_session(tf, graph) as sess:
+        seconds = time_steps(tf, sess, targets, steps, timeout_ms)
     return [
         {
             "pack_bytes": pack,
@@ -136,11 +112,6 @@ def time_buckets(
         }
         for pack in pack_bytes
     ]
-
-
-def _variable(tf: Any, name: str, device: str, initial: Any) -> Any:
-    with tf.compat.v1.device(device):
-        return tf.compat.v1.get_variable(name, initializer=initial, use_resource=True).read_value()
 
 
 def time_overlap(
@@ -203,10 +174,8 @@ def time_overlap(
                 with tf.name_scope(f"{way}/layer_{k}"):
                     ops += [t.op for t in build_allreduce(tf, algorithm, inputs)]
             targets[way] = ops
-        init = tf.compat.v1.global_variables_initializer()
-    with _session(tf, graph) as sess:
-        sess.run(init)
-        seconds = _timed(sess, targets, steps, timeout_ms)
+    with master_session(tf, graph) as sess:
+        seconds = time_steps(tf, sess, targets, steps, timeout_ms)
     return [{"way": way, "seconds": s, "median_s": statistics.median(s)} for way, s in seconds.items()]
 
 
@@ -218,6 +187,4 @@ def trace_algorithms(algorithms: Sequence[str], ns: Sequence[int], floats: int) 
 
         (runs,) = cluster.run(trace_algorithms, args=(ALGORITHMS, range(2, 7), 3000), on="client").values()
     """
-    from dtfkit.recipes.allreduce.task_side import sync_run
-
     return {(algorithm, n): sync_run(algorithm, n, floats) for algorithm in algorithms for n in ns}
