@@ -76,6 +76,11 @@ def line_offsets(source: str) -> list[int]:
     return starts
 
 
+def _call_name(call: ast.Call) -> str | None:
+    """``f`` for ``f(...)``, ``m`` for ``x.m(...)``."""
+    return call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
+
+
 def _shown_literals(tree: ast.AST) -> list[ast.Constant | ast.JoinedStr]:
     """The string literals a reader sees: arguments of the calls in ``SHOWN_CALLS`` (and ``label=`` ...)."""
     found: list[ast.Constant | ast.JoinedStr] = []
@@ -108,12 +113,7 @@ def _shown_literals(tree: ast.AST) -> list[ast.Constant | ast.JoinedStr]:
                 take(node.args[0].elt)
 
     def shown_calls(where: ast.AST) -> list[ast.Call]:
-        return [
-            n
-            for n in ast.walk(where)
-            if isinstance(n, ast.Call)
-            and (n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", None)) in SHOWN_CALLS
-        ]
+        return [n for n in ast.walk(where) if isinstance(n, ast.Call) and _call_name(n) in SHOWN_CALLS]
 
     def names_read(calls: list[ast.Call]) -> set[str]:
         return {n.id for call in calls for a in call.args for n in ast.walk(a) if isinstance(n, ast.Name)}
@@ -148,19 +148,10 @@ def _shown_literals(tree: ast.AST) -> list[ast.Constant | ast.JoinedStr]:
             for n in ast.walk(w)
             if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store)
         }
-        read = {
-            n.id
-            for w in where
-            for n in ast.walk(w)
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-        }
-        elsewhere = {
-            n.id
-            for w in where
-            for n in ast.walk(w)
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in inside
-        }
-        return read - elsewhere
+        loads = [
+            n for w in where for n in ast.walk(w) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        ]
+        return {n.id for n in loads} - {n.id for n in loads if id(n) not in inside}
 
     def take_sentences(node: ast.AST) -> None:
         # Through a name, only sentences (two words in a row): a single word there is too often a key.
@@ -216,7 +207,7 @@ def _shown_literals(tree: ast.AST) -> list[ast.Constant | ast.JoinedStr]:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
-        name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+        name = _call_name(node)
         if name in SHOWN_CALLS:
             for argument in node.args:
                 take(argument)

@@ -19,10 +19,9 @@ import functools
 import html
 import inspect
 import random
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from dtfkit.course import classroom
 from dtfkit.course.check._guard import (
@@ -239,7 +238,12 @@ def _stack_tails(stacks: dict[str, str], lines: int = 8) -> list[str]:
 
 
 def exercise(
-    number: str, title: str, *, allowed: tuple[str, ...] = ()
+    number: str,
+    title: str,
+    *,
+    allowed: tuple[str, ...] = (),
+    reads: tuple[str | None, ...] = (),
+    varies: str = "",
 ) -> Callable[[Callable[..., CheckResult]], Callable[..., CheckResult]]:
     """Decorate a chapter's check: stubs, exceptions, numbering and recording are handled here.
 
@@ -248,7 +252,9 @@ def exercise(
     task), is refused with the name of what it called. ``allowed`` lists the dtfkit names this
     exercise's answers may use (a helper the exercise's cell imports, say), beyond
     ``_guard.ALWAYS_ALLOWED``; stand-ins the check hands over (methods and nested functions of
-    the check's own module) are allowed too.
+    the check's own module) are allowed too. ``reads`` and ``varies``, when given, are ``ignores``'
+    ``names`` and ``role``: an answer that never reads a parameter the check varies fails before the
+    check runs.
 
     Example::
 
@@ -258,6 +264,10 @@ def exercise(
     """
 
     def decorate(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
+        def checked(watched: Any, *args: Any, **kwargs: Any) -> CheckResult:
+            problem = ignores(watched, reads, varies) if reads else None
+            return problem if problem is not None else check(watched, *args, **kwargs)
+
         @functools.wraps(check)
         def run(answer: Any, *args: Any, hidden: bool = False, **kwargs: Any) -> CheckResult:
             name = f"`{getattr(answer, '__name__', None) or _('your answer')}`"
@@ -270,7 +280,7 @@ def exercise(
                 result = _not_attempted(name)
             else:
                 result = _guarded_check(
-                    check, answer, Policy(number, allowed, check.__module__), name, args, hidden, kwargs
+                    checked, answer, Policy(number, allowed, check.__module__), name, args, hidden, kwargs
                 )
             result.exercise, result.title = number, title
             _RESULTS.append(result)
@@ -303,6 +313,11 @@ def _guarded_check(
     if watched.violations:  # even where the check caught what the answer raised
         return failed(refusal(policy.exercise, watched.violations), _(REFUSAL_HINT))
     return result
+
+
+def is_number(value: object) -> TypeGuard[int | float]:
+    """True for an int or a float, not a bool (an answer's ``True`` is no number of bytes or seconds)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _reads(code: Any) -> set[str]:
@@ -363,8 +378,7 @@ def ignores(fn: Any, names: tuple[str | None, ...], role: str) -> CheckResult | 
     )
 
 
-@contextmanager
-def cluster(**layout: Any) -> Iterator[Any]:
+def cluster(**layout: Any) -> Any:
     """A small cluster for one check, always closed (``LocalCluster`` arguments).
 
     Example::
@@ -374,12 +388,7 @@ def cluster(**layout: Any) -> Iterator[Any]:
     """
     from dtfkit.cluster import LocalCluster
 
-    layout.setdefault("progress", False)
-    c = LocalCluster(name="", **layout)
-    try:
-        yield c
-    finally:
-        c.close()
+    return LocalCluster(name="", **{"progress": False, **layout})
 
 
 __all__ = [

@@ -461,10 +461,8 @@ _REFUSALS = {
 
 
 def _public_name(name: str) -> str:
-    for short, full in (("dtfkit.diagnose", "dtfkit.diagnosis.diagnose"),):
-        if name == full or name.startswith(full + "."):
-            return short
-    return name
+    full = "dtfkit.diagnosis.diagnose"
+    return "dtfkit.diagnose" if name == full or name.startswith(full + ".") else name
 
 
 REFUSAL_HINT = N_(

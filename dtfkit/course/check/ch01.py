@@ -1,11 +1,4 @@
-"""Checks for chapter 1 (ClusterSpec basics: where each op runs).
-
-Example::
-
-    from dtfkit.course import check
-    check.ch01.variables_on_worker(build)
-    check.ch01.model_parallel(place_layers)
-"""
+"""Checks for chapter 1 (ClusterSpec basics: where each op runs)."""
 
 from __future__ import annotations
 
@@ -14,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, ignores, passed
+from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
 from dtfkit.course.task_side.ch01 import (
     _trace_builds,
     _trace_layers,
@@ -50,7 +43,13 @@ def task_of(device: str) -> str:
     return f"{parts.get('job', '?')}:{parts.get('task', '0')}"
 
 
-@exercise("1.1", "Variables on a worker")
+def _placed(variable: dict) -> str:
+    return _("{variable} on {task}").format(
+        variable=variable["variable"], task=variable["task"] or _("no device")
+    )
+
+
+@exercise("1.1", "Variables on a worker", reads=("tf", "variables_on", "compute_on"), varies=N_("devices"))
 def variables_on_worker(build: Callable, *, hidden: bool = False) -> CheckResult:
     """Run ``build(tf, variables_on, compute_on)`` (returns ``z``) from a separate client on a 1 ps +
     2 workers cluster, for the text's devices and for others (``hidden``: more of them).
@@ -59,9 +58,6 @@ def variables_on_worker(build: Callable, *, hidden: bool = False) -> CheckResult
 
         check.ch01.variables_on_worker(build)
     """
-    problem = ignores(build, ("tf", "variables_on", "compute_on"), N_("devices"))
-    if problem is not None:
-        return problem
     cases = BUILD_CASES + (BUILD_HIDDEN if hidden else ())
     with cluster(ps=1, workers=2) as c:
         (runs,) = c.run(_trace_builds, args=(build, cases), on="client", timeout=120).values()
@@ -78,11 +74,7 @@ def variables_on_worker(build: Callable, *, hidden: bool = False) -> CheckResult
                 ),
                 _("z = x + y with x all 3s and y all 4s"),
             )
-        wrong = [
-            _("{variable} on {task}").format(variable=v["variable"], task=v["task"] or _("no device"))
-            for v in traced["variables"]
-            if v["task"] != want_vars
-        ]
+        wrong = [_placed(v) for v in traced["variables"] if v["task"] != want_vars]
         if not traced["variables"] or wrong:
             return failed(
                 _("{case}, the variables are not all on {want_vars}: {wrong_variables}").format(
@@ -115,7 +107,13 @@ def variables_on_worker(build: Callable, *, hidden: bool = False) -> CheckResult
     )
 
 
-@exercise("1.2", "Model parallelism", allowed=("dtfkit.recipes.tf1.dense",))
+@exercise(
+    "1.2",
+    "Model parallelism",
+    allowed=("dtfkit.recipes.tf1.dense",),
+    reads=("tf", "images", "devices", "units"),
+    varies=N_("devices and layer sizes"),
+)
 def model_parallel(place_layers: Callable, *, hidden: bool = False) -> CheckResult:
     """Train one step of ``place_layers(tf, images, devices, units)`` from a client: layer ``i`` (``units[i]``
     units) must keep its variables and its matmuls on ``devices[i]``, for the text's case and others.
@@ -124,9 +122,6 @@ def model_parallel(place_layers: Callable, *, hidden: bool = False) -> CheckResu
 
         check.ch01.model_parallel(place_layers)
     """
-    problem = ignores(place_layers, ("tf", "images", "devices", "units"), N_("devices and layer sizes"))
-    if problem is not None:
-        return problem
     cases = LAYER_CASES + (LAYER_HIDDEN + _fresh_layers() if hidden else ())
     with cluster(ps=1, workers=2) as c:
         (runs,) = c.run(_trace_layers, args=(place_layers, cases), on="client", timeout=150).values()
@@ -146,11 +141,7 @@ def model_parallel(place_layers: Callable, *, hidden: bool = False) -> CheckResu
                     _("layer i has units[i] units and reads the layer before it"),
                 )
             mine = [v for v in rows if v["shape"] in ([fan_in, size], [size])]
-            wrong = [
-                _("{variable} on {task}").format(variable=v["variable"], task=v["task"] or _("no device"))
-                for v in mine
-                if v["task"] != task_of(device)
-            ]
+            wrong = [_placed(v) for v in mine if v["task"] != task_of(device)]
             if wrong:
                 return failed(
                     _("{case}, layer {i_1}'s variables should be on {task_of_device}: {join_wrong}").format(

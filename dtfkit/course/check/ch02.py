@@ -1,11 +1,4 @@
-"""Checks for chapter 2 (between-graph replication).
-
-Example::
-
-    from dtfkit.course import check
-    check.ch02.device_filters(session_config)
-    check.ch02.greedy_placement(ps_strategy)
-"""
+"""Checks for chapter 2 (between-graph replication)."""
 
 from __future__ import annotations
 
@@ -16,7 +9,7 @@ from typing import Any
 
 import dtfkit
 from dtfkit.course import classroom
-from dtfkit.course.check._core import CheckResult, Rng, cluster, exercise, failed, ignores, passed
+from dtfkit.course.check._core import CheckResult, Rng, cluster, exercise, failed, passed
 from dtfkit.course.task_side.ch02 import (
     _place,
     _worker,
@@ -107,7 +100,7 @@ def _quick_filters_problem(session_config: Callable, workers: int = 4) -> CheckR
     return None
 
 
-@exercise("2.1", "Fix the non-chief hang")
+@exercise("2.1", "Fix the non-chief hang", reads=("tf", None, "task_index"), varies=N_("other workers"))
 def device_filters(session_config: Callable, *, hidden: bool = False, rng: Rng = None) -> CheckResult:
     """Read the filters ``session_config`` gives 4 workers; then, on 1 ps + 3 workers, train worker:0
     (the chief), stop it, and train worker:2 alone (``hidden``: the filters of 5 to 12 workers, then
@@ -117,10 +110,8 @@ def device_filters(session_config: Callable, *, hidden: bool = False, rng: Rng =
 
         check.ch02.device_filters(session_config)
     """
-    problem = ignores(session_config, ("tf", None, "task_index"), N_("other workers"))
     workers, alone_tasks = hidden_filters_case(rng) if hidden else (4, ["worker:2"])
-    if problem is None:
-        problem = _quick_filters_problem(session_config)
+    problem = _quick_filters_problem(session_config)
     if problem is None and workers != 4:
         problem = _quick_filters_problem(session_config, workers)
     if problem is not None:

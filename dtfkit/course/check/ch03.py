@@ -1,11 +1,4 @@
-"""Checks for chapter 3 (SyncReplicasOptimizer).
-
-Example::
-
-    from dtfkit.course import check
-    check.ch03.backup_workers(sync_options)
-    check.ch03.token_count(tokens_handed_out)
-"""
+"""Checks for chapter 3 (SyncReplicasOptimizer)."""
 
 from __future__ import annotations
 
@@ -118,14 +111,11 @@ def backup_workers(sync_options: Callable, *, hidden: bool = False, rng: Rng = N
         check.ch03.backup_workers(sync_options)
     """
     more, second = hidden_backup_cases(rng) if hidden else ([], None)
-    for n, backups in (*BACKUP_CASES, *more):
-        problem = _options_problem(sync_options, n, backups)
+    n, backups = 3, 1
+    for case in (*BACKUP_CASES, *more, (n, backups)):
+        problem = _options_problem(sync_options, *case)
         if problem is not None:
             return problem
-    n, backups = 3, 1
-    problem = _options_problem(sync_options, n, backups)
-    if problem is not None:
-        return problem
     runs: list[tuple[int, int, sync.SyncRun]] = []
     steps = classroom.scaled(40, minimum=10)
     with cluster(ps=1, workers=n) as c:

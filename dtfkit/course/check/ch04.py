@@ -1,11 +1,4 @@
-"""Checks for chapter 4 (MonitoredTrainingSession: hooks, the chief, checkpoints).
-
-Example::
-
-    from dtfkit.course import check
-    check.ch04.stop_hooks(make_hooks)
-    check.ch04.restore_after_ps_crash(session_options)
-"""
+"""Checks for chapter 4 (MonitoredTrainingSession: hooks, the chief, checkpoints)."""
 
 from __future__ import annotations
 
@@ -19,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from dtfkit.course import classroom
-from dtfkit.course.check._core import CheckResult, Rng, cluster, exercise, failed, ignores, passed
+from dtfkit.course.check._core import CheckResult, Rng, cluster, exercise, failed, passed
 from dtfkit.course.task_side.ch04 import (
     _train,
 )
@@ -112,7 +105,9 @@ def _quick_hooks_problem(make_hooks: Callable, last_steps: tuple[int, ...] = (37
     return None
 
 
-@exercise("4.1", "Stop at a global step, or on NaN")
+@exercise(
+    "4.1", "Stop at a global step, or on NaN", reads=("tf", "last_step", None), varies=N_("other last steps")
+)
 def stop_hooks(make_hooks: Callable, *, hidden: bool = False, rng: Rng = None) -> CheckResult:
     """Train 2 workers with ``make_hooks(tf, last_step, loss)``: once from a global step that starts past 0
     (training must end at ``last_step``), once with the loss turning NaN mid-run (training must stop
@@ -125,9 +120,7 @@ def stop_hooks(make_hooks: Callable, *, hidden: bool = False, rng: Rng = None) -
     """
     steps = classroom.scaled(60, minimum=20)
     quick_last, hidden_run = hidden_stop_cases(steps, rng) if hidden else (None, None)
-    problem = ignores(make_hooks, ("tf", "last_step", None), N_("other last steps"))
-    if problem is None:
-        problem = _quick_hooks_problem(make_hooks, (37, 120) + ((quick_last,) if quick_last else ()))
+    problem = _quick_hooks_problem(make_hooks, (37, 120) + ((quick_last,) if quick_last else ()))
     if problem is not None:
         return problem
     stop_runs = [(steps // 2 + 3, steps)] + ([hidden_run] if hidden_run else [])
@@ -279,7 +272,12 @@ def _quick_options_problem(
     return None
 
 
-@exercise("4.2", "Lose at most max_lost_steps to a ps crash")
+@exercise(
+    "4.2",
+    "Lose at most max_lost_steps to a ps crash",
+    reads=("checkpoint_dir", "max_lost_steps"),
+    varies=N_("other folders and limits"),
+)
 def restore_after_ps_crash(
     session_options: Callable, *, hidden: bool = False, rng: Rng = None
 ) -> CheckResult:
@@ -299,9 +297,7 @@ def restore_after_ps_crash(
         check.ch04.restore_after_ps_crash(session_options)
     """
     quick_lost, second_lost = hidden_lost_cases(rng) if hidden else (None, None)
-    problem = ignores(session_options, ("checkpoint_dir", "max_lost_steps"), N_("other folders and limits"))
-    if problem is None:
-        problem = _quick_options_problem(session_options, LOST_CASES + ((quick_lost,) if quick_lost else ()))
+    problem = _quick_options_problem(session_options, LOST_CASES + ((quick_lost,) if quick_lost else ()))
     if problem is not None:
         return problem
     folder = tempfile.mkdtemp(prefix="dtfkit-ex42-")

@@ -2,12 +2,6 @@
 
 They import TensorFlow (chapter 5 does already) and need ``dtfkit.course.devices.ensure_replicas(2)``
 to have run first.
-
-Example::
-
-    from dtfkit.course import check
-    check.ch05.scaling_rule(training_setup)
-    check.ch05.model_in_scope(build_and_compile)
 """
 
 from __future__ import annotations
@@ -23,12 +17,14 @@ from dtfkit.i18n import _
 
 
 def _strategies():
+    """A 2-replica ``MirroredStrategy``, a 1-replica one (over the second device) and a ``OneDeviceStrategy``."""
     import tensorflow as tf
 
     import dtfkit.course.devices
 
     devices = dtfkit.course.devices.ensure_replicas(2)[:2]
-    return tf.distribute.MirroredStrategy(devices), tf.distribute.OneDeviceStrategy(devices[0])
+    mirrored = tf.distribute.MirroredStrategy
+    return mirrored(devices), mirrored(devices[1:]), tf.distribute.OneDeviceStrategy(devices[0])
 
 
 class _StandInStrategy:
@@ -110,12 +106,9 @@ def scaling_rule(training_setup: Callable, *, hidden: bool = False) -> CheckResu
 
         check.ch05.scaling_rule(training_setup)
     """
-    mirrored, one = _strategies()
-    import tensorflow as tf
-
     # 2 replicas, then 1 replica of the same class (a MirroredStrategy over one of the devices),
     # 4 replicas (a stand-in) and 1 of another class: only the replica count decides.
-    mirrored_one = tf.distribute.MirroredStrategy(mirrored.extended.worker_devices[1:])
+    mirrored, mirrored_one, one = _strategies()
     cases = [
         (mirrored, 32, 0.05),
         (mirrored_one, 24, 0.02),
@@ -184,13 +177,8 @@ def model_in_scope(build_and_compile: Callable, *, hidden: bool = False) -> Chec
 
         check.ch05.model_in_scope(build_and_compile)
     """
-    import tensorflow as tf
-
-    import dtfkit.course.devices
-
-    devices = dtfkit.course.devices.ensure_replicas(2)[:2]
-    mirrored = tf.distribute.MirroredStrategy(devices)
-    cases = [mirrored, tf.distribute.MirroredStrategy(devices[1:])]
+    mirrored, mirrored_one, _one = _strategies()
+    cases = [mirrored, mirrored_one]
     models = []
     for strategy in cases:
         n = strategy.num_replicas_in_sync

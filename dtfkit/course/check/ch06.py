@@ -1,11 +1,4 @@
-"""Checks for chapter 6 (custom training loops), run in the notebook's kernel.
-
-Example::
-
-    from dtfkit.course import check
-    check.ch06.distributed_step(make_step)
-    check.ch06.input_pipeline(make_dataset_fn)
-"""
+"""Checks for chapter 6 (custom training loops), run in the notebook's kernel."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Checks for chapter 7 (MultiWorkerMirroredStrategy and ParameterServerStrategy across processes).
-
-Example::
-
-    from dtfkit.course import check
-    check.ch07.all_reduce(sum_over_workers)
-    check.ch07.ps_counter(count_steps)
-"""
+"""Checks for chapter 7 (MultiWorkerMirroredStrategy and ParameterServerStrategy across processes)."""
 
 from __future__ import annotations
 

@@ -3,12 +3,6 @@
 Both exercises are graded on what the lab's ledger guarantees, never on timing: a sync run
 makes its updates from at least ``replicas_to_aggregate`` gradients each and drops (or leaves
 pending) the others; an async run makes one update per local step.
-
-Example::
-
-    from dtfkit.course import check
-    check.ch08.predict_ledger(predict)
-    check.ch08.dropped(dropped_gradients)
 """
 
 from __future__ import annotations

@@ -1,11 +1,4 @@
-"""Checks for chapter 9 (parameter server vs ring all-reduce).
-
-Example::
-
-    from dtfkit.course import check
-    check.ch09.ps_bytes(ps_bytes_received)
-    check.ch09.ring(my_ring_schedule)
-"""
+"""Checks for chapter 9 (parameter server vs ring all-reduce)."""
 
 from __future__ import annotations
 

@@ -4,12 +4,6 @@ Both compare the learner's function with what the Kubeflow training operator (ku
 v1.9.4, ported in ``dtfkit.kube.controller`` and tested there against the operator's own
 ``pod_test.go``) does, for the chapter's case and for layouts the text never names. They run in
 plain Python: no cluster starts.
-
-Example::
-
-    from dtfkit.course import check
-    check.ch10.tf_config(operator_tf_config)
-    check.ch10.job_state(job_state)
 """
 
 from __future__ import annotations
@@ -19,7 +13,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from dtfkit.course.check._core import CheckResult, exercise, failed, ignores, passed
+from dtfkit.course.check._core import CheckResult, exercise, failed, passed
 from dtfkit.i18n import N_, _
 from dtfkit.kube import controller as operator
 
@@ -65,7 +59,12 @@ def _config_hint(got: Any, want: dict, replicas: dict[str, int]) -> str:
     return _("compare your dict with the operator's TF_CONFIG printed in section 5, key by key")
 
 
-@exercise("10.1", "The operator's TF_CONFIG")
+@exercise(
+    "10.1",
+    "The operator's TF_CONFIG",
+    reads=("job_name", "namespace", "replicas", "replica_type", "index"),
+    varies=N_("job names, namespaces and layouts"),
+)
 def tf_config(operator_tf_config: Callable, *, hidden: bool = False) -> CheckResult:
     """Compare ``operator_tf_config(job_name, namespace, replicas, replica_type, index)`` (a dict) with
     the TF_CONFIG the Kubeflow operator writes, for the chapter's job and for other layouts.
@@ -74,13 +73,6 @@ def tf_config(operator_tf_config: Callable, *, hidden: bool = False) -> CheckRes
 
         check.ch10.tf_config(operator_tf_config)
     """
-    problem = ignores(
-        operator_tf_config,
-        ("job_name", "namespace", "replicas", "replica_type", "index"),
-        N_("job names, namespaces and layouts"),
-    )
-    if problem is not None:
-        return problem
     rng = random.Random()
     name = rng.choice(["lab", "mnist", "digits", "class"]) + f"-{rng.randint(2, 99)}"
     cases = [
@@ -146,7 +138,12 @@ def _describe(codes: dict) -> str:
     return ", ".join(f"{t.lower()}-{i} {state(c)}" for (t, i), c in codes.items())
 
 
-@exercise("10.2", "When is a TFJob done?")
+@exercise(
+    "10.2",
+    "When is a TFJob done?",
+    reads=("replicas", "success_policy", "exit_codes"),
+    varies=N_("layouts and policies"),
+)
 def job_state(job_state: Callable, *, hidden: bool = False) -> CheckResult:
     """Compare ``job_state(replicas, success_policy, exit_codes)`` ("Succeeded", "Failed" or
     "Running") with the operator's rules, for the chapter's cases and random ones.
@@ -155,9 +152,6 @@ def job_state(job_state: Callable, *, hidden: bool = False) -> CheckResult:
 
         check.ch10.job_state(job_state)
     """
-    problem = ignores(job_state, ("replicas", "success_policy", "exit_codes"), N_("layouts and policies"))
-    if problem is not None:
-        return problem
     two = {"PS": 1, "Worker": 2}
     named = [
         (two, "", {("PS", 0): None, ("Worker", 0): 0, ("Worker", 1): None}),

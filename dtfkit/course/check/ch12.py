@@ -8,12 +8,6 @@ the code it returns with what ``dtfkit.diagnose`` finds. Plain Python: no cluste
 12.2 (``save_interval``, in ``ch12_recovery``) grades ``choose_save_every(...)`` against the
 cost model of checkpointing under a loss budget, then runs the learner's interval for real
 with both workers dying at the worst moment.
-
-Example::
-
-    from dtfkit.course import check
-    check.ch12.broken_config(find_mistake)
-    check.ch12.save_interval(choose_save_every)
 """
 
 from __future__ import annotations
@@ -23,7 +17,7 @@ import json
 import random
 from collections.abc import Callable
 
-from dtfkit.course.check._core import CheckResult, exercise, failed, ignores, passed
+from dtfkit.course.check._core import CheckResult, exercise, failed, passed
 from dtfkit.course.check.ch12_recovery import check_12_2 as save_interval  # noqa: F401 - exercise 12.2
 from dtfkit.diagnosis import diagnose
 from dtfkit.i18n import N_, _
@@ -248,7 +242,7 @@ def broken_clusters(hidden: bool = False, rng: random.Random | None = None) -> l
     return cases
 
 
-@exercise("12.1", "Find the broken TF_CONFIG")
+@exercise("12.1", "Find the broken TF_CONFIG", reads=("tf_configs",), varies=N_("broken clusters"))
 def broken_config(find_mistake: Callable, *, hidden: bool = False) -> CheckResult:
     """Compare ``find_mistake(tf_configs)`` (a mistake's code) with ``dtfkit.diagnose`` on lists
     of TF_CONFIGs with one mistake each, the chapter's kinds (and, hidden, others).
@@ -257,9 +251,6 @@ def broken_config(find_mistake: Callable, *, hidden: bool = False) -> CheckResul
 
         check.ch12.broken_config(find_mistake)
     """
-    problem = ignores(find_mistake, ("tf_configs",), N_("broken clusters"))
-    if problem is not None:
-        return problem
     cases = broken_clusters(hidden)
     for configs, want in cases:
         got = find_mistake(copy.deepcopy(configs))

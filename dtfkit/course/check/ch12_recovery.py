@@ -39,7 +39,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 
-from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, ignores, passed
+from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, passed
 from dtfkit.errors import TaskExited
 from dtfkit.i18n import N_, _
 
@@ -220,7 +220,12 @@ def _real_run(every: int) -> dict | CheckResult:
     return mwms_fault.recovery_summary(killed_at, {}, resumed, saved_digests=saved)
 
 
-@exercise("12.2", "How often to save")
+@exercise(
+    "12.2",
+    "How often to save",
+    reads=("max_lost_steps", "seconds_per_step", "seconds_per_save", "mean_seconds_between_failures"),
+    varies=N_("budgets, step times, save times and failure rates"),
+)
 def check_12_2(choose_save_every: Callable, *, hidden: bool = False) -> CheckResult:
     """Grade ``choose_save_every(max_lost_steps, seconds_per_step, seconds_per_save,
     mean_seconds_between_failures) -> int`` on variants drawn fresh, then in one real run where both
@@ -230,13 +235,6 @@ def check_12_2(choose_save_every: Callable, *, hidden: bool = False) -> CheckRes
 
         check_12_2(choose_save_every)
     """
-    problem = ignores(
-        choose_save_every,
-        ("max_lost_steps", "seconds_per_step", "seconds_per_save", "mean_seconds_between_failures"),
-        N_("budgets, step times, save times and failure rates"),
-    )
-    if problem is not None:
-        return problem
     seed = secrets.randbits(64)  # fresh every run: no fixed seeds a learner could enumerate
     variants = cases(seed, 10)
     if hidden:

@@ -8,12 +8,6 @@ round model (``sync_seconds``) with the closed forms written out here (``_round_
 four algorithms and random sizes, workers, delays and parameters. Plain Python: nothing starts.
 Neither takes its expected values from ``dtfkit.recipes.predict``: an answer that called it would
 be compared with itself.
-
-Example::
-
-    from dtfkit.course import check
-    check.ch13.fit_link(fit_link)
-    check.ch13.round_model(sync_seconds)
 """
 
 from __future__ import annotations
@@ -24,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from dtfkit.course.check._core import CheckResult, exercise, failed, ignores, passed
+from dtfkit.course.check._core import CheckResult, exercise, failed, is_number, passed
 from dtfkit.i18n import N_, _
 
 ALGORITHMS = ("ps", "sharded_ps", "ring", "tree")
@@ -98,7 +92,7 @@ def _as_floats(value: object, length: int) -> list[float] | None:
     return values if len(values) == length and all(math.isfinite(v) for v in values) else None
 
 
-@exercise("13.1", "Fit the link yourself")
+@exercise("13.1", "Fit the link yourself", reads=("counts", "seconds"), varies=N_("measurements"))
 def fit_link(answer: Callable, *, hidden: bool = False) -> CheckResult:
     """Compare ``answer(counts, seconds)`` (``(params, stderrs)``, 4 each) with the least squares
     of the squared relative errors, solved here from the normal equations, on runs priced with a
@@ -108,9 +102,6 @@ def fit_link(answer: Callable, *, hidden: bool = False) -> CheckResult:
 
         check.ch13.fit_link(fit_link)
     """
-    problem = ignores(answer, ("counts", "seconds"), N_("measurements"))
-    if problem is not None:
-        return problem
     rng = random.Random()
     for attempt in range(3 if hidden else 2):
         truth = _draw_link(rng)
@@ -194,7 +185,21 @@ def _draw_case(rng: random.Random, algorithm: str, hidden: bool) -> tuple[str, i
     return algorithm, n, size, rng.uniform(0, 0.03), _draw_link(rng)
 
 
-@exercise("13.2", "The round model")
+@exercise(
+    "13.2",
+    "The round model",
+    reads=(
+        "algorithm",
+        "n",
+        "size_bytes",
+        "d_s",
+        "alpha_s",
+        "kappa_s",
+        "beta_s_per_byte",
+        "gamma_s_per_byte",
+    ),
+    varies=N_("algorithms, sizes and links"),
+)
 def round_model(sync_seconds: Callable, *, hidden: bool = False) -> CheckResult:
     """Compare ``sync_seconds(algorithm, n, size_bytes, d_s, alpha_s, kappa_s, beta_s_per_byte,
     gamma_s_per_byte)`` with the round model's closed forms (``_round_seconds``) for the four
@@ -204,25 +209,13 @@ def round_model(sync_seconds: Callable, *, hidden: bool = False) -> CheckResult:
 
         check.ch13.round_model(sync_seconds)
     """
-    problem = ignores(
-        sync_seconds,
-        ("algorithm", "n", "size_bytes", "d_s", "alpha_s", "kappa_s", "beta_s_per_byte", "gamma_s_per_byte"),
-        N_("algorithms, sizes and links"),
-    )
-    if problem is not None:
-        return problem
     rng = random.Random()
     cases = [_draw_case(rng, a, hidden) for a in ALGORITHMS]
     cases += [_draw_case(rng, rng.choice(ALGORITHMS), hidden) for _draw in range(40 if hidden else 16)]
     for algorithm, n, size, d, params in cases:
         want = _round_seconds(algorithm, n, size, d, params)
         got = sync_seconds(algorithm, n, size, d, *params)
-        ok = (
-            isinstance(got, int | float)
-            and not isinstance(got, bool)
-            and math.isclose(got, want, rel_tol=1e-6)
-        )
-        if not ok:
+        if not (is_number(got) and math.isclose(got, want, rel_tol=1e-6)):
             rounds, messages, link_bytes, added, _hops = _round_counts(algorithm, n, size)
             return failed(
                 _(

@@ -1,8 +1,4 @@
-"""Runs inside the tasks: what the checks of chapter 1 run on their clusters.
-
-The check (``dtfkit.course.check.ch01``) sends these functions to ``cluster.run`` with the
-learner's answer as an argument; TensorFlow is imported inside them, never at import time.
-"""
+"""Runs inside the tasks: what ``dtfkit.course.check.ch01`` runs on its clusters (see ``task_side``)."""
 
 from __future__ import annotations
 
