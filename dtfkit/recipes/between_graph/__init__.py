@@ -3,19 +3,13 @@
 Every function whose docstring says "run in a task" imports TensorFlow itself and
 is meant for ``cluster.run(...)``; the rest is plain Python the notebook may call.
 
-- ``GreedyByBytes``: a ``ps_strategy`` for ``replica_device_setter`` that puts each
-  variable on the ps holding the fewest bytes so far. TF1's
-  ``tf.contrib.training.GreedyLoadBalancingStrategy`` went with ``tf.contrib``; TF 2.21
-  keeps only the round-robin strategy (``device_setter._RoundRobinStrategy``).
-- ``place_variables``: where round-robin and greedy put the variables of a model with
-  uneven layers, and how many bytes each ps holds.
-- ``tutorial_worker``: the worker of Ye Hu's tutorial, as written (no ``wait_for_chief_init``),
-  to reproduce the non-chief hang and its fix with ``device_filters``.
-- ``train_in_graph``: in-graph replication, one client driving a tower on every worker.
-- ``sparse_vs_dense_read``: an embedding table on a ps, read by row lookup or whole,
-  with the bytes each moves measured from the run's trace.
-- ``interleavings``, ``overlap_seconds``: what the metric rows say about two workers'
-  steps (from ``dtfkit.recipes.analysis``, where the lab and the demo count the same way).
+``GreedyByBytes`` is TF1's ``tf.contrib.training.GreedyLoadBalancingStrategy``, which went
+with ``tf.contrib`` (TF 2.21 keeps only ``device_setter._RoundRobinStrategy``);
+``place_variables`` compares the two. ``tutorial_worker`` is the worker of Ye Hu's tutorial
+as written (no ``wait_for_chief_init``), to reproduce the non-chief hang and its fix with
+``device_filters``. ``train_in_graph`` is in-graph replication, ``sparse_vs_dense_read`` an
+embedding table read by row lookup or whole. ``interleavings`` and ``overlap_seconds`` come
+from ``dtfkit.recipes.analysis``, where the lab and the demo count the same way.
 
 Example::
 

@@ -14,9 +14,12 @@ import numpy as np
 
 import dtfkit
 from dtfkit.datasets import load_digits, shard
+from dtfkit.recipes.placement.task_side import kernel_of, short_task, trace_options
 from dtfkit.recipes.tf1.task_side import (
     NUM_CLASSES,
     NUM_FEATURES,
+    _sgd_model,
+    accuracy_of,
     classifier,
     dense,
     on_ps,
@@ -160,11 +163,7 @@ def tutorial_worker(
     tf.get_logger().setLevel("ERROR")
     with tf.Graph().as_default(), tf.compat.v1.variable_scope(run_name):
         with on_ps(tf, ctx):
-            images, labels, logits, loss = classifier(tf, hidden)
-            global_step = tf.compat.v1.train.get_or_create_global_step()
-            train_op = tf.compat.v1.train.GradientDescentOptimizer(learning_rate).minimize(
-                loss, global_step=global_step
-            )
+            images, labels, _, global_step, train_op = _sgd_model(tf, hidden, learning_rate)
         local_steps = 0
         with training_session(
             tf,
@@ -212,28 +211,28 @@ def train_in_graph(
     tf.get_logger().setLevel("ERROR")
     with tf.Graph().as_default(), tf.compat.v1.variable_scope(run_name or f"in_graph{ctx.call_id}") as scope:
         opt = tf.compat.v1.train.GradientDescentOptimizer(learning_rate)
-        towers = []
+        towers, grads = [], []
         for i in range(workers):
             setter = tf.compat.v1.train.replica_device_setter(
                 cluster=ctx.cluster, worker_device=f"/job:worker/task:{i}"
             )
             with tf.compat.v1.device(setter), tf.compat.v1.variable_scope(scope, reuse=i > 0):
-                images, labels, logits, loss = classifier(tf, hidden, suffix=f"_{i}")
-                towers.append((images, labels, loss, logits, opt.compute_gradients(loss)))
+                towers.append(classifier(tf, hidden, suffix=f"_{i}"))
+                grads.append(opt.compute_gradients(towers[-1].loss))
         averaged = []
-        for j, (_, var) in enumerate(towers[0][4]):
+        for j, (_, var) in enumerate(grads[0]):
             with tf.compat.v1.colocate_with(var):  # average on the variable's ps
-                averaged.append((tf.add_n([t[4][j][0] for t in towers]) / workers, var))
+                averaged.append((tf.add_n([g[j][0] for g in grads]) / workers, var))
         train_op = opt.apply_gradients(averaged)
-        mean_loss = tf.add_n([t[2] for t in towers]) / workers
-        accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(towers[0][3], 1), towers[0][1]), tf.float32))
+        mean_loss = tf.add_n([t.loss for t in towers]) / workers
+        accuracy = accuracy_of(tf, towers[0])
         init = tf.compat.v1.global_variables_initializer()
 
         def feed():
             out = {}
-            for (images, labels, *_), (xs, ys) in zip(towers, shards, strict=True):
+            for tower, (xs, ys) in zip(towers, shards, strict=True):
                 idx = rng.integers(0, len(xs), batch_size)
-                out[images], out[labels] = xs[idx], ys[idx]
+                out[tower.images], out[tower.labels] = xs[idx], ys[idx]
             return out
 
         master = "grpc://" + ctx.cluster["worker"][0]
@@ -247,11 +246,11 @@ def train_in_graph(
             meta = tf.compat.v1.RunMetadata()
             partitions = tf.compat.v1.RunOptions(output_partition_graphs=True)
             sess.run(train_op, feed(), options=partitions, run_metadata=meta)
-            acc = sess.run(accuracy, {towers[0][0]: x_test, towers[0][1]: y_test})
+            acc = sess.run(accuracy, {towers[0].images: x_test, towers[0].labels: y_test})
     assert first is not None  # steps >= 1: the loop ran (with steps < 1 nothing was trained)
     return {
         "towers": workers,
-        "devices": sorted({_task_of(n.device) for g in meta.partition_graphs for n in g.node}),
+        "devices": sorted({short_task(n.device) for g in meta.partition_graphs for n in g.node}),
         "first_loss": float(first),
         "loss": float(value),
         "accuracy": float(acc),
@@ -306,7 +305,9 @@ def sparse_vs_dense_read(*, vocab: int = 100_000, dim: int = 32, batch_ids: int 
                 for attempt in range(TRACES):
                     meta = tf.compat.v1.RunMetadata()
                     start = time.perf_counter()
-                    values[name] = sess.run(fetch, {batch: ids}, options=_full_trace(tf), run_metadata=meta)
+                    values[name] = sess.run(
+                        fetch, {batch: ids}, options=trace_options(partition_graphs=False), run_metadata=meta
+                    )
                     if attempt == 0:
                         out[f"{name}_seconds"] = time.perf_counter() - start
                     for moved in recv_bytes(meta.step_stats):
@@ -335,8 +336,8 @@ def recv_bytes(step_stats) -> list[dict[str, Any]]:
             source = route.partition(" to ")[0]
             moved.append(
                 {
-                    "to": _task_of(dev.device),
-                    "from": _task_of(source),
+                    "to": short_task(dev.device),
+                    "from": short_task(source),
                     "bytes": int(node.output[0].tensor_description.allocation_description.requested_bytes),
                     "edge": edge,
                 }
@@ -349,17 +350,7 @@ def _ops_by_task(step_stats) -> dict[str, list[str]]:
     ops: dict[str, list[str]] = {}
     for dev in step_stats.dev_stats:
         for node in dev.node_stats:
-            kind = node.timeline_label.partition(" = ")[2].partition("(")[0]
+            kind = kernel_of(node.timeline_label)
             if kind and kind != "NoOp":
-                ops.setdefault(_task_of(dev.device), []).append(kind)
+                ops.setdefault(short_task(dev.device), []).append(kind)
     return {task: sorted(set(kinds)) for task, kinds in ops.items()}
-
-
-def _task_of(device: str) -> str:
-    """``/job:ps/replica:0/task:1/device:CPU:0`` -> ``ps:1``."""
-    parts = dict(p.split(":", 1) for p in device.strip("/").split("/") if ":" in p)
-    return f"{parts.get('job', '?')}:{parts.get('task', '0')}"
-
-
-def _full_trace(tf):
-    return tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)

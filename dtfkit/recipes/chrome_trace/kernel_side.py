@@ -6,13 +6,13 @@ Never imports TensorFlow; this recipe has no task side: it works on what runs re
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from dtfkit.recipes.timeline import check_records, step_layout, tasks_of
+from dtfkit.recipes.timeline.task_side import _is_number
 from dtfkit.shown import shown
 
 # The phases the Trace Event Format defines.
@@ -134,10 +134,6 @@ def write_chrome_trace(records: Iterable[dict[str, Any]], path: str | os.PathLik
             "that exists and that you may write to, such as 'ring_steps.json'"
         ) from None
     return path
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _problem(event: dict[str, Any]) -> str | None:

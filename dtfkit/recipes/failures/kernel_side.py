@@ -95,11 +95,6 @@ def _last_dump(stacks_file: str) -> str:
     return ""
 
 
-def _innermost(stack: str) -> tuple[str, str] | None:
-    frames = tensorflow_frames(stack)
-    return frames[-1] if frames else None
-
-
 def _log_length(cluster: RunningCluster, task: str) -> int:
     """How many lines ``task``'s log has now (a restarted task's log goes on in the same file)."""
     return len(cluster.logs(task, everything=True).splitlines())
@@ -168,8 +163,8 @@ def _failed(error: TaskFailed) -> dict[str, Any]:
 
 def _timed_out(error: TaskTimeout, stacks: dict[str, str]) -> dict[str, Any]:
     """The facts of a hang, from each stuck task's stack (dtfkit's, or faulthandler's dump)."""
-    where = {task: _innermost(stack) for task, stack in stacks.items()}
-    stuck = {task: w for task, w in where.items() if w is not None}
+    frames = {task: tensorflow_frames(stack) for task, stack in stacks.items()}
+    stuck = {task: f[-1] for task, f in frames.items() if f}
     function = sorted({name for _file, name in stuck.values()})
     return {
         "symptom": "timed out in " + (", ".join(function) if function else "an unknown place"),
@@ -179,10 +174,6 @@ def _timed_out(error: TaskTimeout, stacks: dict[str, str]) -> dict[str, Any]:
         "stacks": {task: stack for task, stack in sorted(stacks.items()) if stack},
         "error": error,
     }
-
-
-def _stacks_dir() -> str:
-    return tempfile.mkdtemp(prefix="dtfkit-stacks-")
 
 
 # ---------------------------------------------------------------------------------------
@@ -204,12 +195,14 @@ def reproduce_collective_after_op(cluster: RunningCluster) -> dict[str, Any]:
 
 def fix_collective_after_op(cluster: RunningCluster) -> dict[str, Any]:
     """Fresh processes, the strategy created first: every worker all-reduces (sum 3.0)."""
+    return _allreduced(cluster, "collective_after_op", _("the strategy was created before any op"))
+
+
+def _allreduced(cluster: RunningCluster, name: str, how: str, addresses: bool = False) -> dict[str, Any]:
+    """Fresh workers, ``allreduce_ranks`` on each: the fixed outcome of case ``name`` (``addresses``:
+    with the cluster the workers found)."""
     cluster.ensure_running(fresh="workers")
     results = cluster.run(allreduce_ranks, timeout=60)
-    return _allreduced("collective_after_op", results, _("the strategy was created before any op"))
-
-
-def _allreduced(name: str, results: dict[str, dict], how: str) -> dict[str, Any]:
     sums = sorted({r["sum"] for r in results.values()})
     replicas = sorted({r["replicas"] for r in results.values()})
     return _case(
@@ -220,6 +213,7 @@ def _allreduced(name: str, results: dict[str, dict], how: str) -> dict[str, Any]
         fixed=_(
             "{how}: {workers} workers all-reduced 1 + 2 = {total:g} with {replicas} replicas in sync"
         ).format(how=how, workers=len(results), total=sums[0], replicas=replicas[0]),
+        **({"addresses": results["worker:0"]["cluster"]} if addresses else {}),
     )
 
 
@@ -236,7 +230,7 @@ def reproduce_missing_worker(cluster: RunningCluster, timeout: float = HANG_TIME
     ``key_line`` (the coordination service's line) and ``stragglers``.
     """
     cluster.ensure_running(fresh="workers")
-    folder = _stacks_dir()
+    folder = tempfile.mkdtemp(prefix="dtfkit-stacks-")
     stacks = os.path.join(folder, "worker-0.txt")
     since = _log_length(cluster, "worker:0")
     try:
@@ -267,9 +261,7 @@ def _stragglers(cluster: RunningCluster, task: str, since: int = 0) -> list[str]
 
 def fix_missing_worker(cluster: RunningCluster) -> dict[str, Any]:
     """Start every task of the cluster: the same function on both workers all-reduces."""
-    cluster.ensure_running(fresh="workers")
-    results = cluster.run(allreduce_ranks, timeout=60)
-    return _allreduced("missing_worker", results, _("both workers started"))
+    return _allreduced(cluster, "missing_worker", _("both workers started"))
 
 
 def reproduce_localhost_config(cluster: RunningCluster, timeout: float = HANG_TIMEOUT) -> dict[str, Any]:
@@ -283,7 +275,7 @@ def reproduce_localhost_config(cluster: RunningCluster, timeout: float = HANG_TI
     localhost cluster) and ``addresses`` (the real ones).
     """
     cluster.ensure_running(fresh="workers")
-    folder = _stacks_dir()
+    folder = tempfile.mkdtemp(prefix="dtfkit-stacks-")
     files = {task: os.path.join(folder, task.replace(":", "-") + ".txt") for task in cluster.tasks}
     bad = cluster.run(localhost_tf_config, timeout=30)["worker:0"]["cluster"]
     since = _log_length(cluster, "worker:0")
@@ -307,11 +299,7 @@ def reproduce_localhost_config(cluster: RunningCluster, timeout: float = HANG_TI
 
 def fix_localhost_config(cluster: RunningCluster) -> dict[str, Any]:
     """The real addresses (``cluster.address(...)``, what dtfkit's ``TF_CONFIG`` has): it all-reduces."""
-    cluster.ensure_running(fresh="workers")
-    results = cluster.run(allreduce_ranks, timeout=60)
-    out = _allreduced("localhost_config", results, _("TF_CONFIG with each machine's own address"))
-    out["addresses"] = results["worker:0"]["cluster"]
-    return out
+    return _allreduced(cluster, "localhost_config", _("TF_CONFIG with each machine's own address"), True)
 
 
 def reproduce_join_forever(cluster: RunningCluster, timeout: float = HANG_TIMEOUT) -> dict[str, Any]:
@@ -325,13 +313,9 @@ def reproduce_join_forever(cluster: RunningCluster, timeout: float = HANG_TIMEOU
         cluster.run(serve_forever, on="ps:0", timeout=timeout)
     except TaskTimeout as error:
         facts = _timed_out(error, error.stacks)
-        return _case("join_forever", key_line=_innermost_line(error.stacks["ps:0"]), **facts)
+        lines = [line.strip() for line in error.stacks["ps:0"].splitlines() if line.strip()]
+        return _case("join_forever", key_line=lines[-1] if lines else "", **facts)
     raise AssertionError("server.join() returned")
-
-
-def _innermost_line(stack: str) -> str:
-    lines = [line.strip() for line in stack.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
 
 
 def fix_join_forever(cluster: RunningCluster, timeout: float = 60.0) -> dict[str, Any]:
@@ -429,12 +413,10 @@ def reproduce_ps_died(
     cluster.kill("ps", 0)
     still_running = _still_running(handle, wait)
     deadline = time.monotonic() + bound
-    line = _log_line(cluster, "worker:0", "An error was raised", since=since)
-    while not line:
+    while not (line := _log_line(cluster, "worker:0", "An error was raised", since=since)):
         if time.monotonic() > deadline:
             raise TimeoutError(f"worker:0 logged no recovery within {bound:g} s of ps:0's death")
         _still_running(handle, 1.0)  # waits on the cluster's events (its log lines among them)
-        line = _log_line(cluster, "worker:0", "An error was raised", since=since)
     record = _RECOVERY_RECORD.search(line)
     return _case(
         "ps_died",
@@ -466,9 +448,8 @@ def fix_ps_died(
     restarted_at = time.time()
     cluster.restart("ps", 0)
     tasks = set(seen["handle"].tasks)
-    back: dict[
-        str, dict
-    ] = {}  # each task's first row of a new session (the predicate runs under the log's lock)
+    # each task's first row of a new session (the predicate runs under the log's lock)
+    back: dict[str, dict] = {}
 
     def all_back(row: dict) -> bool:
         if row.get("session", 0) >= 2 and row["task"] in tasks:

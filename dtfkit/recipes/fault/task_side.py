@@ -13,12 +13,15 @@ import re
 import time
 from typing import Any
 
-import numpy as np
-
 import dtfkit
-from dtfkit.datasets import load_digits, shard
 from dtfkit.i18n import _
-from dtfkit.recipes.tf1.task_side import classifier, on_ps, session_config, worker_rank
+from dtfkit.recipes.tf1.task_side import (
+    _sgd_model,
+    on_ps,
+    session_config,
+    train_shard,
+    training_session,
+)
 
 
 def train_with_checkpoints(
@@ -76,10 +79,7 @@ def train_with_checkpoints(
     import tensorflow as tf
 
     ctx = dtfkit.this_task()
-    workers = ctx.num_workers + (1 if "chief" in ctx.cluster else 0)
-    x, y = load_digits(split="train")
-    x, y = shard(x, y, worker_rank(ctx), workers)
-    rng = np.random.default_rng(seed * 1000 + worker_rank(ctx))
+    x, y, rng = train_shard(ctx, seed)
 
     graph = tf.Graph()
     with (
@@ -88,7 +88,7 @@ def train_with_checkpoints(
         tf.compat.v1.variable_scope(run_name),
     ):
         with on_ps(tf, ctx):
-            images, labels, loss, global_step, train_op = _model(tf, hidden, learning_rate)
+            images, labels, loss, global_step, train_op = _sgd_model(tf, hidden, learning_rate)
             summary_op = tf.compat.v1.summary.scalar("loss", loss)
 
         # The chief's ReportHook looks up the checkpoint it restored, so it runs before the
@@ -117,21 +117,18 @@ def train_with_checkpoints(
                         save_steps=save_summaries_steps, output_dir=checkpoint_dir, summary_op=summary_op
                     )
                 )
-            session = tf.compat.v1.train.MonitoredTrainingSession(
-                master=ctx.target,
-                is_chief=True,
-                checkpoint_dir=checkpoint_dir,  # where the chief restores from
+            # The hooks above replace the default ones (saver every 600 s, summaries and step
+            # counter every 100 steps: training_session turns the last two off).
+            session = training_session(
+                tf,
+                ctx,
                 hooks=hooks,
-                chief_only_hooks=chief_hooks,
                 config=config,
+                checkpoint_dir=checkpoint_dir,  # where the chief restores from
+                chief_only_hooks=chief_hooks,
                 stop_grace_period_secs=stop_grace_secs,
-                # The hooks above replace the default ones (saver every 600 s,
-                # summaries and step counter every 100 steps).
                 save_checkpoint_secs=None,
                 save_checkpoint_steps=None,
-                save_summaries_steps=None,
-                save_summaries_secs=None,
-                log_step_count_steps=0,
             )
         else:
             # MonitoredTrainingSession(is_chief=False) is MonitoredSession with a
@@ -162,16 +159,6 @@ def train_with_checkpoints(
     }
 
 
-def _model(tf, hidden: int, learning_rate: float):
-    """The digits MLP, its global step and its train op, in the current graph and device scope."""
-    images, labels, _, loss = classifier(tf, hidden)
-    global_step = tf.compat.v1.train.get_or_create_global_step()
-    train_op = tf.compat.v1.train.GradientDescentOptimizer(learning_rate).minimize(
-        loss, global_step=global_step
-    )
-    return images, labels, loss, global_step, train_op
-
-
 def checkpoint_writers(ps_tasks: int, hidden: int = 32) -> dict[str, list[str]]:
     """Where the ops that write a checkpoint run, for the graph of ``train_with_checkpoints``
     with its variables on ``ps_tasks`` parameter servers (the graph is built, nothing runs).
@@ -192,7 +179,7 @@ def checkpoint_writers(ps_tasks: int, hidden: int = 32) -> dict[str, list[str]]:
             ps_tasks=ps_tasks, worker_device="/job:worker/task:0"
         )
         with tf.compat.v1.device(setter):
-            _model(tf, hidden, 0.1)
+            _sgd_model(tf, hidden, 0.1)
         tf.compat.v1.train.Saver(sharded=True, allow_empty=True)
         ops = graph.get_operations()
     return {kind: [op.device for op in ops if op.type == kind] for kind in ("SaveV2", "MergeV2Checkpoints")}

@@ -7,32 +7,22 @@ worker of ``LocalCluster(workers=2, start_servers=False)`` (the strategy starts 
 server; collectives are configured once per process, so start new processes between runs
 with ``cluster.ensure_running(fresh="all")``):
 
-- ``train_until_a_peer_fails``: ``failing_task`` fails after exactly ``fail_at`` steps, in
-  one of three ways. ``"exit"`` (a crash): its connections reset and the survivor's next
-  all-reduce raises ``UnavailableError`` at once. ``"freeze"`` (SIGSTOP: a frozen machine):
-  the coordination service that the strategy starts misses its heartbeats and aborts the
-  survivor's collectives after its heartbeat timeout (``UnavailableError``, "stopped sending
-  heartbeats"). ``"hang"`` (alive, not training): nothing tells the survivor, which waits in
-  its all-reduce for ever unless ``CommunicationOptions(timeout_seconds=T)`` makes the step
-  raise ``DeadlineExceededError``; bound the call with ``timeout=`` and the ``TaskTimeout``
-  shows the survivor's stack inside its step. ``hang_with_collective_timeout`` runs the
-  last case, again when TensorFlow crashes while aborting the collective.
-- ``train_with_checkpoints``: the custom-loop form of Keras' ``BackupAndRestore``: a
-  ``tf.train.CheckpointManager`` of model, optimizer and a step counter saved every
-  ``save_every`` steps, restored at the start. Kill a worker, start the workers again with
-  the same folder: training resumes at the last save + 1; ``recovery_summary`` counts the
-  steps lost. ``BackupAndRestore`` itself needs ``model.fit``, which Keras 3 cannot run
-  under this strategy (keras-team/keras#20585; ``try_fit_under_mwms`` shows the error), and
-  ``tf_keras`` (Keras 2) is not installed; ``fit_with_backup_and_restore`` shows it resuming
-  ``model.fit`` on one worker without a strategy, where Keras 3 supports it.
-- ``train_with_preemption_handler``: ``tf.distribute.experimental.PreemptionCheckpointHandler``.
-  ``signal_task`` sends itself SIGTERM after ``signal_at`` steps; before its next step the
-  handler publishes, through the coordination service, the step after which to save (that
-  next step), every worker saves there and calls the handler's ``exit_fn``: by default
-  ``sys.exit(42)`` outside Google Cloud, a ``SystemExit`` the recipe catches and returns as
-  ``exit_code`` (uncaught, dtfkit would report ``TaskFailed`` with ``exc_type="SystemExit"``;
-  an ``exit_fn`` that ends the process, ``os._exit``, gives ``TaskExited``). Started again,
-  the handler restores: no step is lost.
+- ``train_until_a_peer_fails``: ``failing_task`` crashes (``"exit"``), freezes (``"freeze"``) or
+  hangs (``"hang"``) after exactly ``fail_at`` steps, and the survivor's step fails (or waits)
+  in a different way for each; ``hang_with_collective_timeout`` runs the last case with
+  ``CommunicationOptions(timeout_seconds=T)``, again when TensorFlow crashes while aborting the
+  collective.
+- ``train_with_checkpoints``: the custom-loop form of Keras' ``BackupAndRestore``, a
+  ``tf.train.CheckpointManager``; ``recovery_summary`` counts the steps a crash lost.
+  ``BackupAndRestore`` itself needs ``model.fit``, which Keras 3 cannot run under this strategy
+  (keras-team/keras#20585; ``try_fit_under_mwms`` shows the error), and ``tf_keras`` (Keras 2)
+  is not installed; ``fit_with_backup_and_restore`` shows it resuming ``model.fit`` on one
+  worker without a strategy, where Keras 3 supports it.
+- ``train_with_preemption_handler``: ``tf.distribute.experimental.PreemptionCheckpointHandler``
+  saves every worker's state when one gets SIGTERM, and its ``exit_fn`` (``sys.exit(42)``
+  outside Google Cloud) is caught and returned as ``exit_code`` (uncaught, dtfkit would report
+  ``TaskFailed`` with ``exc_type="SystemExit"``; an ``exit_fn`` that ends the process,
+  ``os._exit``, gives ``TaskExited``). Started again, the handler restores: no step is lost.
 
 When a worker dies, submit one call per worker so that the survivor's result stays readable
 (a call on both raises the dead one's ``TaskExited``). TensorFlow is imported inside the

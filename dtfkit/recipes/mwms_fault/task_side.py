@@ -17,7 +17,7 @@ import numpy as np
 
 import dtfkit
 from dtfkit.datasets import load_digits
-from dtfkit.recipes.strategies_multi.task_side import _is_chief, _mlp, digits_dataset_fn, replica_step_fn
+from dtfkit.recipes.strategies_multi.task_side import _mlp, _mwms_setup, _weights, _write_dir
 
 DIED_EXIT_CODE = 17
 """The exit code of a worker these recipes make die (``os._exit``: no clean-up, as a crash)."""
@@ -69,46 +69,29 @@ def _setup(
     hidden: int,
     seed: int,
 ) -> SimpleNamespace:
-    """The strategy (first, before any op), the model of chapter 7, its dataset and step."""
+    """Chapter 7's set-up (``_mwms_setup``: the strategy first, before any op, with a ring and
+    ``collective_timeout``), a step counter in the strategy's scope and the training step."""
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING,
         timeout_seconds=collective_timeout,
     )
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    import keras
-
-    resolver = strategy.cluster_resolver
-    x, y = load_digits(split="train", seed=seed)
-
+    run = _mwms_setup(tf, options, global_batch_size, learning_rate, hidden, seed)
+    strategy = run.strategy
     with strategy.scope():
-        model = _mlp(keras, hidden, seed)
-        optimizer = keras.optimizers.SGD(learning_rate)
-        step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-
-    step_fn = replica_step_fn(tf, model, optimizer, global_batch_size)
+        run.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
 
     @tf.function
     def train_step(iterator):
-        loss, _ = strategy.run(step_fn, args=(next(iterator),))
+        loss, _ = strategy.run(run.step_fn, args=(next(iterator),))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
 
-    return SimpleNamespace(
-        strategy=strategy,
-        resolver=resolver,
-        task=f"{resolver.task_type}:{resolver.task_id}",
-        chief=_is_chief(resolver.task_type, resolver.task_id, resolver.cluster_spec().as_dict()),
-        model=model,
-        optimizer=optimizer,
-        step=step,
-        iterator=iter(
-            strategy.distribute_datasets_from_function(digits_dataset_fn(tf, x, y, global_batch_size, seed))
-        ),
-        train_step=train_step,
-    )
+    run.iterator = iter(run.dataset)
+    run.train_step = train_step
+    return run
 
 
 def _digest(model) -> str:
-    return weights_digest([np.asarray(v.numpy()) for v in model.trainable_variables])
+    return weights_digest(_weights(model))
 
 
 def _die() -> None:
@@ -117,18 +100,16 @@ def _die() -> None:
 
 
 def _peers(run: SimpleNamespace) -> list[str]:
-    spec = run.resolver.cluster_spec().as_dict()
-    return [
-        f"{job}:{i}"
-        for job in ("chief", "worker")
-        for i in range(len(spec.get(job, [])))
-        if f"{job}:{i}" != run.task
-    ]
+    return [t for t in _strategy_tasks(run.resolver.cluster_spec().as_dict()) if t != run.task]
+
+
+def _mark_path(progress_dir: str, task: str, what: str) -> str:
+    return os.path.join(progress_dir, f"{task.replace(':', '_')}.{what}")
 
 
 def _mark(progress_dir: str, task: str, what: str, value: int | str) -> None:
     """Write ``value`` to ``<progress_dir>/<task>.<what>`` atomically (what a peer waits for)."""
-    path = os.path.join(progress_dir, f"{task.replace(':', '_')}.{what}")
+    path = _mark_path(progress_dir, task, what)
     with open(path + ".new", "w") as f:
         f.write(str(value))
     os.replace(path + ".new", path)
@@ -136,7 +117,7 @@ def _mark(progress_dir: str, task: str, what: str, value: int | str) -> None:
 
 def _read_mark(progress_dir: str, task: str, what: str) -> str:
     try:
-        with open(os.path.join(progress_dir, f"{task.replace(':', '_')}.{what}")) as f:
+        with open(_mark_path(progress_dir, task, what)) as f:
             return f.read()
     except FileNotFoundError:
         return ""
@@ -174,7 +155,6 @@ _NEEDS_FRESH = (
 
 
 def _whole(name: str, value: Any, least: int) -> int:
-    """``value`` if it is a whole number >= ``least``, else a ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"{name} must be a whole number of at least {least}, not {value!r}")
     return value
@@ -314,6 +294,16 @@ def train_until_a_peer_fails(
         _start_together(run, progress_dir, peers, 1)
     done = 0
     started = time.monotonic()
+
+    def result(error_class: str | None = None, error_message: str = "", **extra: Any) -> dict[str, Any]:
+        return {
+            "task": run.task,
+            "steps_done": done,
+            "error_class": error_class,
+            "error_message": error_message,
+            **extra,
+        }
+
     try:
         for _ in range(steps):
             started = time.monotonic()
@@ -327,38 +317,24 @@ def train_until_a_peer_fails(
                     _die()
                 if failure == "freeze":
                     os.kill(os.getpid(), signal.SIGSTOP)  # every thread stops, heartbeats too
-                    return {
-                        "task": run.task,
-                        "steps_done": done,
-                        "error_class": None,
-                        "error_message": "",
-                        "frozen": True,
-                    }
+                    return result(frozen=True)
                 deadline = time.monotonic() + hang_limit
                 while not any(_read_mark(progress_dir, p, "failed") for p in peers):
                     if time.monotonic() > deadline:
                         break
                     time.sleep(0.05)  # a hung worker: it does nothing until its peers gave up
-                return {
-                    "task": run.task,
-                    "steps_done": done,
-                    "error_class": None,
-                    "error_message": "",
-                    "hung": True,
-                }
+                return result(hung=True)
     except tf.errors.OpError as exc:
         _mark(progress_dir, run.task, "failed", type(exc).__name__)
         if failure == "freeze" and _read_mark(progress_dir, failing_task, "pid").isdigit():
             # Wake the frozen peer (a task of this same call) so that it can return.
             os.kill(int(_read_mark(progress_dir, failing_task, "pid")), signal.SIGCONT)
-        return {
-            "task": run.task,
-            "steps_done": done,
-            "error_class": type(exc).__name__,
-            "error_message": error_gist(exc.message),
-            "seconds_to_error": round(time.monotonic() - started, 1),
-        }
-    return {"task": run.task, "steps_done": done, "error_class": None, "error_message": ""}
+        return result(
+            type(exc).__name__,
+            error_gist(exc.message),
+            seconds_to_error=round(time.monotonic() - started, 1),
+        )
+    return result()
 
 
 def train_with_checkpoints(
@@ -409,9 +385,7 @@ def train_with_checkpoints(
     import tensorflow as tf
 
     run = _setup(tf, collective_timeout, global_batch_size, learning_rate, hidden, seed)
-    write_dir = (
-        checkpoint_dir if run.chief else os.path.join(checkpoint_dir, f"tmp_{run.task.replace(':', '_')}")
-    )
+    write_dir = _write_dir(checkpoint_dir, run)
     checkpoint = tf.train.Checkpoint(model=run.model, optimizer=run.optimizer, step=run.step)
     latest = tf.train.latest_checkpoint(checkpoint_dir)
     if latest:
@@ -433,6 +407,8 @@ def train_with_checkpoints(
         "resumed_from": resumed_from,
         "first_step": resumed_from + 1,
         "restored_digest": restored_digest,
+        "error_class": None,
+        "error_message": "",
     }
     try:
         while int(run.step.numpy()) < steps:
@@ -454,8 +430,6 @@ def train_with_checkpoints(
                 _die()
     except tf.errors.OpError as exc:
         out.update(error_class=type(exc).__name__, error_message=error_gist(exc.message))
-    else:
-        out.update(error_class=None, error_message="")
     if write_dir != checkpoint_dir:
         tf.io.gfile.rmtree(write_dir)
     out.update(
@@ -531,6 +505,16 @@ def train_with_preemption_handler(
     return out
 
 
+def _compiled_mlp(keras, hidden: int, seed: int):
+    """The MLP compiled for ``model.fit``: SGD at 0.1, cross-entropy on the logits."""
+    model = _mlp(keras, hidden, seed)
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    return model
+
+
 class _Interrupted(Exception):
     """Raised by the test callback to end a ``fit`` as a crash would."""
 
@@ -575,11 +559,7 @@ def fit_with_backup_and_restore(
                 raise _Interrupted(f"interrupted after epoch {epoch + 1}")
 
     def fit(stop_after: int | None) -> list[int]:
-        model = _mlp(keras, hidden, seed)
-        model.compile(
-            optimizer=keras.optimizers.SGD(0.1),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        )
+        model = _compiled_mlp(keras, hidden, seed)
         epochs_seen = Epochs(stop_after)
         backup = keras.callbacks.BackupAndRestore(backup_dir)
         try:
@@ -624,11 +604,7 @@ def try_fit_under_mwms(*, backup_dir: str, epochs: int = 2, steps_per_epoch: int
     x, y = load_digits(split="train")
     ds = tf.data.Dataset.from_tensor_slices((x.astype("float32"), y.astype("int64"))).repeat().batch(32)
     with strategy.scope():
-        model = _mlp(keras, 32, 0)
-        model.compile(
-            optimizer=keras.optimizers.SGD(0.1),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        )
+        model = _compiled_mlp(keras, 32, 0)
     try:
         model.fit(
             ds,

@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,7 @@ def startup_check() -> dict[str, Any]:
     """
     import sys
 
-    config = json.loads(os.environ["TF_CONFIG"])
+    config = read_tf_config()
     task = config["task"]
     address = config["cluster"][task["type"]][task["index"]]
     port = int(address.rsplit(":", 1)[1])
@@ -72,9 +73,10 @@ def read_tf_config() -> dict[str, Any]:
     return json.loads(os.environ["TF_CONFIG"])
 
 
-def _is_chief(task_type: str, task_id: int, cluster: dict[str, Any]) -> bool:
-    """The chief of a multi-worker job: the ``chief`` task, or ``worker:0`` when there is none."""
-    return task_type == "chief" or (task_type == "worker" and task_id == 0 and "chief" not in cluster)
+def _write_dir(checkpoint_dir: str, run: SimpleNamespace) -> str:
+    """Where a worker saves, as TensorFlow's multi-worker tutorial does: the chief into
+    ``checkpoint_dir``, the others into a folder of their own inside it."""
+    return checkpoint_dir if run.chief else os.path.join(checkpoint_dir, f"tmp_{run.task.replace(':', '_')}")
 
 
 def _mlp(keras, hidden: int, seed: int):
@@ -129,6 +131,45 @@ def replica_step_fn(tf, model, optimizer, global_batch_size: int):
     return step_fn
 
 
+def _mwms_setup(
+    tf, options, global_batch_size: int, learning_rate: float, hidden: int, seed: int
+) -> SimpleNamespace:
+    """``MultiWorkerMirroredStrategy`` with ``options`` (created first, before any op), the MLP and
+    its optimizer in its scope, the training digits (``x``, ``y``), the distributed dataset and
+    one replica's step."""
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    import keras
+
+    resolver = strategy.cluster_resolver
+    x, y = load_digits(split="train", seed=seed)
+    with strategy.scope():
+        model = _mlp(keras, hidden, seed)
+        optimizer = keras.optimizers.SGD(learning_rate)
+    return SimpleNamespace(
+        strategy=strategy,
+        resolver=resolver,
+        task=f"{resolver.task_type}:{resolver.task_id}",
+        chief=dtfkit.this_task().is_chief,
+        model=model,
+        optimizer=optimizer,
+        x=x,
+        dataset=strategy.distribute_datasets_from_function(
+            digits_dataset_fn(tf, x, y, global_batch_size, seed)
+        ),
+        step_fn=replica_step_fn(tf, model, optimizer, global_batch_size),
+    )
+
+
+def _weights(model) -> list[np.ndarray]:
+    return [np.asarray(v.numpy()) for v in model.trainable_variables]
+
+
+def _test_accuracy(tf, model, seed: int) -> float:
+    xt, yt = load_digits(split="test", seed=seed)
+    logits = model(tf.constant(xt, tf.float32), training=False)
+    return float(np.mean(np.argmax(np.asarray(logits), axis=1) == yt))
+
+
 def train_multi_worker_mirrored(
     *,
     steps: int = 40,
@@ -172,26 +213,13 @@ def train_multi_worker_mirrored(
 
     impl = getattr(tf.distribute.experimental.CommunicationImplementation, implementation.upper())
     options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-
-    import keras
-
-    resolver = strategy.cluster_resolver
-    task = f"{resolver.task_type}:{resolver.task_id}"
-    x, y = load_digits(split="train", seed=seed)
-
-    dist_ds = strategy.distribute_datasets_from_function(digits_dataset_fn(tf, x, y, global_batch_size, seed))
-
-    with strategy.scope():
-        model = _mlp(keras, hidden, seed)
-        optimizer = keras.optimizers.SGD(learning_rate)
-
-    step_fn = replica_step_fn(tf, model, optimizer, global_batch_size)
+    run = _mwms_setup(tf, options, global_batch_size, learning_rate, hidden, seed)
+    strategy, task, model = run.strategy, run.task, run.model
 
     @tf.function
     def train_step(iterator):
         batch = next(iterator)
-        loss, count = strategy.run(step_fn, args=(batch,))
+        loss, count = strategy.run(run.step_fn, args=(batch,))
         return (
             strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
             strategy.experimental_local_results(count),
@@ -200,13 +228,12 @@ def train_multi_worker_mirrored(
 
     manager, write_dir, saved = None, None, []
     if checkpoint_dir:
-        chief = _is_chief(resolver.task_type, resolver.task_id, resolver.cluster_spec().as_dict())
-        write_dir = checkpoint_dir if chief else os.path.join(checkpoint_dir, f"tmp_{task.replace(':', '_')}")
+        write_dir = _write_dir(checkpoint_dir, run)
         manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), write_dir, max_to_keep=None)
 
     # Which examples this worker read: each row it was given, found in the whole training set.
-    row_index = {row.tobytes(): i for i, row in enumerate(x.astype("float32"))}
-    iterator = iter(dist_ds)
+    row_index = {row.tobytes(): i for i, row in enumerate(run.x.astype("float32"))}
+    iterator = iter(run.dataset)
     losses: list[float] = []
     seen = 0
     read: set[int] = set()
@@ -224,9 +251,6 @@ def train_multi_worker_mirrored(
         tf.io.gfile.rmtree(write_dir)
         saved = []
 
-    xt, yt = load_digits(split="test", seed=seed)
-    logits = model(tf.constant(xt, tf.float32), training=False)
-    accuracy = float(np.mean(np.argmax(np.asarray(logits), axis=1) == yt))
     return {
         "task": task,
         "num_replicas": int(strategy.num_replicas_in_sync),
@@ -236,8 +260,8 @@ def train_multi_worker_mirrored(
         "last_loss": losses[-1],
         "examples_seen": seen,
         "examples_read": sorted(read),
-        "weights": [np.asarray(v.numpy()) for v in model.trainable_variables],
-        "test_accuracy": accuracy,
+        "weights": _weights(model),
+        "test_accuracy": _test_accuracy(tf, model, seed),
         "checkpoints": saved,
     }
 
@@ -272,14 +296,12 @@ def sidecar_evaluate(
     import keras
 
     model = _mlp(keras, hidden, seed)
-    xt, yt = load_digits(split="test", seed=seed)
     evaluated: list[tuple[int, float]] = []
     for path in tf.train.checkpoints_iterator(checkpoint_dir, timeout=timeout):
         # every variable of the model restored; the checkpoint's save_counter is not needed here
         tf.train.Checkpoint(model=model).read(path).assert_existing_objects_matched().expect_partial()
         step = int(path.rsplit("-", 1)[1])
-        logits = model(tf.constant(xt, tf.float32), training=False)
-        accuracy = float(np.mean(np.argmax(np.asarray(logits), axis=1) == yt))
+        accuracy = _test_accuracy(tf, model, seed)
         evaluated.append((step, accuracy))
         dtfkit.report(eval_step=step, eval_accuracy=accuracy)
         if step >= last_step:
@@ -290,7 +312,7 @@ def sidecar_evaluate(
         "cluster_jobs": sorted(resolver.cluster_spec().as_dict()),
         "evaluated": evaluated,
         "last_step_seen": evaluated[-1][0] if evaluated else None,
-        "weights": [np.asarray(v.numpy()) for v in model.trainable_variables],
+        "weights": _weights(model),
     }
 
 
@@ -306,7 +328,7 @@ def coordinator_resolver():
     """
     import tensorflow as tf
 
-    config = json.loads(os.environ["TF_CONFIG"])
+    config = read_tf_config()
     if config["task"]["type"] != "chief":
         raise RuntimeError(f"run the coordinator in the chief task, not in {config['task']['type']}")
     jobs = {job: hosts for job, hosts in config["cluster"].items() if job in ("worker", "ps")}

@@ -60,6 +60,17 @@ def classifier(tf, hidden: int, suffix: str = "") -> Classifier:
     return Classifier(images, labels, logits, loss)
 
 
+def _sgd_model(tf, hidden: int, learning_rate: float):
+    """The digits MLP, its global step and its plain SGD train op, in the current graph and device
+    scope: ``(images, labels, loss, global_step, train_op)``."""
+    images, labels, _, loss = classifier(tf, hidden)
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(learning_rate).minimize(
+        loss, global_step=global_step
+    )
+    return images, labels, loss, global_step, train_op
+
+
 def on_ps(tf, ctx):
     """``replica_device_setter`` for this task: variables round-robin on the ps tasks,
     everything else on this task."""

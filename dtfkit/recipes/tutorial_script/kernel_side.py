@@ -49,9 +49,8 @@ def printed_line_pattern(template: str) -> re.Pattern[str]:
 def source_lines(name: str, path: str = PATH) -> tuple[int, list[str]]:
     """The first line number and the lines of the top-level function ``name`` in ``path``."""
     text = Path(path).read_text()
-    shown = listing.in_the_language(
-        text, docstrings=False
-    ).splitlines()  # its comments in the reader's language
+    # its comments in the reader's language
+    shown = listing.in_the_language(text, docstrings=False).splitlines()
     for node in ast.parse(text).body:
         if isinstance(node, ast.FunctionDef) and node.name == name:
             return node.lineno, shown[node.lineno - 1 : node.end_lineno]
