@@ -22,17 +22,12 @@ variable on that worker). Four graphs add them up so that every worker ends with
   result up, then copies its parent's sum down. ``2 floor(log2 n)`` rounds, but a parent's
   link carries the whole gradient once for its parent and once for each child.
 
-``ring_schedule(n)`` is the ring as plain Python (who sends which chunk to whom, step by
-step); ``build_ring`` turns a schedule into ops placed with ``tf.device``. ``sync_run`` (in
-a client task) builds either graph in one client graph, runs it through one session on
-worker:0's master with a full trace, and returns the bytes every task sent and received
-(from the ``_Send``/``_Recv`` pairs of the partition graphs, ``placement.transfer_table``),
-whether every worker got the right sum, and optionally the time per synchronisation.
-``expected_bytes`` gives the same table from the formulas, ``expected_link_bytes`` the bytes
-on each link. ``trace_steps`` (in the notebook) traces a few synchronisations up close:
-every op and every transfer with its bytes, start and end (``timeline``, ``chrome_trace``).
-``time_sync`` (in a client task) times the methods side by side, for the α–β model
-(``alpha_beta``). ``mwms_allreduce`` all-reduces the same vectors with
+``ring_schedule(n)`` is the ring as plain Python, which ``build_ring`` turns into ops placed with
+``tf.device``. ``sync_run`` (in a client task) runs one synchronisation traced and returns the bytes
+every task sent and received (``placement.transfer_table``) and whether every worker got the right
+sum; ``expected_bytes`` and ``expected_link_bytes`` give the formulas'. ``trace_steps`` (in the
+notebook) traces a few up close (``timeline``, ``chrome_trace``), ``time_sync`` times the methods
+for the α–β model (``alpha_beta``), and ``mwms_allreduce`` all-reduces the same vectors with
 ``MultiWorkerMirroredStrategy`` (RING) for comparison.
 
 Example (in a notebook; TensorFlow runs only in the tasks)::

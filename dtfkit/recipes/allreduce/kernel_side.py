@@ -163,14 +163,10 @@ def _check_memory(n: int, floats: int) -> None:
 
 
 def expected_bytes(method: str, n: int, floats: int, itemsize: int = 4) -> dict[str, dict[str, int]]:
-    """Bytes each task sends and receives in one synchronisation, from the formulas.
-
-    ps: every worker sends its gradient and receives the sum (``size`` each way); ``ps:0``
-    receives and sends ``n * size``. ring: every worker sends and receives
-    ``2 (n - 1)`` chunks of ``size / n``. sharded_ps: the same as the ring, in other
-    messages: every worker sends its ``n - 1`` foreign slices and the ``n - 1`` copies of
-    its summed shard, and receives as many. tree: every worker sends and receives ``size``
-    once for each tree link it has (to its parent and to each child).
+    """Bytes each task sends and receives in one synchronisation, from the formulas: the sums of
+    ``expected_link_bytes`` over its links. ps: ``ps:0`` receives and sends ``n * size``, each worker
+    ``size``. ring and sharded_ps: every worker ``2 (n - 1)`` chunks of ``size / n`` each way, in
+    other messages. tree: ``size`` for each tree link a worker has (to its parent, to each child).
 
     >>> expected_bytes("ps", 2, 12)
     {'ps:0': {'sent': 96, 'received': 96}, 'worker:0': {'sent': 48, 'received': 48}, 'worker:1': {'sent': 48, 'received': 48}}
@@ -181,18 +177,13 @@ def expected_bytes(method: str, n: int, floats: int, itemsize: int = 4) -> dict[
     >>> expected_bytes("tree", 5, 12)["worker:1"]    # its parent, worker 0, and its children 3 and 4
     {'sent': 144, 'received': 144}
     """
-    size = floats * itemsize
-    if method == "ps":
-        out = {"ps:0": {"sent": n * size, "received": n * size}}
-        out.update({f"worker:{i}": {"sent": size, "received": size} for i in range(n)})
-        return out
-    if method in ("ring", "sharded_ps"):
-        per_worker = 2 * (n - 1) * (size // n)
-        return {f"worker:{i}": {"sent": per_worker, "received": per_worker} for i in range(n)}
-    if method == "tree":  # every link of the tree carries the whole gradient once up, once down
-        degree = [int(i > 0) + sum(c < n for c in (2 * i + 1, 2 * i + 2)) for i in range(n)]
-        return {f"worker:{i}": {"sent": degree[i] * size, "received": degree[i] * size} for i in range(n)}
-    raise ValueError(f"method must be one of {ALGORITHMS}, not {method!r}")
+    links = expected_link_bytes(method, n, floats, itemsize)  # what each task sends is on its links
+    tasks = (["ps:0"] if method == "ps" else []) + [f"worker:{i}" for i in range(n)]
+    out = {task: {"sent": 0, "received": 0} for task in tasks}
+    for (src, dst), size in links.items():
+        out[src]["sent"] += size
+        out[dst]["received"] += size
+    return out
 
 
 def expected_link_bytes(method: str, n: int, floats: int, itemsize: int = 4) -> dict[tuple[str, str], int]:

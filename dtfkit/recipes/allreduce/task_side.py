@@ -119,16 +119,13 @@ def build_sharded_ps(
     """A parameter server partitioned into ``len(servers)`` shards: shard ``j`` of every gradient
     goes to ``servers[j]``, is added there, and every worker reads the summed shard back.
 
-    ``servers`` defaults to ``devices``: shard ``j`` is served by worker ``j``'s own task, so
-    what worker ``j`` sends to its shard never leaves its machine. That is how a partitioned
-    variable is laid out in TensorFlow (``partitioned.partition_variable``): shard ``j`` goes to
-    ps task ``j`` (``replica_device_setter`` and ``ParameterServerStrategy`` both place shards
-    round robin), and the usual deployment runs ps task ``j`` on worker ``j``'s machine. In a
-    dtfkit cluster with ``link=`` every task has a link of its own, so a separate ps task
-    would add a link that the machine does not have; worker ``j``'s task stands for its
-    machine. Each shard is ``build_ps`` on one slice of the gradients. With
-    ``servers=["/job:ps/task:0", ...]`` the shards go to ps tasks of their own instead; then
-    every worker's link carries all of its gradient each way (``S``), not ``2 (n - 1) / n`` of it.
+    ``servers`` defaults to ``devices``: shard ``j`` is served by worker ``j``'s own task, as a
+    partitioned variable is laid out in TensorFlow (``partitioned.partition_variable``: shard ``j``
+    on ps task ``j``, round robin in ``replica_device_setter`` and ``ParameterServerStrategy``) with
+    ps task ``j`` on worker ``j``'s machine; with ``link=`` a separate ps task would add a link the
+    machine does not have. Each shard is ``build_ps`` on one slice of the gradients. With
+    ``servers=["/job:ps/task:0", ...]`` the shards go to ps tasks of their own, and every worker's
+    link carries all of its gradient each way (``S``), not ``2 (n - 1) / n`` of it.
 
     Example (in a task)::
 
@@ -167,10 +164,8 @@ def tree_depth(i: int) -> int:
 def build_tree(tf: Any, grads: Sequence[Any], devices: Sequence[str]) -> list:
     """Reduce up a binary tree to worker 0, then broadcast the sum down it; each worker's sum.
 
-    Up: deepest level first, every worker adds its children's partial sums to its own gradient
-    (each child sends its whole partial sum, ``S``, over the link). Down: every worker copies
-    its parent's sum. ``2 * tree_depth(n - 1)`` rounds in all, against the ring's ``2 (n - 1)``;
-    but a parent's link carries ``2 S`` each way in a round, against the ring's ``S / n``.
+    Each child sends its whole partial sum, ``S``: ``2 * tree_depth(n - 1)`` rounds in all, against
+    the ring's ``2 (n - 1)``; but a parent's link carries ``2 S`` each way in a round, not ``S / n``.
 
     Example (in a task)::
 
@@ -286,11 +281,7 @@ def build_allreduce(tf: Any, method: str, grads: Sequence[Any], schedule: dict |
     devices = _devices(len(grads))
     if method == "ring":
         return build_ring(tf, grads, devices, schedule)
-    if method == "sharded_ps":
-        return build_sharded_ps(tf, grads, devices)
-    if method == "tree":
-        return build_tree(tf, grads, devices)
-    return build_ps(tf, grads, devices)
+    return {"sharded_ps": build_sharded_ps, "tree": build_tree}.get(method, build_ps)(tf, grads, devices)
 
 
 @contextmanager
@@ -324,12 +315,10 @@ def sync_run(
     """In a client task: synchronise ``floats`` float32 gradients of the first ``n`` workers once,
     traced; check the sums; optionally time ``repeats`` more synchronisations.
 
-    ``method`` is ``"ring"``, ``"ps"`` (``ps:0``) or ``"sharded_ps"`` (shard ``i`` on worker
-    ``i``, ``build_sharded_ps``); ``schedule`` replaces the ring's.
-    Each worker's gradient is a variable on that worker (``worker_gradient``). The traced
-    run fetches nothing (the sums stay on the workers), so every transfer is the method's.
-    Grappler is off unless ``grappler``: then the transfers and bytes are the same, but some
-    are named after other ops (it removes Identity ops, see ``_graph_config``).
+    ``method`` is one of ``ALGORITHMS``; ``schedule`` replaces the ring's. The traced run fetches
+    nothing (the sums stay on the workers), so every transfer is the method's. Grappler is off
+    unless ``grappler``: then the bytes are the same, but some transfers are named after other ops
+    (``_graph_config``).
 
     Returns ``method``, ``n``, ``floats``, ``transfers`` (``placement.transfer_table``
     rows), ``bytes`` (``bytes_by_task``), ``correct`` (every worker's result
@@ -423,10 +412,15 @@ def trace_sync(
     records: list[dict[str, Any]] = []
     with master_session(tf, graph) as sess:
         for step in range(steps):
-            metadata = tf.compat.v1.RunMetadata()
-            sess.run(targets, options=placement.trace_options(timeout_ms=timeout_ms), run_metadata=metadata)
-            records += timeline.step_records(metadata, step)
+            records += timeline.step_records(_traced_metadata(tf, sess, targets, timeout_ms), step)
     return records
+
+
+def _traced_metadata(tf: Any, sess: Any, fetches: Any, timeout_ms: int) -> Any:
+    """Run ``fetches`` once with a full trace (``placement.trace_options``); its ``RunMetadata``."""
+    metadata = tf.compat.v1.RunMetadata()
+    sess.run(fetches, options=placement.trace_options(timeout_ms=timeout_ms), run_metadata=metadata)
+    return metadata
 
 
 def _check_steps(steps: int, most: int | None = None) -> None:
@@ -474,10 +468,7 @@ def time_sync(
     link), what a step costs before any communication (the client's call to the master, the
     master's to every task, their answers).
 
-    One graph and one session hold everything. Every step runs once untimed first (the
-    master registers its pieces of the graph with the tasks then); the timed steps take
-    turns (the first of every method and size, then the second, ...), so that a busy moment
-    of the machine does not fall on one method alone.
+    One graph and one session hold everything; ``time_steps`` runs the steps, taking turns.
 
     Returns one row per size and method (``methods``, then ``"none"``): ``method``, ``n``,
     ``floats``, ``bytes`` (``4 * floats``), ``seconds`` (one per step), ``median_s``. With
@@ -511,9 +502,8 @@ def time_sync(
         seconds = time_steps(tf, sess, targets, steps, timeout_ms)
         transfers: dict[tuple[int, str], list[dict[str, Any]]] = {}
         for key, ops in targets.items() if trace else ():
-            metadata = tf.compat.v1.RunMetadata()
-            sess.run(ops, options=placement.trace_options(timeout_ms=timeout_ms), run_metadata=metadata)
-            transfers[key] = [r for r in timeline.step_records(metadata) if r["kind"] == "transfer"]
+            records = timeline.step_records(_traced_metadata(tf, sess, ops, timeout_ms))
+            transfers[key] = [r for r in records if r["kind"] == "transfer"]
     return [
         {
             "method": method,

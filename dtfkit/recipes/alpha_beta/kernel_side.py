@@ -159,8 +159,6 @@ def measure(
         rows = measure(delays=("1ms", "20ms"), sizes=(1_200, 1_200_000))
         fastest(rows)     # {('1ms', 1200): 'sharded_ps', ..., ('20ms', 1200000): 'ring'}
     """
-    import dtfkit
-
     _check_measure_args(delays, sizes, n, link, steps)
     if not isinstance(trace, bool):
         raise ValueError(
@@ -168,11 +166,32 @@ def measure(
         )
     for method in methods:
         _check_model_args(method, n, 0.0, 0.0)
-    options = {"progress": False, "name": None, **(cluster_options or {})}
-    floats = [size // 4 for size in sizes]
     out = []
     for delay in delays:
-        with dtfkit.LocalCluster(ps=1, workers=n, link=link, delay=delay, **options) as cluster:
+        runs = [(methods, n, [size // 4 for size in sizes])]
+        for r in _communication_on(delay, link, n, runs, steps, timeout, cluster_options, trace):
+            out.append({**r, **({"comm_span_s": comm_span_s(r["transfers"])} if trace else {})})
+    return out
+
+
+def _communication_on(
+    delay: str,
+    link: str,
+    workers: int,
+    runs: Iterable[tuple[Sequence[str], int, Sequence[int]]],
+    steps: int,
+    timeout: float,
+    cluster_options: dict[str, Any] | None,
+    trace: bool = False,
+) -> list[dict[str, Any]]:
+    """On ``LocalCluster(ps=1, workers=workers, link=link, delay=delay)``: ``allreduce.time_sync``
+    of every ``(methods, n, floats)`` of ``runs`` in a client task, as ``communication`` rows."""
+    import dtfkit
+
+    options = {"progress": False, "name": None, **(cluster_options or {})}
+    out = []
+    with dtfkit.LocalCluster(ps=1, workers=workers, link=link, delay=delay, **options) as cluster:
+        for methods, n, floats in runs:
             (rows,) = cluster.run(
                 allreduce.time_sync,
                 args=(tuple(methods), n, floats),
@@ -180,8 +199,7 @@ def measure(
                 on="client",
                 timeout=timeout,
             ).values()
-        for r in communication(rows, delay, link):
-            out.append({**r, **({"comm_span_s": comm_span_s(r["transfers"])} if trace else {})})
+            out += communication(rows, delay, link)
     return out
 
 
@@ -225,7 +243,7 @@ def comm_span_s(transfers: Iterable[dict[str, Any]]) -> float:
 
 
 # ------------------------------------------------------------------------- the plot
-_COLOURS = {"ps": "tab:red", "sharded_ps": "tab:green", "ring": "tab:blue"}
+_COLOURS = {"ps": "tab:red", "sharded_ps": "tab:green", "ring": "tab:blue", "tree": "tab:purple"}
 
 
 def plot_alpha_beta(

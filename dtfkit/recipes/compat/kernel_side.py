@@ -1,8 +1,5 @@
-"""Runs in the notebook kernel (or ``python -m dtfkit compat``): the compatibility table.
-
-For every strategy × trainer it starts the local cluster that strategy's tutorial uses, runs
-``task_side.train`` where the strategy runs its loop, and records what happened: "works" (every step
-ran and the loss fell), or the first line of the real error, each bounded by a timeout.
+"""Runs in the notebook kernel (or ``python -m dtfkit compat``): the compatibility table, each cell
+run on the local cluster its strategy's tutorial uses (``cluster_layout``).
 
 Never imports TensorFlow: what runs in the tasks is in ``task_side``.
 """
@@ -351,7 +348,7 @@ def compatibility_table(
             cells.append(cell)
             if on_cell is not None:
                 on_cell(cell)
-    shown.end(
+    shown.say(
         _("ran {total} combinations in {seconds:.1f} s").format(total=total, seconds=time.monotonic() - began)
     )
     return CompatTable(tuple(cells), steps, installed_versions())
@@ -383,6 +380,3 @@ class _Shown:
             self.handle.update(TextLine(line))
         else:
             print(line, file=sys.stderr, flush=True)
-
-    def end(self, line: str) -> None:
-        self.say(line)

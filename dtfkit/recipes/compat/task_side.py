@@ -1,8 +1,5 @@
-"""Runs inside the tasks: one way to train under one ``tf.distribute`` strategy, a few steps.
-
-``train(strategy, trainer)`` builds the strategy the way its tutorial does, then trains a one-layer
-linear model for ``steps`` steps the way ``trainer`` names; it returns what ran, or lets the first
-error out, exactly as TensorFlow or Keras raised it (the kernel side quotes its first line).
+"""Runs inside the tasks: one way to train under one ``tf.distribute`` strategy, a few steps
+(``train``), the strategy built the way its tutorial builds it.
 
 TensorFlow only inside functions: the kernel imports this module to name what it sends.
 """
@@ -127,8 +124,6 @@ def train(
         result = _custom_loop(
             tf, made, coordinator, x, y, steps, global_batch, steps_run, keras_model=keras_model
         )
-    import keras
-
     result.update(
         steps_run=int(steps_run.numpy()),
         replicas=int(made.num_replicas_in_sync),

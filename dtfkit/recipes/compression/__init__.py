@@ -41,9 +41,8 @@ ps's link. Measured at 50 mbit/s (``benchmarks/compression.py``, ``benchmarks/RE
 every compressed method, fp16 as much as top-k, steps in about 0.77 of ``none``'s time, a few
 milliseconds above that floor.
 
-The 1-bit method is the sign with a scale, not a low-rank one (PowerSGD): bits pack with
-plain graph ops, ``bits * [128, 64, ..., 1]`` summed per 8 and cast to ``uint8`` on the
-worker, ``tf.bitwise.right_shift`` and ``bitwise_and`` to unpack on ``ps:0``.
+The 1-bit method is the sign with a scale, not a low-rank one (PowerSGD): its bits pack and
+unpack with plain graph ops (``compress``, ``decompress``).
 
 TensorFlow's distribution strategies offer no option to compress gradients (a request for
 one, tensorflow/tensorflow#40468, was closed as stale); PyTorch DDP has communication hooks

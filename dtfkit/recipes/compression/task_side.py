@@ -15,7 +15,7 @@ import numpy as np
 
 import dtfkit
 from dtfkit.datasets import DIGITS_NUM_CLASSES, load_digits, shard
-from dtfkit.recipes.placement import task_side as placement
+from dtfkit.recipes.allreduce.task_side import _traced_metadata, master_session
 from dtfkit.recipes.timeline import task_side as timeline
 
 METHODS = ("none", "fp16", "bf16", "topk", "sign")
@@ -118,19 +118,19 @@ def _shapes(hidden: int) -> list[tuple[str, list[int]]]:
     ]
 
 
-def _forward(tf: Any, params: Sequence[Any], x: Any) -> Any:
-    """Logits of the MLP (or of softmax regression with two parameters)."""
-    if len(params) == 2:
-        return tf.matmul(x, params[0]) + params[1]
-    w1, b1, w2, b2 = params
-    return tf.matmul(tf.nn.relu(tf.matmul(x, w1) + b1), w2) + b2
-
-
-def _forward_numpy(params: Sequence[np.ndarray], x: np.ndarray) -> np.ndarray:
+def _forward(params: Sequence[Any], x: Any, relu: Any) -> Any:
+    """Logits of the MLP (or of softmax regression with two parameters), in TensorFlow or NumPy."""
     if len(params) == 2:
         return x @ params[0] + params[1]
     w1, b1, w2, b2 = params
-    return np.maximum(x @ w1 + b1, 0.0) @ w2 + b2
+    return relu(x @ w1 + b1) @ w2 + b2
+
+
+def _zeros(tf: Any, name: str, floats: int) -> Any:
+    """A resource variable of ``floats`` zeros."""
+    return tf.compat.v1.get_variable(
+        name, [floats], initializer=tf.compat.v1.zeros_initializer(), use_resource=True
+    )
 
 
 def _initial_values(tf: Any, hidden: int, seed: int) -> list[Any]:
@@ -215,18 +215,14 @@ def _build(
         with tf.compat.v1.device(f"/job:worker/task:{i}"), tf.compat.v1.name_scope(f"worker_{i}"):
             xs, ys = shard(x, y, i, workers)
             mine = [tf.identity(r) for r in reads]
-            logits = _forward(tf, mine, tf.constant(xs))
+            logits = _forward(mine, tf.constant(xs), tf.nn.relu)
             loss = tf.reduce_mean(
                 tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.constant(ys), logits=logits)
             )
             grads = tf.gradients(loss, mine)
             flat = tf.concat([tf.reshape(g, [-1]) for g in grads], 0)
-            residual = tf.compat.v1.get_variable(
-                f"residual_{i}", [floats], initializer=tf.compat.v1.zeros_initializer(), use_resource=True
-            )
-            raw = tf.compat.v1.get_variable(
-                f"raw_sum_{i}", [floats], initializer=tf.compat.v1.zeros_initializer(), use_resource=True
-            )
+            residual = _zeros(tf, f"residual_{i}", floats)
+            raw = _zeros(tf, f"raw_sum_{i}", floats)
             todo = flat + residual.read_value() if feedback else flat
             payload, sent = compress(tf, method, todo, k)
             worker_ops.append(raw.assign_add(flat, read_value=False))
@@ -238,12 +234,7 @@ def _build(
         with tf.compat.v1.device(ps), tf.compat.v1.name_scope(f"from_worker_{i}"):
             dense_on_ps.append(decompress(tf, method, payload, floats))
     with tf.compat.v1.device(ps), tf.compat.v1.name_scope("update"):
-        received = [
-            tf.compat.v1.get_variable(
-                f"received_sum_{i}", [floats], initializer=tf.compat.v1.zeros_initializer(), use_resource=True
-            )
-            for i in range(workers)
-        ]
+        received = [_zeros(tf, f"received_sum_{i}", floats) for i in range(workers)]
         ps_ops = [r.assign_add(d, read_value=False) for r, d in zip(received, dense_on_ps, strict=True)]
         mean = tf.add_n(dense_on_ps) / float(workers)
         sizes = [int(np.prod(shape)) for _, shape in shapes]
@@ -305,22 +296,12 @@ def train_compressed(
     container = f"compression.{method}.{time.monotonic_ns()}"
     with tf.Graph().as_default() as graph, tf.compat.v1.container(container):
         parts = _build(tf, method, workers, k, hidden, learning_rate, seed, error_feedback)
-    target = "grpc://" + spec["worker"][0]
-    config = tf.compat.v1.ConfigProto()
-    config.graph_options.rewrite_options.disable_meta_optimizer = True  # the graph as built
     step_seconds, loss_curve = [], []
     try:
-        with graph.as_default(), tf.compat.v1.Session(target, config=config) as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
+        with master_session(tf, graph) as sess:  # the graph as built, on worker:0's master
             # The traced step fetches nothing: a loss fetched from worker:1 would travel to
             # worker:0 (the session's master) in the step, a transfer that is not the method's.
-            metadata = tf.compat.v1.RunMetadata()
-            sess.run(
-                parts["targets"],
-                options=placement.trace_options(timeout_ms=timeout_ms),
-                run_metadata=metadata,
-            )
-            records = timeline.step_records(metadata, 0)
+            records = timeline.step_records(_traced_metadata(tf, sess, parts["targets"], timeout_ms), 0)
             fetches = [parts["targets"], parts["losses"]]
             for step in range(1, steps):
                 start = time.perf_counter()
@@ -331,9 +312,11 @@ def train_compressed(
             weights = sess.run(parts["params"])
             kept = sess.run(parts["sums"]) if sums else None
     finally:
-        tf.compat.v1.Session.reset(target, [container])
+        tf.compat.v1.Session.reset("grpc://" + spec["worker"][0], [container])
     x_test, y_test = load_digits(split="test", seed=SPLIT_SEED)
-    accuracy = float(np.mean(np.argmax(_forward_numpy(weights, x_test), axis=1) == y_test))
+    accuracy = float(
+        np.mean(np.argmax(_forward(weights, x_test, lambda h: np.maximum(h, 0.0)), axis=1) == y_test)
+    )
     transfers = [(r["from"], r["to"], r["tensor"], r["bytes"]) for r in records if r["kind"] == "transfer"]
     names = [f"worker:{i}" for i in range(workers)]
     links = timeline.link_bytes(records)[0]

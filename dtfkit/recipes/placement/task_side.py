@@ -170,10 +170,8 @@ def transfer_table(run_metadata: Any, *, nodes: bool = False) -> list[dict[str, 
 
     The rows come from the ``_Send``/``_Recv`` pairs in the partition graphs (a run
     with ``output_partition_graphs``, as ``trace_options()`` asks): they are complete
-    and the same on every run. Without partition graphs they come from the
-    ``RecvTensor`` records of the trace, which TensorFlow collects on a best-effort
-    basis (the master switches RPC logging on in the remote tasks with a call it
-    does not wait for), so transfers received by remote tasks may be missing.
+    and the same on every run. Without partition graphs they come from ``recv_tensor_log``
+    (best effort: transfers received by remote tasks may be missing).
 
     Example::
 

@@ -1,6 +1,4 @@
-"""Runs in the notebook kernel: the four all-reduce algorithms as graphs of messages and adds, the
-model that prices such a graph on emulated links, its least-squares fit, predictions, and the
-measured runs it is tested on (chapter 13).
+"""Runs in the notebook kernel: everything of the model (chapter 13), and ``measure``.
 
 Never imports TensorFlow: ``measure`` times the algorithms with ``allreduce.time_sync`` in a client
 task of one cluster per delay.
@@ -19,8 +17,8 @@ import numpy as np
 
 from dtfkit import fonts
 from dtfkit.i18n import _, language
-from dtfkit.recipes import allreduce, alpha_beta
 from dtfkit.recipes.allreduce import ALGORITHMS, tree_parent
+from dtfkit.recipes.alpha_beta.kernel_side import _COLOURS, _communication_on
 
 #: What the fit finds, in this order; every one is in seconds (per round, per message, per byte).
 PARAMS = ("alpha_s", "kappa_s", "mu_s", "beta_s_per_byte", "eta_s_per_byte", "gamma_s_per_byte")
@@ -91,16 +89,8 @@ def steps(algorithm: str, n: int, size_bytes: int) -> list[Step]:
         up: dict[int, int] = {}
         root_sum: tuple[int, ...] = ()
         for i in reversed(range(n)):  # children before parents, as build_tree adds them
-            children = [c for c in (2 * i + 1, 2 * i + 2) if c < n]
-            ready: tuple[int, ...] = ()
-            if children:
-                ready = (
-                    add(
-                        Step(
-                            _worker(i), None, (1 + len(children)) * size_bytes, tuple(up[c] for c in children)
-                        )
-                    ),
-                )
+            kids = tuple(up[c] for c in (2 * i + 1, 2 * i + 2) if c < n)
+            ready = (add(Step(_worker(i), None, (1 + len(kids)) * size_bytes, kids)),) if kids else ()
             parent = tree_parent(i)
             if parent is not None:
                 up[i] = add(Step(_worker(i), _worker(parent), size_bytes, ready))
@@ -186,19 +176,14 @@ def _plus(timed: _Timed, *, at: Sequence[float], **more: float) -> _Timed:
 def _play(
     graph: Sequence[Step], params: Sequence[float] | np.ndarray, link: Link, *, tensorflow: bool = True
 ) -> Priced:
-    """Play ``graph`` out on ``link``-s, one per task, and return the time of the synchronisation.
-
-    A message first holds the machine's CPU (``MACHINE``, one message at a time) for ``μ + η·bytes``.
-    Then, as every task's link sends one message at a time and receives one at a time, it holds both
-    for ``κ + β·bytes``, plus any wait for their token buckets (refilled at the link's rate), and
-    arrives ``α + d`` after it leaves them. An add holds its task for ``γ·bytes``.
+    """Play ``graph`` out on ``link``-s, one per task, and return the time of the synchronisation:
+    each message and add costs what the module docstring says (the CPU, ``MACHINE``, then the links).
 
     With ``tensorflow`` (the default) the run is the one a TensorFlow session makes on the master of
-    worker:0: every other task starts its piece of the graph ``d`` late (the master's call crosses
-    its link); a receiver asks for each tensor when its piece starts, and the sender answers once the
-    tensor is ready and the request has arrived (``d`` after it left); a task's piece ends when its
-    last message has arrived, and the master hears of it ``d`` later. Less an empty step's time
-    (``2d``: the same calls with nothing to send), that is the communication ``measure`` reports.
+    worker:0 (the module docstring's last point): a receiver asks for each tensor when its piece
+    starts, and the sender answers once the tensor is ready and the request has arrived; a task's
+    piece ends when its last message has arrived. Less an empty step's ``2d``, that is the
+    communication ``measure`` reports.
     Without ``tensorflow``: chapter 11's model (everything starts at once, nothing but ``α + d`` and
     the bytes costs; pass ``α = 0`` and ``β = 1/r``).
 
@@ -388,8 +373,6 @@ def fit(
     if len(rows) <= len(PARAMS):
         raise ValueError(f"fit needs more runs than parameters ({len(PARAMS)}), not {len(rows)}")
     best: tuple[float, np.ndarray, int] | None = None
-    # The least squares of one round is exact for the paths it was given, but which paths are critical
-    # changes with the costs: from three starts a decade apart, keep the costs whose own paths fit best.
     for scale in (1.0, 10.0, 0.1):
         params = np.array(start, dtype=float) * scale
         for done in range(1, rounds + 1):
@@ -453,7 +436,6 @@ def measure(
 
         rows = measure(["0ms", "5ms"], [2, 4], [1_200, 1_200_000])
     """
-    import dtfkit
     from dtfkit.engine.platform import netns
 
     netns.parse_rate(link)  # a bad link or delay is refused before any cluster starts
@@ -463,20 +445,12 @@ def measure(
         for size in sizes:
             for algorithm in algorithms:
                 _check_config(algorithm, n, size)
-    options = {"progress": False, "name": None, **(cluster_options or {})}
-    out = []
-    for delay in delays:
-        with dtfkit.LocalCluster(ps=1, workers=max(ns), link=link, delay=delay, **options) as cluster:
-            for n in ns:
-                (rows,) = cluster.run(
-                    allreduce.time_sync,
-                    args=(tuple(algorithms), n, [size // 4 for size in sizes]),
-                    kwargs={"steps": steps_per_run, "timeout_ms": int(1000 * timeout)},
-                    on="client",
-                    timeout=timeout,
-                ).values()
-                out += alpha_beta.communication(rows, delay, link)
-    return out
+    runs = [(algorithms, n, [size // 4 for size in sizes]) for n in ns]
+    return [
+        row
+        for delay in delays
+        for row in _communication_on(delay, link, max(ns), runs, steps_per_run, timeout, cluster_options)
+    ]
 
 
 def errors(rows: Iterable[dict[str, Any]], fitted: Fit) -> list[dict[str, Any]]:
@@ -500,18 +474,14 @@ def errors(rows: Iterable[dict[str, Any]], fitted: Fit) -> list[dict[str, Any]]:
 
 def summary(errs: Sequence[dict[str, Any]]) -> dict[str, float]:
     """The median and 90th percentile of |relative error|, for the model and for plain α–β."""
-
-    def pct(values: list[float], q: float) -> float:
-        return float(np.percentile(values, q))
-
     model = [abs(e["error"]) for e in errs]
     plain = [abs(e["plain_error"]) for e in errs]
     return {
         "runs": len(errs),
         "median": statistics.median(model),
-        "p90": pct(model, 90),
+        "p90": float(np.percentile(model, 90)),
         "plain_median": statistics.median(plain),
-        "plain_p90": pct(plain, 90),
+        "plain_p90": float(np.percentile(plain, 90)),
     }
 
 
@@ -607,9 +577,6 @@ def switch_points(picks: Sequence[tuple[int, str]]) -> list[tuple[int, str, str]
 
 
 # ------------------------------------------------------------------------------ the plots
-_COLOURS = {"ps": "tab:red", "sharded_ps": "tab:green", "ring": "tab:blue", "tree": "tab:purple"}
-
-
 def plot_predictions(errs: Sequence[dict[str, Any]], *, title: str = "") -> Any:
     """Predicted against measured communication, log-log, one colour per algorithm: the fitted
     model (filled) and plain α–β (hollow), with the line where they are equal."""

@@ -13,6 +13,8 @@ from typing import Any
 
 from dtfkit.recipes.allreduce.task_side import (
     ALGORITHMS,
+    _concat_on,
+    _devices,
     build_allreduce,
     gradient_variables,
     master_session,
@@ -93,10 +95,8 @@ def time_buckets(
             ops = []
             for b, members in enumerate(packs(sizes, pack)):
                 with tf.name_scope(f"pack_{pack}/bucket_{b}"):
-                    joined = []
-                    for i in range(n):
-                        with tf.compat.v1.device(f"/job:worker/task:{i}"):
-                            joined.append(tf.concat([by_tensor[j][i] for j in members], 0))
+                    mine = [[by_tensor[j][i] for j in members] for i in range(n)]
+                    joined = _concat_on(tf, mine, _devices(n), "joined")
                     for i, total in enumerate(build_allreduce(tf, algorithm, joined)):
                         with tf.compat.v1.device(f"/job:worker/task:{i}"):
                             ops += [t.op for t in tf.split(total, [tensor_floats[j] for j in members])]
@@ -130,8 +130,8 @@ def time_overlap(
     where each layer's synchronisation starts as soon as its gradient is ready (the last layer's
     first: the backward pass runs from the output down), and ``"after"``, where every
     synchronisation waits until the whole backward pass is done (a control dependency on every
-    gradient). Also ``"compute"``: the forward and the backward pass alone, with no synchronisation. Returns one row per way: ``way``,
-    ``seconds``, ``median_s``.
+    gradient). Also ``"compute"``: the forward and the backward pass alone, with no synchronisation.
+    Returns one row per way: ``way``, ``seconds``, ``median_s``.
 
     Example::
 

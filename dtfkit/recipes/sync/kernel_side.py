@@ -114,14 +114,11 @@ class SyncRun:
         ``pending`` (over every step the worker recorded, one cut short included)."""
         out: dict[str, dict[str, int]] = {}
         for task in self.workers:
-            mine = [g for g in self.gradients if g["task"] == task]
-            c = Counter(g["fate"] for g in mine)
+            c = Counter(g["fate"] for g in self.gradients_of(task))
             out[task] = {
                 "local_steps": self.results[task]["local_steps"],
                 "pushed": self.pushed_read[task],
-                AGGREGATED: c[AGGREGATED],
-                DROPPED: c[DROPPED],
-                PENDING: c[PENDING],
+                **{fate: c[fate] for fate in (AGGREGATED, DROPPED, PENDING)},
             }
         return out
 
@@ -266,13 +263,9 @@ class SyncRun:
 
         ``skip_first`` leaves out each worker's first step: TensorFlow sets the step up
         on the ps during it, which takes up to a second and would squeeze the rest."""
-        import matplotlib.pyplot as plt
         from matplotlib.patches import Patch
 
-        fonts.draw_in_the_language(language())  # the reader's language in the figure's words
-
-        if ax is None:
-            ax = plt.subplots(figsize=(9, 0.6 + 0.55 * len(self.workers)))[1]
+        ax = _axes(ax, (9, 0.6 + 0.55 * len(self.workers)))
         t0 = self._t0(skip_first)
         if show_updates:
             for t in self.update_times().values():
@@ -295,24 +288,12 @@ class SyncRun:
         ax.set_xlabel(
             _("wall time (s), from each worker's second step") if skip_first else _("wall time (s)")
         )
-        ax.legend(
-            handles=[Patch(color=c, label=_(FATE_LABELS[f])) for f, c in FATE_COLORS.items()],
-            loc="upper left",
-            bbox_to_anchor=(1.0, 1.0),
-            fontsize="small",
-        )
-        if title:
-            ax.set_title(title)
-        return ax
+        handles = [Patch(color=c, label=_(FATE_LABELS[f])) for f, c in FATE_COLORS.items()]
+        return _legend_and_title(ax, title, handles=handles)
 
     def plot_updates(self, ax=None, title: str | None = None):
         """For each update, a stacked bar: whose gradients it averaged."""
-        import matplotlib.pyplot as plt
-
-        fonts.draw_in_the_language(language())  # the reader's language in the figure's words
-
-        if ax is None:
-            ax = plt.subplots(figsize=(9, 2.2))[1]
+        ax = _axes(ax, (9, 2.2))
         updates = self.updates()
         xs = np.array(sorted(updates))
         bottom = np.zeros(len(xs))
@@ -323,20 +304,28 @@ class SyncRun:
         ax.set_xlabel(_("update (global step)"))
         ax.set_ylabel(_("gradients"))
         ax.set_yticks(range(int(bottom.max()) + 1 if len(bottom) else 1))
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
-        if title:
-            ax.set_title(title)
-        return ax
+        return _legend_and_title(ax, title)
+
+
+def _axes(ax: Any, figsize: tuple[float, float]) -> Any:
+    """``ax``, or the axes of a new figure of ``figsize``; either drawn in the reader's language."""
+    import matplotlib.pyplot as plt
+
+    fonts.draw_in_the_language(language())
+    return ax if ax is not None else plt.subplots(figsize=figsize)[1]
+
+
+def _legend_and_title(ax: Any, title: str | None, **legend: Any) -> Any:
+    """The legend right of ``ax`` (``legend``: more of its arguments), and ``title`` when given."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", **legend)
+    if title:
+        ax.set_title(title)
+    return ax
 
 
 def plot_shares(runs: dict[str, SyncRun], ax=None, of: str = AGGREGATED, title: str | None = None):
     """Grouped bars: each worker's share of the aggregated gradients, one group per run."""
-    import matplotlib.pyplot as plt
-
-    fonts.draw_in_the_language(language())  # the reader's language in the figure's words
-
-    if ax is None:
-        ax = plt.subplots(figsize=(7, 2.8))[1]
+    ax = _axes(ax, (7, 2.8))
     tasks = sorted({t for run in runs.values() for t in run.workers})
     width = 0.8 / max(1, len(tasks))
     for k, task in enumerate(tasks):
@@ -348,10 +337,7 @@ def plot_shares(runs: dict[str, SyncRun], ax=None, of: str = AGGREGATED, title: 
         _("share of aggregated gradients") if of == AGGREGATED else _("share of {of}").format(of=of)
     )
     ax.set_ylim(0, 1)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
-    if title:
-        ax.set_title(title)
-    return ax
+    return _legend_and_title(ax, title)
 
 
 # ------------------------------------------------------------------ stack excerpts
