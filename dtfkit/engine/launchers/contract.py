@@ -2,25 +2,16 @@
 
 The runtime (``dtfkit.engine.owner.runtime``) decides *what* runs: which tasks, with which
 config, and it speaks the protocol (``dtfkit.engine.wire.protocol``) with them. A launcher
-decides *where and how* a task process runs, in the spirit of dask's
-``ProcessInterface`` and ipyparallel's ``BaseLauncher``. Its whole contract:
-
-- ``start(config)`` starts one task and returns a ``TaskHandle``: is it alive, its exit
-  code, kill it, an identity for the state file, its output lines, the host of its
-  address. Everything a task needs travels in ``config`` (``TaskConfig``: environment,
-  working directory, control address, GPU settings in ``env``); what the launcher adds
-  for its task goes in ``config.launch``. What the tasks share (a private network
-  namespace, say) is set up by the first ``start()``, retried or replaced there too;
-- ``describe()`` says what it did, as facts (``LauncherDescription``): the network,
-  how the tasks started, its own processes; the front ends turn them into words;
-- ``close()`` ends what it made. ``started()`` (optional) hears that the cluster's
-  start is over.
+decides *where and how* a task process runs, in the spirit of dask's ``ProcessInterface`` and
+ipyparallel's ``BaseLauncher``: ``start(config)`` returns a ``TaskHandle`` (everything a task
+needs travels in ``config``, what the launcher adds for its task in ``config.launch``; what the
+tasks share, a private network namespace say, is set up by the first ``start()``), ``describe()``
+says what it did as facts (``LauncherDescription``), ``close()`` ends what it made.
 
 Launchers: ``dtfkit.engine.launchers.local.LocalLauncher`` (each task forked from the owner's task
-zygote, or a fresh interpreter; its own process group, a private namespace or the host network), and
-``dtfkit.engine.launchers.fake.FakeLauncher`` (plain Python tasks without TensorFlow, for tests).
-A front end keeps a ``LauncherSpec`` (class and options) to build the same launcher again
-when a closed cluster starts anew.
+zygote, or a fresh interpreter) and ``dtfkit.engine.launchers.fake.FakeLauncher`` (plain Python
+tasks without TensorFlow, for tests). A front end keeps a ``LauncherSpec`` (class and options) to
+build the same launcher again when a closed cluster starts anew.
 
 Example, a launcher of one's own::
 

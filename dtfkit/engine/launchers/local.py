@@ -2,17 +2,12 @@
 
 Each task is ``dtfkit.engine.task.task_main`` in its own process group (so a kill ends whatever
 it started too; ``dtfkit.engine.launchers.local_process``), with its output on a pipe: forked from
-the zygote, which imported TensorFlow once (``dtfkit.engine.launchers.zygotes``), or, where the
-zygote cannot serve, a fresh ``python -m dtfkit.engine.task.task_main``. With
-``network="auto"`` or ``"isolated"`` the tasks share a private user + network
-namespace held by an anchor process (``dtfkit.engine.platform.anchor``), so their
-TensorFlow servers, which listen on every interface without authentication, are
-reachable from nowhere else. With ``link=`` every task gets a network namespace and
-an address (``10.77.x.y``) of its own instead, joined to the others through a bridge
-in the anchor's namespace by a rate-limited link (see ``dtfkit.engine.platform.netns``), and with
-``delay=`` a relay in front of each task's server that holds every byte for the link's
-delay (see ``dtfkit.engine.task.relay``); both options are checked by
-``dtfkit.engine.launchers.links``.
+the zygote (``dtfkit.engine.launchers.zygotes``), or, where the zygote cannot serve, a fresh
+interpreter. With ``network="auto"`` or ``"isolated"`` the tasks share a private network namespace
+held by an anchor process (``dtfkit.engine.platform.anchor``; why: ``dtfkit.engine.platform.netns``).
+With ``link=`` every task gets a namespace and an address (``10.77.x.y``) of its own, joined to the
+others by a rate-limited link (``netns``), and with ``delay=`` a relay in front of each task's server
+(``dtfkit.engine.task.relay``); ``dtfkit.engine.launchers.links`` checks both options.
 
 Example::
 
@@ -124,15 +119,12 @@ class LocalLauncher(Launcher):
         anchor = self.anchor
         return dataclasses.replace(
             self._net,
-            start=self._start_facts(),
+            start=ForkStart(forked=self.forked, started=self.forked + self.spawned, why=self.why_spawned),
             links=None if self.links is None else types.MappingProxyType(dict(self.links)),
             delays=None if self.delays is None else types.MappingProxyType(dict(self.delays)),
             processes=(anchor.identity(),) if anchor is not None and anchor.alive else (),
             pids=types.MappingProxyType({"netns": anchor.pid} if anchor is not None else {}),
         )
-
-    def _start_facts(self) -> ForkStart:
-        return ForkStart(forked=self.forked, started=self.forked + self.spawned, why=self.why_spawned)
 
     def host_of(self, task: str) -> str:
         """The host of ``task``'s address: its own link address with ``link=``, else localhost."""

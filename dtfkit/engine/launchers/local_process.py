@@ -1,8 +1,5 @@
 """Owner process: a task as a child process of the owner, the leader of its own process group.
 
-``spawn_task`` starts ``python -m dtfkit.engine.task.task_main`` for a task's configuration, and
-``LocalProcess`` is the launchers' handle on it (``dtfkit.engine.launchers.contract.TaskHandle``).
-
 Example::
 
     >>> handle = LocalProcess(spawn_task(config, env, config.cwd))   # doctest: +SKIP

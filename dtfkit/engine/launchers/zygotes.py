@@ -1,21 +1,14 @@
-"""Tasks forked from a zygote: a process of the owner's that imported TensorFlow once.
+"""Tasks forked from a zygote: a process of the owner's that imported TensorFlow once (why, and
+how it forks safely: ``dtfkit.engine.task.zygote``).
 
-A fresh interpreter per task pays the whole TensorFlow import (about 4 CPU seconds and 0.3 GB on
-this kind of machine), three times for a cluster of three on two cores. A ``Zygote`` is a child of
-the owner (``python -m dtfkit.engine.task.zygote``) that imports TensorFlow, cloudpickle and the
-task side of dtfkit once, then forks one child per task on request; the child becomes the task as a
-fresh interpreter would (``dtfkit.engine.task.zygote``). The owner keeps one zygote per set of the
-variables TensorFlow reads at import (``import_key``): a cluster with ``env={"TF_CPP_MIN_LOG_LEVEL":
-"0"}`` gets a zygote of its own; variables read later (``CUDA_VISIBLE_DEVICES``, ``TF_CONFIG``,
-``PYTHONPATH``...) are set in the child.
-
-A forked task is the zygote's child, not the owner's: the zygote reports each child's exit code on
-the socket (``ForkedProcess.poll``), and the owner signals the child's process group directly. The
-child's output comes through a pipe the owner makes and sends with the request, as a fresh
-interpreter's would.
+The owner keeps one zygote per set of the variables TensorFlow reads at import (``import_key``): a
+cluster with ``env={"TF_CPP_MIN_LOG_LEVEL": "0"}`` gets a zygote of its own; variables read later
+(``CUDA_VISIBLE_DEVICES``, ``TF_CONFIG``, ``PYTHONPATH``...) are set in the child. A forked task is
+the zygote's child, not the owner's: the zygote reports each child's exit code on the socket
+(``ForkedProcess.poll``), and the owner signals the child's process group directly.
 
 Where the zygote cannot serve, the task starts as a fresh interpreter and the launcher says why
-once (``fallback_note()``): ``DTFKIT_ZYGOTE=0``; a zygote that failed to start or that refuses to
+once (``say_once()``): ``DTFKIT_ZYGOTE=0``; a zygote that failed to start or that refuses to
 fork (a thread it cannot name, see ``known_threads``); a request too large for one packet.
 
 Lifetime: one per owner, started by ``import dtfkit`` in a notebook kernel (``prestart_default``;
@@ -36,6 +29,7 @@ Example::
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import os
 import signal
@@ -43,7 +37,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -184,8 +177,6 @@ class Zygote:
         self._early_exits: dict[int, int] = {}  # exits of those
         self._next_id = 0
         self.leases = 0  # callers between zygote_for() and the end of their fork (under the module's _LOCK)
-        self.started_at = time.monotonic()
-        self.ready_after: float | None = None
         own, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = own
         zenv = {k: v for k, v in env.items() if k != CONFIG_ENV}
@@ -227,7 +218,6 @@ class Zygote:
             if op == "ready":
                 self.threads = list(message.get("threads") or [])
                 self.refused = message.get("refuse") or ""
-                self.ready_after = time.monotonic() - self.started_at
                 self._ready.set()
             elif op in ("forked", "failed"):
                 with self._lock:
@@ -359,14 +349,10 @@ class Zygote:
             if self.closed:
                 return
             self.closed = True
-        if not self._ready.is_set():
-            lifeline.signal_group(
-                self.popen.pid, signal.SIGKILL
-            )  # still importing: it reads no EOF, and forked nothing
-        try:
+        if not self._ready.is_set():  # still importing: it reads no EOF, and forked nothing
+            lifeline.signal_group(self.popen.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)  # EOF: the zygote ends its children, then itself
-        except OSError:
-            pass
         try:
             self.popen.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -443,10 +429,8 @@ def prestart(env: Mapping[str, str]) -> None:
     time the first cluster asks (``import dtfkit`` in a kernel). Never raises."""
 
     def start() -> None:
-        try:
+        with contextlib.suppress(Exception):  # the first cluster tries again and says why
             zygote_for(env)
-        except Exception:  # noqa: BLE001 - the first cluster tries again and says why
-            pass
 
     threading.Thread(target=start, name="dtfkit-zygote-start", daemon=True).start()
 
@@ -493,12 +477,6 @@ def say_once(why: str) -> None:
     from dtfkit.engine.wire import frames
 
     frames.warn(f"dtfkit: tasks start as fresh interpreters (each imports TensorFlow): {why}")
-
-
-def fallback_notes() -> list[str]:
-    """The reasons said so far for starting tasks as fresh interpreters."""
-    with _LOCK:
-        return sorted(_SAID)
 
 
 def live() -> list[Zygote]:

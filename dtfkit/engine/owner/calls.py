@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Callable
@@ -311,12 +312,10 @@ class RunHandle:
 
     def _interrupt(self, reason: str) -> None:
         for task in self._pending:
-            try:
+            with contextlib.suppress(TaskNotRunning):
                 self._procs[task].send(protocol.Interrupt(self.call_id))
                 self._reasons[task] = reason
                 self._notes[task] = _("{task} was interrupted ({reason})").format(task=task, reason=reason)
-            except TaskNotRunning:
-                pass
         self._grace_deadline = time.monotonic() + self._grace
 
     def _await_stop(self) -> None:
@@ -358,10 +357,8 @@ class RunHandle:
 
     def _time_out(self) -> None:
         for task in self._pending:
-            try:
+            with contextlib.suppress(TaskNotRunning):
                 self._procs[task].send(protocol.DumpStacks(self.call_id))
-            except TaskNotRunning:
-                pass
         frozen = {task for task in self._pending if self._procs[task].handle.stopped()}
         end = time.monotonic() + STACK_DUMP_WAIT
         # A stopped process (state T) cannot answer: do not wait for its stack.

@@ -198,10 +198,8 @@ class Events:
     def _read_output(self, proc: TaskProcess) -> None:
         name = proc.task.name
         logbook = self.output.logbook
-        try:
+        with contextlib.suppress(OSError):  # the task's first line meets the same trouble, handled there
             logbook.start_file(name)
-        except OSError:  # the task's first line meets the same trouble, where it is handled today
-            pass
         while True:
             try:
                 raw = proc.handle.read_line()

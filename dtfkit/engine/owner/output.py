@@ -1,14 +1,10 @@
 """What the tasks of one cluster print, kept and shown: ``LogBook`` and ``Output``.
 
 Every line a task prints goes into the cluster's log book (``LogBook``: in memory and
-in one file per task, both bounded). While a
-thread waits on the cluster (``live_output()``), the lines are echoed in that thread,
-so in a notebook they land in the cell that asked for the work; while tasks start,
-TensorFlow's start-up chatter is held and echoed once (``folding_repeats()``).
-
-The start-up progress display is not the engine's business: the front end passes a
-``ProgressFactory`` (``dtfkit.progress.Progress`` in a notebook), and the engine only
-calls ``update`` / ``done`` / ``failed`` on what it returns (``NO_PROGRESS`` by default).
+in one file per task, both bounded). While a thread waits on the cluster (``live_output()``),
+the lines are echoed in that thread, so in a notebook they land in the cell that asked for
+the work; while tasks start, TensorFlow's start-up chatter is held and echoed once
+(``folding_repeats()``). The start-up progress display is the front end's (a ``ProgressFactory``).
 
 Example::
 

@@ -1,17 +1,8 @@
 """One task's process as its owner sees it (``TaskProcess``), and the frozen views of it
 that front ends read (``TaskView``, ``ClusterView``).
 
-A ``TaskProcess`` belongs to the engine. Its state changes only through its methods: its ``Lifecycle``
-(starting, ready, busy with a call), whose moves are written in one place (``TaskProcess._move``, allowed by
-``_MOVES``), and the facts the task reported (``events.Events`` and the call it runs, ``calls.RunHandle``,
-call them). Everything else gets a ``TaskView``, taken with one look at the process, so its state and exit
-code agree.
-
-Example::
-
-    >>> view = runtime.task_view("worker:1")                     # doctest: +SKIP
-    >>> view.name, view.status, view.alive, view.gen             # doctest: +SKIP
-    ('worker:1', 'running', True, 2)
+A ``TaskProcess`` belongs to the engine; everything else gets a ``TaskView``, taken with one look at
+the process, so its state and exit code agree.
 """
 
 from __future__ import annotations
@@ -35,8 +26,8 @@ class TaskView:
     Example::
 
         >>> view = runtime.task_view("worker:1")                     # doctest: +SKIP
-        >>> view.name, view.status, view.alive                       # doctest: +SKIP
-        ('worker:1', 'running', True)
+        >>> view.name, view.status, view.alive, view.gen             # doctest: +SKIP
+        ('worker:1', 'running', True, 2)
     """
 
     task: TaskId

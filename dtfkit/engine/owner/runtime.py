@@ -11,8 +11,7 @@ on ``ClusterRuntime``. It is three parts with one job each:
 
 Everything the tasks say arrives as events on one queue that the caller's thread waits
 on, so output is printed by the thread of the cell that asked for the work and never
-lands in another cell. Front ends use the methods below and read frozen views
-(``TaskView``, ``ClusterView``), never a part's fields.
+lands in another cell.
 """
 
 from __future__ import annotations
@@ -85,16 +84,11 @@ def _close_all_at_exit() -> None:
 class ClusterRuntime:
     """Starts and owns the processes of one cluster. ``LocalCluster`` and ``launch`` are its faces.
 
-    Where the tasks run is the launcher's business (``dtfkit.engine.launchers.contract``); what
-    they say arrives as ``Event`` s on one queue, which the thread that waits (one at a
-    time, ``events.waiting()``) applies with ``events.wait_until()``. How the tasks start is
-    its ``settings`` (``ClusterSettings``).
-
     ``tasks``, ``events`` and ``output`` are its parts. It composes them and forwards nothing to
     them: its methods are what takes more than one part (start, restart, kill, a client task, the
-    stacks). Front ends call those, and read the parts through the paths
-    ``tests/test_runtime_surface.py`` allows (``tasks.snapshot()``, ``output.logbook.lines()``, ...);
-    they write nothing of a part.
+    stacks). Front ends call those, read frozen views (``TaskView``, ``ClusterView``), and read the
+    parts through the paths ``tests/test_runtime_surface.py`` allows (``tasks.snapshot()``,
+    ``output.logbook.lines()``, ...); they write nothing of a part.
 
     Example::
 
@@ -189,7 +183,7 @@ class ClusterRuntime:
     # ----------------------------------------------------------------- events
 
     def stacks(self, tasks: Collection[TaskId], timeout: float = 5.0) -> dict[TaskId, str]:
-        """What each of ``tasks`` is doing now: the Python stacks of its threads (the control thread
+        r"""What each of ``tasks`` is doing now: the Python stacks of its threads (the control thread
         left out), as its ``DumpStacks`` answer gives them. A task that does not answer within
         ``timeout`` (not running, or C++ code holding its interpreter) is left out. Call it from
         the thread that waits on the cluster (``launch()``'s supervisor).

@@ -1,11 +1,9 @@
 """The processes of one cluster: ``Tasks`` starts, ends and restarts them.
 
-Every process is a ``TaskProcess``: the launcher's handle plus what the protocol said
-(its port, ready, the call it runs). Each start of a task is a new generation, so an
-event from an ended process is never taken for one of its successor's. One
-``reconcile(wanted, renew=...)`` brings the processes to what is wanted: start, restart,
-``ensure_running`` and client tasks all go through it. Every call to the launcher is
-made here. Front ends read ``TaskView`` s, never a ``TaskProcess``.
+Each start of a task is a new generation, so an event from an ended process is never taken
+for one of its successor's. One ``reconcile(wanted, renew=...)`` brings the processes to what
+is wanted: start, restart, ``ensure_running`` and client tasks all go through it. Every call
+to the launcher is made here.
 
 Example::
 
@@ -20,6 +18,7 @@ import itertools
 import os
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable
 from types import MappingProxyType
 
@@ -119,13 +118,6 @@ class Tasks:
     # ------------------------------------------------------------------ start
     def start(self) -> None:
         """Start every task of the layout and return once each one is serving (or raise)."""
-        self._start_all_tasks()
-
-    def started(self) -> None:
-        """Tell the launcher the start is over (succeeded or not)."""
-        self.launcher.started()
-
-    def _start_all_tasks(self) -> None:
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 self.reconcile(self.layout.tasks, new_addresses=True)
@@ -137,16 +129,15 @@ class Tasks:
                         "(another program took it between reservation and start); "
                         "try again, or use the default isolated network"
                     ) from None
-                self._end_all_tasks()
+                procs = list(self.procs.values())
+                _end(procs)
+                for proc in procs:  # so that none of their last lines shows up in a later wait
+                    proc.output_closed.wait(timeout=10)
+                self.procs.clear()
 
-    def _end_all_tasks(self) -> None:
-        procs = list(self.procs.values())
-        for proc in procs:
-            proc.kill()
-        self._reap(procs)
-        for proc in procs:  # so that none of their last lines shows up in a later wait
-            proc.output_closed.wait(timeout=10)
-        self.procs.clear()
+    def started(self) -> None:
+        """Tell the launcher the start is over (succeeded or not)."""
+        self.launcher.started()
 
     def reconcile(
         self, wanted: Iterable[TaskId], *, renew: Collection[TaskId] = (), new_addresses: bool = False
@@ -170,8 +161,7 @@ class Tasks:
         for t in targets:
             old = self.procs.get(t)
             if old is not None:
-                old.kill()
-                self._reap([old])
+                _end([old])
         if targets:
             self.start_tasks(targets, restart=not new_addresses)
             self.write_state()
@@ -279,13 +269,10 @@ class Tasks:
         except PortTaken as exc:
             bar.failed(f"{exc.task} could not bind its port")
             if not restart:
-                raise  # a first start: _start_all_tasks tries again on new ports
+                raise  # a first start: start() tries again on new ports
             # A restart keeps the old address, which another program took while the task was
             # down: no point in trying again. End the new processes so none stays "starting".
-            procs = list(pending.values())
-            for proc in procs:
-                proc.kill()
-            self._reap(procs)
+            _end(list(pending.values()))
             address = self.addresses.get(TaskId.parse(exc.task), "its old address")
             if self.describe_launcher().isolated:
                 raise ClusterStartError(
@@ -370,9 +357,7 @@ class Tasks:
 
     def end_tasks(self, procs: list[TaskProcess]) -> None:
         """Kill ``procs``, wait until they are gone (bounded) and update the state file."""
-        for proc in procs:
-            proc.kill()
-        self._reap(procs)
+        _end(procs)
         self.write_state()
 
     def restart(self, task: TaskId | None) -> None:
@@ -397,10 +382,6 @@ class Tasks:
         self.reconcile(wanted, renew=list(stale))
         return stale
 
-    def _reap(self, procs: list[TaskProcess], timeout: float = 10.0) -> None:
-        for proc in procs:
-            proc.handle.wait(timeout)
-
     def write_state(self) -> None:
         if self.closed:
             return
@@ -411,10 +392,7 @@ class Tasks:
     def close(self) -> None:
         """End every process, then the launcher (and what it shares: an anchor)."""
         self.closed = True
-        procs = list(self.procs.values())
-        for proc in procs:
-            proc.kill()
-        self._reap(procs)
+        _end(list(self.procs.values()))
         self.launcher.close()
 
     def pids(self) -> dict[str, int]:
@@ -424,13 +402,19 @@ class Tasks:
         return out
 
 
+def _end(procs: list[TaskProcess], timeout: float = 10.0) -> None:
+    """Kill ``procs`` and wait (``timeout`` s each at most) until they are gone."""
+    for proc in procs:
+        proc.kill()
+    for proc in procs:
+        proc.handle.wait(timeout)
+
+
 def _port_of(address: str) -> int:
     return int(address.rsplit(":", 1)[1])
 
 
 def describe(tasks: list[TaskId]) -> str:
     """``"1 ps + 2 workers"``."""
-    counts: dict[str, int] = {}
-    for t in tasks:
-        counts[t.job] = counts.get(t.job, 0) + 1
+    counts = Counter(t.job for t in tasks)
     return " + ".join(f"{n} {job}" + ("s" if n > 1 and job == "worker" else "") for job, n in counts.items())

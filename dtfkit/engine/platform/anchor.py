@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import subprocess
@@ -123,10 +124,8 @@ class NamespaceAnchor:
         if self.gate is not None:
             os.close(self.gate)
             self.gate = None
-        try:
+        with contextlib.suppress(OSError):
             self._stdin.close()  # EOF: the anchor leaves, and with it the namespace
-        except OSError:
-            pass
         kill_group(self.popen)
         self._stdout.close()
 

@@ -1,16 +1,11 @@
 """Owner process: start a command as the leader of a process group of its own, and end that group.
 
 A kill then ends whatever the command started too (a task's helpers, a simulated pod's children).
-
-Example::
-
-    >>> p = spawn_group(["sleep", "60"], dict(os.environ), None)
-    >>> kill_group(p); p.returncode
-    -9
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 
@@ -25,6 +20,7 @@ def spawn_group(
 
     Example::
 
+        >>> import os
         >>> p = spawn_group(["sleep", "60"], dict(os.environ), None)
         >>> kill_group(p); p.returncode
         -9
@@ -53,14 +49,10 @@ def kill_group(
     if popen.poll() is None:
         if grace > 0:
             lifeline.signal_group(popen.pid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
         lifeline.signal_group(popen.pid, signal.SIGKILL)  # the leader's group, even if SIGTERM ended it
     elif leftovers:
         lifeline.signal_group(popen.pid, signal.SIGKILL)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         popen.wait(timeout=wait)
-    except subprocess.TimeoutExpired:
-        pass

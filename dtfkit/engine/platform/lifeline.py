@@ -8,6 +8,7 @@ its main thread, see ``DTFKIT_PDEATHSIG``), and an EOF on the control connection
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import queue
@@ -69,20 +70,16 @@ def with_lifeline_here(env: Mapping[str, str]) -> dict[str, str]:
 
 def signal_group(pgid: int, sig: int) -> None:
     """Send ``sig`` to process group ``pgid``; nothing if it is gone (or not ours)."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def kill_group_and_leader(pid: int) -> None:
     """SIGKILL the process group ``pid`` leads, and ``pid`` itself: a forked task leads no group
     until its ``setsid()``."""
     signal_group(pid, signal.SIGKILL)
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def end_own_process_group() -> NoReturn:

@@ -41,6 +41,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -83,16 +84,31 @@ def _check(result: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
+def _linux_libc() -> ctypes.CDLL:
+    if _libc is None:
+        raise OSError("network namespaces need Linux")
+    return _libc
+
+
+def _setns(pid: int, kind: str, flag: int) -> None:
+    """Join the ``kind`` namespace (``"user"``, ``"net"``) of process ``pid``."""
+    libc = _linux_libc()
+    fd = os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY)
+    try:
+        _check(libc.setns(fd, flag), f"setns({kind} namespace of pid {pid})")
+    finally:
+        os.close(fd)
+
+
 def unshare_user_and_net() -> None:
     """Move the calling (single-threaded) process into new user + network namespaces.
 
     The calling user is mapped to root inside, which grants the capabilities needed
     to bring the loopback interface up and no more than the user had outside.
     """
-    if _libc is None:
-        raise OSError("network namespaces need Linux")
+    libc = _linux_libc()
     uid, gid = os.getuid(), os.getgid()
-    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNET), "unshare(CLONE_NEWUSER|CLONE_NEWNET)")
+    _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNET), "unshare(CLONE_NEWUSER|CLONE_NEWNET)")
     with open("/proc/self/setgroups", "w") as f:
         f.write("deny")
     with open("/proc/self/uid_map", "w") as f:
@@ -115,14 +131,8 @@ def enter(anchor_pid: int) -> None:
     Must run before the process starts any thread (``setns`` into a user
     namespace is refused to multi-threaded processes).
     """
-    if _libc is None:
-        raise OSError("network namespaces need Linux")
     for kind, flag in (("user", CLONE_NEWUSER), ("net", CLONE_NEWNET)):
-        fd = os.open(f"/proc/{anchor_pid}/ns/{kind}", os.O_RDONLY)
-        try:
-            _check(_libc.setns(fd, flag), f"setns({kind} namespace of pid {anchor_pid})")
-        finally:
-            os.close(fd)
+        _setns(anchor_pid, kind, flag)
 
 
 def wait_ready(fd: int) -> bool:
@@ -148,14 +158,8 @@ def enter_own(anchor_pid: int) -> None:
     The new network namespace belongs to the anchor's user namespace, so the anchor can
     move an interface into it. Must run before the process starts any thread.
     """
-    if _libc is None:
-        raise OSError("network namespaces need Linux")
-    fd = os.open(f"/proc/{anchor_pid}/ns/user", os.O_RDONLY)
-    try:
-        _check(_libc.setns(fd, CLONE_NEWUSER), f"setns(user namespace of pid {anchor_pid})")
-    finally:
-        os.close(fd)
-    _check(_libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+    _setns(anchor_pid, "user", CLONE_NEWUSER)
+    _check(_linux_libc().unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
     loopback_up()
 
 
@@ -178,8 +182,7 @@ def parse_rate(value: object) -> int:
         raise ValueError(
             f"link rate {shown(value)} is not a rate: expected {RATE_FORM}, from 8kbit to 10gbit"
         )
-    bits = int(bits)
-    return bits
+    return int(bits)
 
 
 def format_rate(bits: int) -> str:
@@ -314,14 +317,11 @@ class _Hub:
         finally:
             for fd in fds:
                 os.close(fd)
-        try:
+        with contextlib.suppress(OSError):
             conn.sendall(reply.encode())
-        except OSError:
-            pass
 
     def connect(self, ns_fd: int, address: str, rate: int | None) -> None:
-        if _libc is None:  # the hub runs only where unshare_user_and_net() worked
-            raise OSError("network namespaces need Linux")
+        libc = _linux_libc()  # the hub runs only where unshare_user_and_net() worked
         self.count += 1
         # A fresh hub-side name each time: the pair of a restarted task's old process may
         # still be on its way out (namespaces are torn down asynchronously).
@@ -335,11 +335,11 @@ class _Hub:
         # A netlink socket works in the namespace it was made in: make one in the task's.
         own = os.open("/proc/self/ns/net", os.O_RDONLY)
         try:
-            _check(_libc.setns(ns_fd, CLONE_NEWNET), "setns(the task's network namespace)")
+            _check(libc.setns(ns_fd, CLONE_NEWNET), "setns(the task's network namespace)")
             try:
                 task_ipr = self.IPRoute()
             finally:
-                _check(_libc.setns(own, CLONE_NEWNET), "setns(back to the hub)")
+                _check(libc.setns(own, CLONE_NEWNET), "setns(back to the hub)")
         finally:
             os.close(own)
         with task_ipr:
@@ -465,12 +465,9 @@ def _anchor_main(argv: list[str]) -> None:
     sys.stdout.flush()
     ready_fd = os.environ.get(READY_FD_ENV)
     if ready_fd:
-        try:
+        # BrokenPipeError: no task waits on the pipe (every task spawned with it ended).
+        with contextlib.suppress(BrokenPipeError):
             os.write(int(ready_fd), READY_BYTE)
-        except BrokenPipeError:
-            # No task waits on the pipe (every task spawned with it
-            # ended): the owner closed its read end, and nobody needs the byte.
-            pass
         os.close(int(ready_fd))  # tasks waiting in wait_ready() may join now
     # The owner keeps our stdin open; EOF means it closed the cluster or died.
     watched = [0] + ([listener] if listener is not None else [])

@@ -5,11 +5,6 @@ The bottom of dtfkit: standard library only, no dtfkit import, so every layer ma
 It never imports IPython: importing it only to learn that we are not in a kernel costs
 seconds, and a kernel has imported it long before any of these questions is asked.
 
-- ``in_kernel()``: a Jupyter/IPython kernel runs this process (a terminal IPython does not);
-- ``in_task()``: this process is a dtfkit task (``DTFKIT_TASK`` is set);
-- ``cell_key()``: the id of the notebook cell running now (``"cell:<id>"``);
-- ``cell_name(filename)``: how IPython names a cell's file in a traceback (``"Cell In[5]"``).
-
 Example (in a script)::
 
     >>> from dtfkit.engine.platform import notebook
@@ -23,9 +18,8 @@ import os
 import sys
 from typing import Any
 
-TASK_ENV = (
-    "DTFKIT_TASK"  # the task config a launcher gives each task (dtfkit.engine.wire.protocol.CONFIG_ENV)
-)
+# The task config a launcher gives each task (dtfkit.engine.wire.protocol.CONFIG_ENV).
+TASK_ENV = "DTFKIT_TASK"
 
 
 def shell() -> Any | None:

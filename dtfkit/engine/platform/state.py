@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -240,10 +241,8 @@ def read_state(path: str) -> dict[str, Any] | None:
 
 
 def remove_state(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.remove(os.path.join(path, STATE_FILE))
-    except FileNotFoundError:
-        pass
 
 
 def _same_process(ident: ProcessIdentity) -> psutil.Process | None:
@@ -399,9 +398,7 @@ def _kill_tree(proc: psutil.Process, wait: bool = True) -> None:
     except psutil.Error:
         family = [proc]
     for p in family:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.kill()
-        except psutil.Error:
-            pass
     if wait:
         psutil.wait_procs(family, timeout=5)

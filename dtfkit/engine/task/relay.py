@@ -1,16 +1,12 @@
 """A delaying TCP relay in front of a task's TensorFlow server (``LocalCluster(delay=...)``).
 
-The kernel of a user namespace here has no ``netem`` (``tc qdisc add ... netem``:
-"Specified qdisc kind is unknown"), and none of the qdiscs it does accept holds a packet
-for a fixed time (see ``dtfkit.engine.platform.netns``). So the delay is made in user space, one
-relay per task: the task's public port (the one in ``cluster_spec``) is held by this
-relay process, and the TensorFlow server itself binds another port, reachable only
-inside the task's own network namespace. Every byte a peer sends is held ``delay``
-seconds after it arrived before it goes on to the server, and every byte of the answer
-is held as long before it goes back: a request and its answer pay the delay once each
-way. The bytes keep their order; the rate limit stays in the kernel (the token buckets
-on the links), so ``S`` bytes over a link of rate ``r`` arrive ``delay + S/r`` after the
-first was sent.
+The kernel cannot delay packets in an unprivileged namespace (see ``dtfkit.engine.platform.netns``),
+so the delay is made in user space, one relay per task: this relay process holds the task's public
+port (the one in ``cluster_spec``), and the TensorFlow server binds another, reachable only inside
+the task's own network namespace. Every byte is held ``delay`` seconds after it arrived before it
+goes on, either way: a request and its answer pay the delay once each way. The bytes keep their
+order; the rate limit stays in the kernel (the token buckets on the links), so ``S`` bytes over a
+link of rate ``r`` arrive ``delay + S/r`` after the first was sent.
 
 Each connection is a TCP stream of its own, so this is a delay on messages, not on
 packets: TCP's own ramp-up over a long round trip is not emulated (the relay's sockets
@@ -92,8 +88,9 @@ def start(
     Returns once the relay accepts connections; it listens only then, so that no peer's
     bytes wait in a backlog, unseen, before the relay holds them (they would arrive late
     by that wait, not by the delay alone). ``OSError`` if it ended or did not start within
-    ``READY_SECONDS`` (its own words are in this process's output). Must be called from the thread that lives as long as the process (the main thread):
-    ``PR_SET_PDEATHSIG`` fires when the thread that started the child ends.
+    ``READY_SECONDS`` (its own words are in this process's output). Must be called from the thread
+    that lives as long as the process (the main thread): ``PR_SET_PDEATHSIG`` fires when the thread
+    that started the child ends.
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))  # the namespace is the task's own: nobody takes it meanwhile

@@ -12,6 +12,7 @@ then start the server from the ClusterSpec the owner sends back.
 # (imports below the first line: it takes the time Python came up, before the imports it times)
 from __future__ import annotations
 
+import contextlib
 import time
 
 # (step, time.monotonic(), time.process_time()) at the end of each start-up step: Python is up, this module starts
@@ -209,10 +210,8 @@ def _run_call(channel: Channel, call: protocol.Call) -> None:
 def _mark_output_done(call_id: int) -> None:
     """Tell the owner, in the output stream itself, that this call's output is complete."""
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(Exception):  # a replaced or closed stream
             stream.flush()
-        except Exception:  # noqa: BLE001 - a replaced or closed stream
-            pass
     os.write(1, protocol.output_done_line(call_id))
 
 
@@ -278,6 +277,16 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _exit_code(exc: SystemExit) -> int:
+    """The exit code an interpreter ending on ``exc`` gives (a message in it is printed first)."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
 def _run_script(cfg: TaskConfig, cluster: dict[str, list[str]], job: str, index: int) -> int:
     import runpy
 
@@ -290,13 +299,7 @@ def _run_script(cfg: TaskConfig, cluster: dict[str, list[str]], job: str, index:
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
-        code = exc.code
-        if code is None:
-            return 0
-        if isinstance(code, int):
-            return code
-        print(code, file=sys.stderr)
-        return 1
+        return _exit_code(exc)
     except BaseException:  # noqa: BLE001 - report any crash as a failed task
         sys.stderr.write(sources.format_exc())
         return 1
@@ -378,9 +381,7 @@ def main() -> None:
     if netns_pid:
         from dtfkit.engine.platform import netns
 
-        if cfg.launch.get(
-            "link"
-        ):  # a namespace of its own, linked to the anchor's hub once the channel is up
+        if cfg.launch.get("link"):  # its own namespace, linked to the anchor's hub once the channel is up
             netns.enter_own(netns_pid)
         else:
             netns.enter(netns_pid)

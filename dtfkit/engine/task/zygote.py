@@ -27,6 +27,7 @@ its own control channel to the owner (``dtfkit.engine.platform.lifeline``).
 # ruff: noqa: E402
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -144,10 +145,8 @@ class Zygote:
                 _close(fd)
 
     def _answer(self, message: dict[str, Any]) -> None:
-        try:
+        with contextlib.suppress(OSError):  # the owner is gone: the next read sees EOF
             forks.send(self.sock, message, [])
-        except OSError:
-            pass  # the owner is gone: the next read sees EOF
 
     def _fork(self, message: dict[str, Any], fds: list[int]) -> int:
         names = message.get("fds") or []
@@ -163,13 +162,7 @@ class Zygote:
         try:
             code = _become_task(message, given, keep=set(fds), zygote=self)
         except SystemExit as exc:  # as a fresh interpreter ends on it
-            if exc.code is None:
-                code = 0
-            elif isinstance(exc.code, int):
-                code = exc.code
-            else:
-                print(exc.code, file=sys.stderr)
-                code = 1
+            code = task_main._exit_code(exc)
         except KeyboardInterrupt:  # a fresh interpreter ends by SIGINT itself: -2 to its parent
             sys.stderr.flush()
             signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -187,17 +180,17 @@ class Zygote:
                 os._exit(code)
 
     def _drain_wakeups(self) -> None:
-        try:
+        with contextlib.suppress(BlockingIOError):
             while os.read(self.wake_r, 4096):
                 pass
-        except BlockingIOError:
-            pass
 
     def _reap(self) -> None:
+        """Reap the children that ended, and tell the owner their exit codes (no use once it is gone)."""
         while self.children:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
+                self.children.clear()
                 return
             if pid == 0:
                 return
@@ -210,26 +203,13 @@ class Zygote:
             lifeline.kill_group_and_leader(pid)
         deadline = time.monotonic() + bound
         while self.children:
-            self._reap_quietly()
+            self._reap()
             left = deadline - time.monotonic()
             if not self.children or left <= 0:
                 return
-            try:
+            with contextlib.suppress(InterruptedError):
                 select.select([self.wake_r], [], [], left)  # SIGCHLD wakes it
-            except InterruptedError:
-                pass
             self._drain_wakeups()
-
-    def _reap_quietly(self) -> None:
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                self.children.clear()
-                return
-            if pid == 0:
-                return
-            self.children.discard(pid)
 
     def close_in_child(self) -> None:
         signal.set_wakeup_fd(-1)
@@ -354,10 +334,8 @@ def _show_cluster_mark(cluster_id: str) -> None:
 
 
 def _close(fd: int) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.close(fd)
-    except OSError:
-        pass
 
 
 def main() -> None:

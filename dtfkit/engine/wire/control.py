@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Callable
@@ -50,8 +51,7 @@ def first_message(conn: Connection, authkey: bytes, kind: type[M]) -> M | None:
         answer_challenge(conn, authkey)
         message = conn.recv()
     except (EOFError, OSError, AuthenticationError):
-        conn.close()
-        return None
+        message = None
     if not isinstance(message, kind):
         conn.close()
         return None
@@ -65,10 +65,7 @@ def stop_listening(listener: Listener, address: str) -> None:
     (it stops after any accept once closed), and ``Client()`` would then wait for a
     handshake for ever.
     """
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(1.0)
-            sock.connect(address)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        sock.connect(address)
     listener.close()

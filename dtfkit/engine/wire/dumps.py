@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -80,12 +81,10 @@ def arm(path: str | None) -> None:
 
     target = sys.stderr
     if path:
-        try:
+        with contextlib.suppress(OSError):
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             target = os.fdopen(fd, "w")
             _KEEP.append(target)
-        except OSError:
-            pass
     faulthandler.enable(file=target, all_threads=True)
 
 

@@ -26,7 +26,9 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import socket
 from typing import Any
 
@@ -49,15 +51,7 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
     data, fds, _flags, _address = socket.recv_fds(sock, MAX_MESSAGE_BYTES, MAX_FDS)
     if not data:
         for fd in fds:
-            _close(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
         return None, []
     return json.loads(data), list(fds)
-
-
-def _close(fd: int) -> None:
-    import os
-
-    try:
-        os.close(fd)
-    except OSError:
-        pass

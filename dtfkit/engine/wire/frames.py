@@ -21,11 +21,8 @@ Two things would otherwise give away that the code ran in a task, and on which m
   tracebacks and stacks, faulthandler's dumps (as ``dumps`` formats them), and the
   ``defined at`` tracebacks TensorFlow puts in its error messages.
 
-Every traceback or stack dtfkit shows passes through here (``sources.format_exc``,
-``sources.format_stack``, ``dumps.format_dump``, a task's uncaught exceptions), and so
-do the places warnings name: dtfkit's own (``warn``: ``Cell In[4]:2``, not the kernel's
-temporary file) and TensorFlow's deprecation warnings in a task (``WARNING:tensorflow:From
-<file>:<line>: ...``, ``ShortCallLocations``: only the file is written shorter).
+Every traceback or stack dtfkit shows passes through here, and so do the places warnings
+name: dtfkit's own (``warn``) and TensorFlow's deprecation warnings in a task (``ShortCallLocations``).
 
 Example::
 
@@ -57,12 +54,11 @@ from typing import Any, TypeVar, overload
 from dtfkit.engine.platform import notebook
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # .../dtfkit
-_PACKAGE_DIRS = tuple({os.path.join(d, "") for d in (_PACKAGE_DIR, os.path.realpath(_PACKAGE_DIR))})
-_ENGINE_DIRS = tuple({os.path.join(d, "engine", "") for d in (_PACKAGE_DIR, os.path.realpath(_PACKAGE_DIR))})
+_PACKAGE_PATHS = (_PACKAGE_DIR, os.path.realpath(_PACKAGE_DIR))
+_PACKAGE_DIRS = tuple({os.path.join(d, "") for d in _PACKAGE_PATHS})
+_ENGINE_DIRS = tuple({os.path.join(d, "engine", "") for d in _PACKAGE_PATHS})
 # The folder that holds the dtfkit package: a checkout (notebooks/, tests/ beside it) or site-packages.
-_ROOT_DIRS = tuple(
-    {os.path.join(os.path.dirname(d), "") for d in (_PACKAGE_DIR, os.path.realpath(_PACKAGE_DIR))}
-)
+_ROOT_DIRS = tuple({os.path.join(os.path.dirname(d), "") for d in _PACKAGE_PATHS})
 _STDLIB_DIRS = tuple(
     {
         os.path.join(p, "")

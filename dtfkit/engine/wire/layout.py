@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -104,10 +105,7 @@ class ClusterLayout:
         return cls(tuple(tasks))
 
     def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for t in self.tasks:
-            out[t.job] = out.get(t.job, 0) + 1
-        return out
+        return dict(Counter(t.job for t in self.tasks))
 
     def select(self, which: str | TaskId | Iterable[str | TaskId]) -> list[TaskId]:
         """Resolve a selector: ``"workers"`` (chief + workers), ``"all"``, ``"ps"``,
@@ -171,8 +169,7 @@ def tutorial_flags(cluster: dict[str, list[str]], task: TaskId) -> list[str]:
         ['--ps_hosts=p:1', '--worker_hosts=w:1', '--job_name=worker', '--task_index=0']
     """
     training = [job for job in cluster if job != "evaluator"]
-    jobs = sorted(
-        training, key=lambda job: _ROLE_ORDER.get(job, len(_ROLE_ORDER))
-    )  # stable: unknown keep order
+    # sorted() is stable: jobs TensorFlow does not name keep their order
+    jobs = sorted(training, key=lambda job: _ROLE_ORDER.get(job, len(_ROLE_ORDER)))
     flags = [f"--{job}_hosts={','.join(cluster[job])}" for job in jobs]
     return [*flags, f"--job_name={task.job}", f"--task_index={task.index}"]

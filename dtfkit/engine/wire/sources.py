@@ -7,15 +7,10 @@ cloudpipe/cloudpickle#560, in 3.1.3; 3.0 kept the name).
 So without help a remote traceback reads ``File "<dynamic-code>", line 3, in mine``
 and no line of code.
 
-Here, on the owner's side, ``pickle_call`` pickles with cloudpickle but ships each
-code object with ``marshal`` (which keeps its file name and nested code; both ends
-run the same Python, as cloudpickle's own code pickling needs too), and gathers the
-lines of every file those code objects came from (``linecache``: a cell's text, or
-the file's) with the name tracebacks should give it: ``Cell In[5]`` for a cell, as
-IPython says, else the path. The call carries them (``protocol.Call.sources``,
-``protocol.Spec.sources``). In the task, ``register`` puts them into ``linecache``
-before the function is unpickled, and ``format_exc``/``format_stack`` then read
-(``frames`` leaves the engine's own frames out and shortens the paths)::
+Therefore ``pickle_call`` ships each code object with ``marshal`` (which keeps its file name; both
+ends run the same Python, as cloudpickle's own code pickling needs too) and sends the lines
+of its files along, named as tracebacks should name them (``Cell In[5]`` for a cell). In the
+task, ``register`` puts them into ``linecache``, and ``format_exc``/``format_stack`` then read::
 
       Cell In[5], line 3, in mine
         raise ValueError("no")
