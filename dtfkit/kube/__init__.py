@@ -15,12 +15,9 @@ Example::
                         args=["--train_steps=100"])
     result = simulate(text, timeout=300)
     print(result.summary())
-
-Attributes are imported on first use, so that importing ``tfjob_entry`` from here does not pull in
-YAML or jsonschema.
 """
 
 import lazy_loader
 
-# Loaded on first use: `import dtfkit.kube` stays cheap.
+# Loaded on first use: importing ``tfjob_entry`` from here pulls in no YAML or jsonschema.
 __getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

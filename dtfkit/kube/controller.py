@@ -9,9 +9,8 @@ function it follows:
 - ``pkg/controller.v1/common/pod.go``: ``ReconcilePods`` (which failed pods are restarted);
 - ``pkg/controller.v1/common/job.go``: ``DeletePodsAndServices`` (``cleanPodPolicy``).
 
-Their byte-exact output is tested against the operator's own expectations
-(``pkg/controller.v1/tensorflow/pod_test.go``, "Test ClusterSpec") in ``tests/test_tfjob.py``.
-The simulator (``dtfkit.kube.simulate``) uses them; they need no cluster.
+``tests/test_tfjob.py`` checks their output byte for byte against the operator's own test
+(``pkg/controller.v1/tensorflow/pod_test.go``, "Test ClusterSpec"). ``dtfkit.kube.simulate`` uses them.
 
 Example::
 
@@ -30,8 +29,7 @@ from dtfkit.i18n import _
 DEFAULT_PORT = 2222
 PORT_NAME = "tfjob-port"
 CONTAINER = "tensorflow"
-# The order in which the operator's replica types are listed here (the operator itself has no order:
-# they are the keys of a Go map).
+# dtfkit's order of the replica types (the operator has none: they are the keys of a Go map).
 TYPE_ORDER = ("Chief", "Master", "PS", "Worker", "Evaluator")
 # The replica types isDistributed and UpdateJobStatus iterate over (util.go, tfjob_controller.go: allTypes).
 KNOWN_TYPES = frozenset(TYPE_ORDER)
@@ -72,10 +70,8 @@ def replica_port(tfjob: dict, replica_type: str) -> int:
         >>> replica_port({"spec": {"tfReplicaSpecs": {"PS": {}}}}, "PS")
         2222
     """
-    for port in tensorflow_container(tfjob, replica_type).get("ports") or []:
-        if port.get("name") == PORT_NAME:
-            return int(port["containerPort"])
-    return DEFAULT_PORT
+    ports = tensorflow_container(tfjob, replica_type).get("ports") or []
+    return next((int(p["containerPort"]) for p in ports if p.get("name") == PORT_NAME), DEFAULT_PORT)
 
 
 def service_address(tfjob: dict, replica_type: str, index: int, cluster_domain: str = "") -> str:
@@ -96,9 +92,8 @@ def service_address(tfjob: dict, replica_type: str, index: int, cluster_domain: 
 def is_distributed(tfjob: dict) -> bool:
     """False for a single-replica job: the operator then sets no TF_CONFIG at all.
 
-    As util.go ``isDistributed``: the replicas of the five known types are counted (a type missing
-    ``replicas`` counts 1), and only a total of exactly 1 is "not distributed"; ``SetClusterSpec``
-    (tfjob_controller.go) then returns before writing TF_CONFIG.
+    As util.go ``isDistributed``: the replicas of the five known types total exactly 1;
+    ``SetClusterSpec`` (tfjob_controller.go) then returns before writing TF_CONFIG.
 
     Example::
 
@@ -113,12 +108,9 @@ def is_distributed(tfjob: dict) -> bool:
 def operator_cluster(tfjob: dict, cluster_domain: str = "") -> dict[str, list[str]]:
     """The ClusterSpec in TF_CONFIG: **every** replica type of the job, the evaluator included, lowercase.
 
-    As tensorflow.go ``genClusterSpec``, which loops over all of ``tfjob.Spec.TFReplicaSpecs`` with no
-    exception (its test, pod_test.go "Test ClusterSpec", expects ``"evaluator":[...]`` in the cluster).
-    TensorFlow counts an evaluator apart (``multi_worker_util.worker_count``, which
-    ``MultiWorkerMirroredStrategy`` uses; the legacy ``distribute_coordinator._split_cluster_for_evaluator``
-    cut it out of the cluster), so the evaluator's address in the others' TF_CONFIG does no harm. Sorted by job name, as Go's
-    json.Marshal writes a map's keys.
+    As tensorflow.go ``genClusterSpec`` (pod_test.go "Test ClusterSpec" expects ``"evaluator":[...]``). That
+    does no harm: TensorFlow counts an evaluator apart (``multi_worker_util.worker_count``; the legacy
+    ``distribute_coordinator._split_cluster_for_evaluator`` cut it out). Keys sorted, as Go's json.Marshal.
 
     Example::
 
@@ -136,9 +128,7 @@ def operator_cluster(tfjob: dict, cluster_domain: str = "") -> dict[str, list[st
 def tf_config_text(cluster: dict[str, list[str]], replica_type: str, index: int) -> str:
     """TF_CONFIG as Go's json.Marshal writes the operator's TFConfig struct (compact, fields in order).
 
-    tensorflow.go ``genTFConfigJSONStr`` (without ``enableDynamicWorker``): the struct's fields
-    ``cluster``, ``task`` {``type``, ``index``}, ``environment`` (always ``"cloud"``), in that order,
-    the type lowercased; the cluster map's keys sorted.
+    tensorflow.go ``genTFConfigJSONStr`` (without ``enableDynamicWorker``).
 
     Example::
 
@@ -156,8 +146,8 @@ def tf_config_text(cluster: dict[str, list[str]], replica_type: str, index: int)
 def operator_tf_config(tfjob: dict, replica_type: str, index: int, cluster_domain: str = "") -> str:
     """The exact ``TF_CONFIG`` the operator gives replica ``index`` of ``replica_type`` ("" if none).
 
-    ``cluster_domain`` is the operator's ``CUSTOM_CLUSTER_DOMAIN`` environment variable (genClusterSpec).
-    ``spec.enableDynamicWorker`` (a sparse TF_CONFIG) is not ported.
+    ``cluster_domain``: the operator's ``CUSTOM_CLUSTER_DOMAIN`` (genClusterSpec). ``enableDynamicWorker``
+    is not ported.
 
     Example: see the module's docstring.
     """
@@ -180,11 +170,9 @@ def container_exit_code(returncode: int) -> int:
 def restarts(restart_policy: str, exit_code: int) -> bool:
     """Whether the operator (or the kubelet) would start a replica that exited with ``exit_code`` again.
 
-    A non-zero exit under ``OnFailure``/``Always`` (and any exit under ``Always``) is restarted in place by
-    the kubelet (util.go ``setRestartPolicy`` copies them to the pod); ``ExitCode`` becomes the pod's
-    ``Never`` and the operator deletes and recreates a failed pod only for a retryable code, 128 and above
-    (common/pod.go ``ReconcilePods``, pkg/util/train/train_util.go ``IsRetryableExitCode``: ``exitCode >= 128``);
-    under ``ExitCode`` with 1-127, or ``Never``, the replica stays failed.
+    ``OnFailure``/``Always``: the kubelet restarts in place (util.go ``setRestartPolicy`` copies them to
+    the pod). ``ExitCode`` is the pod's ``Never``; the operator recreates a failed pod only for a retryable
+    code (common/pod.go ``ReconcilePods``, pkg/util/train/train_util.go ``IsRetryableExitCode``).
 
     Example::
 
@@ -199,17 +187,11 @@ def restarts(restart_policy: str, exit_code: int) -> bool:
 def job_verdict(tfjob: dict, exit_codes: dict[tuple[str, int], int | None]) -> tuple[str, str] | None:
     """``("Succeeded" | "Failed", reason)`` once the operator would decide, else None.
 
-    ``exit_codes`` maps ``(replica_type, index)`` to a container exit code, or None while it runs.
-    As tfjob_controller.go ``UpdateJobStatus``: with a Chief (or Master) the job succeeds when it does,
-    and successPolicy plays no part; without, when worker 0 succeeds and successPolicy is anything but
-    ``AllWorkers`` (``IsWorker0Completed``), or every worker has. A replica of any type that fails
-    fails the job (restarts are not modelled). When a success and a failure are seen in the same
-    reconcile, the operator may record both conditions (it sets Succeeded before it looks at a later
-    type's failures, and ``pkg/util/status.go`` ``setCondition`` changes nothing once Failed is set);
-    the failure is then the last condition, which is the job's state (the CRD's ``State`` column reads
-    ``.status.conditions[-1:].type``), so here the failure wins. A finished job is not reconciled again:
-    a replica that fails after the success was recorded leaves the job Succeeded (not modelled here:
-    ``exit_codes`` is one reconcile's view).
+    ``exit_codes`` maps ``(replica_type, index)`` to a container exit code, or None while it runs: one
+    reconcile's view (a finished job is not reconciled again). As tfjob_controller.go ``UpdateJobStatus``
+    (``IsWorker0Completed``); restarts are not modelled. A failure seen with a success wins: the operator
+    records it last (``pkg/util/status.go`` ``setCondition``), and the last condition is the job's state
+    (the CRD's ``State`` column reads ``.status.conditions[-1:].type``).
 
     Example::
 
@@ -223,7 +205,6 @@ def job_verdict(tfjob: dict, exit_codes: dict[tuple[str, int], int | None]) -> t
     if failed:
         t, i, c = failed[0]
         return "Failed", _("{replica} exited {code}").format(replica=f"{t.lower()}-{i}", code=c)
-    spec = tfjob["spec"]
     leaders = [t for t in replica_counts(tfjob) if t in ("Chief", "Master")]
     if leaders:
         mine = [c for (t, _index), c in exit_codes.items() if t in leaders]
@@ -233,7 +214,7 @@ def job_verdict(tfjob: dict, exit_codes: dict[tuple[str, int], int | None]) -> t
     workers = {i: c for (t, i), c in exit_codes.items() if t == "Worker"}
     if workers and all(c == 0 for c in workers.values()):
         return "Succeeded", _("every worker succeeded")
-    if spec.get("successPolicy", "") != "AllWorkers" and workers.get(0) == 0:
+    if tfjob["spec"].get("successPolicy", "") != "AllWorkers" and workers.get(0) == 0:
         return "Succeeded", _('worker 0 succeeded (successPolicy "": the others are not waited for)')
     return None
 
@@ -241,9 +222,8 @@ def job_verdict(tfjob: dict, exit_codes: dict[tuple[str, int], int | None]) -> t
 def pods_deleted_at_end(clean_pod_policy: str | None, running: bool) -> bool:
     """Whether the operator deletes a pod when the job has finished, under ``runPolicy.cleanPodPolicy``.
 
-    As common/job.go ``DeletePodsAndServices``: ``None`` (the default when the field is absent,
-    ``SetDefaults_TFJob``) deletes nothing; ``Running`` deletes the pods still running (or pending);
-    any other value, ``All`` or one the operator does not know, deletes every pod.
+    As common/job.go ``DeletePodsAndServices``; absent is ``None`` (``SetDefaults_TFJob``), and an unknown
+    value deletes every pod, as ``All``.
 
     Example::
 
@@ -252,7 +232,6 @@ def pods_deleted_at_end(clean_pod_policy: str | None, running: bool) -> bool:
         >>> pods_deleted_at_end("Running", running=False)
         False
     """
-    policy = "None" if clean_pod_policy is None else clean_pod_policy
-    if policy == "None":
+    if clean_pod_policy in (None, "None"):
         return False
-    return running or policy != "Running"
+    return running or clean_pod_policy != "Running"

@@ -386,10 +386,8 @@ def export_tfjob(
     )
     configmap, tfjob = docs
     check_manifest(docs)
-    counts = [
-        (n, r) for n, r in ((chief, "chief"), (ps, "ps"), (workers, "worker"), (evaluator, "evaluator")) if n
-    ]
-    parts = " + ".join(f"{n} {r}{'s' if n > 1 and r == 'worker' else ''}" for n, r in counts)
+    counts = _counts(ps, workers, chief, evaluator)
+    parts = " + ".join(f"{n} {r}{'s' if n > 1 and r == 'worker' else ''}" for r, n in counts.items() if n)
     command = ["python", "-m", "dtfkit", "export", "tfjob", "--ps", str(ps), "--workers", str(workers)]
     command += ["--chief", str(chief)] if chief else []
     command += ["--evaluator", str(evaluator)] if evaluator else []

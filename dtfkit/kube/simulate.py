@@ -190,6 +190,9 @@ class _Simulation:
         if self.echo is not None:
             self.echo(line)
 
+    def note(self, text: str) -> None:
+        self.say(f"[simulator] {text}")
+
     def plan(self, root: Path) -> list[tuple[ReplicaRun, dict[str, str], str]]:
         counts = controller.replica_counts(self.job)
         services = [
@@ -201,8 +204,7 @@ class _Simulation:
         for rtype, index, service in services:
             name = f"{rtype.lower()}-{index}"
             where = _("replica {name}").format(name=name)
-            spec = self.job["spec"]["tfReplicaSpecs"][rtype]
-            pod = spec["template"]["spec"]
+            pod = self.job["spec"]["tfReplicaSpecs"][rtype]["template"]["spec"]
             container = controller.tensorflow_container(self.job, rtype)
             mounts = _materialise(pod, container, self.configmaps, root / name, where)
             command = list(container.get("command") or []) + list(container.get("args") or [])
@@ -224,9 +226,8 @@ class _Simulation:
                 if "value" in var:
                     env[var["name"]] = _rewrite(str(var["value"]), mounts)
                 else:
-                    self.say(
-                        "[simulator] "
-                        + _("{replica}: env {variable} comes from valueFrom, which is not simulated").format(
+                    self.note(
+                        _("{replica}: env {variable} comes from valueFrom, which is not simulated").format(
                             replica=name, variable=var["name"]
                         )
                     )
@@ -283,7 +284,7 @@ class _Simulation:
             run = self.runs[name]
             run.exit_code = controller.container_exit_code(returncode)
             _set_outcome(run, EXITED, code=run.exit_code)
-            self.say("[simulator] " + _("{replica} exited {code}").format(replica=name, code=run.exit_code))
+            self.note(_("{replica} exited {code}").format(replica=name, code=run.exit_code))
             codes = {(r.replica_type, r.index): r.exit_code for r in self.runs.values()}
             verdict = controller.job_verdict(self.job, codes)
             if verdict is not None:
@@ -313,7 +314,7 @@ class _Simulation:
                 _set_outcome(
                     run, N_("left running by cleanPodPolicy {policy} (ended by the simulator)"), policy=policy
                 )
-            self.say(f"[simulator] {name}: {run.shown_outcome}")
+            self.note(f"{name}: {run.shown_outcome}")
             kill_group(proc, grace=grace)
         return policy
 
@@ -358,37 +359,30 @@ def simulate(
     docs = check_manifest(manifest)
     printer = (lambda line: print(line, flush=True)) if echo is True else (echo or None)
     sim = _Simulation(docs, env, printer)
+    meta = sim.job["metadata"]
+    namespace = meta.get("namespace", "default")
     deadline_s = sim.job["spec"].get("runPolicy", {}).get("activeDeadlineSeconds")
     limit = min(timeout, deadline_s) if deadline_s else timeout
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dtfkit-tfjob-") as tmp:
         try:
             plans = sim.plan(Path(tmp))
-            sim.say(
-                "[simulator] "
-                + _("TFJob {job}:").format(
-                    job=f"{sim.job['metadata'].get('namespace', 'default')}/{sim.job['metadata']['name']}"
-                )
-            )
+            sim.note(_("TFJob {job}:").format(job=f"{namespace}/{meta['name']}"))
             for service, local in sim.mapping.items():
-                sim.say(f"[simulator]   {service} -> {local}")
-            sim.say(
-                "[simulator] "
-                + _("'python' in the container command runs as {python}").format(python=sys.executable)
-            )
+                sim.note(f"  {service} -> {local}")
+            sim.note(_("'python' in the container command runs as {python}").format(python=sys.executable))
             sim.start(plans)
             verdict, reason = sim.watch(started + limit)
             if verdict == "Timeout" and deadline_s and deadline_s <= timeout:
                 verdict = "Failed"
                 reason = _("runPolicy.activeDeadlineSeconds ({seconds} s) passed").format(seconds=deadline_s)
-            sim.say("[simulator] " + _("job {verdict}: {reason}").format(verdict=verdict, reason=reason))
+            sim.note(_("job {verdict}: {reason}").format(verdict=verdict, reason=reason))
             policy = sim.clean(verdict, grace)
         finally:
             sim.end_all()
-    meta = sim.job["metadata"]
     return SimulationResult(
         job=meta["name"],
-        namespace=meta.get("namespace", "default"),
+        namespace=namespace,
         verdict=verdict,
         reason=reason,
         clean_pod_policy=policy,

@@ -10,11 +10,9 @@ required``):
 2. the operator's admission webhook (``pkg/webhooks/tensorflow/tfjob_webhook.go`` at the same tag): the name is a
    DNS-1035 label, every replica has containers, each with an image, one of them named ``tensorflow``, and at most
    one Chief/Master replica type; ``runPolicy.managedBy`` is one of the two known controllers;
-3. dtfkit's own rules, each problem marked ``dtfkit rule:`` (``is_dtfkit_rule``): what the schema and the
-   webhook let through, so a real v1.9.4 accepts it, but what would not run as written: a ``cleanPodPolicy``,
-   ``successPolicy`` or ``restartPolicy`` outside the operator's named values (the CRD types them as plain
-   strings with no enum), a replica type the operator does not know, more than one chief, a service name
-   (``<job>-<type>-<index>``) over 63 characters, an empty ``tfReplicaSpecs``, a ConfigMap in another namespace.
+3. dtfkit's own rules, each problem marked ``dtfkit rule:`` (``is_dtfkit_rule``): what a real v1.9.4 accepts
+   but what would not run as written, e.g. a ``restartPolicy`` outside the operator's named values (the CRD
+   types the policies as plain strings with no enum) or a service name (``<job>-<type>-<index>``) over 63.
 
 ConfigMaps in the same manifest are checked as the API server checks them.
 
@@ -233,17 +231,13 @@ def _replica_problems(rtype: str, spec: Any) -> list[str]:
     containers = ((spec.get("template") or {}).get("spec") or {}).get("containers")
     if not isinstance(containers, list) or not containers:
         return problems + [f"{containers_path}: " + _("required (the admission webhook: must be specified)")]
-    named = False
     for i, container in enumerate(containers):
-        if not isinstance(container, dict):
-            continue
-        if not container.get("image"):
+        if isinstance(container, dict) and not container.get("image"):
             problems.append(
                 f"{containers_path}[{i}].image: "
                 + _("required (the admission webhook: every container needs an image)")
             )
-        named = named or container.get("name") == "tensorflow"
-    if not named:
+    if not any(isinstance(c, dict) and c.get("name") == "tensorflow" for c in containers):
         problems.append(
             f"{containers_path}: "
             + _(
@@ -332,8 +326,7 @@ def _replica_set_problems(spec: dict, name: str | None) -> list[str]:
         return ["spec.tfReplicaSpecs: " + _("required (the admission webhook: must be required)")]
     if not replicas:
         return [_dtfkit_rule("spec.tfReplicaSpecs", _("no replica types: the job would run nothing"))]
-    chief_types = [t for t in replicas if t in ("Chief", "Master")]
-    if len(chief_types) > 1:
+    if sum(t in ("Chief", "Master") for t in replicas) > 1:
         problems.append(
             "spec.tfReplicaSpecs: "
             + _("must not have more than 1 Chief or Master role (the admission webhook)")

@@ -11,5 +11,4 @@ Example::
 
 import lazy_loader
 
-# Loaded on first use: Ray is imported only when a name here is.
 __getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

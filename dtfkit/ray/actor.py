@@ -4,15 +4,9 @@ One ``TaskActor`` per task start. It listens on a Unix socket in a temporary fol
 of its own, starts ``python -m dtfkit.engine.task.task_main`` (in a session of its own,
 stdout and stderr on one pipe) with the cluster's config rewritten to that socket,
 authenticates the task's connection (``control.first_message``, expecting
-``Hello``) and relays:
-
-- ``send(data)``: one pickled message from the owner to the task;
-- ``recv(timeout)``: a long poll, the pickled messages the task sent since, or EOF;
-- ``read_lines(timeout)``: a long poll, the output lines since, and the exit code
-  once the stream ended and the process exited.
-
-Each of those has a concurrency group of its own, so a long poll on one channel
-never holds up another, and within a group calls run one at a time, in order.
+``Hello``) and relays its messages (``send``, and ``recv``, a long poll) and its output
+(``read_lines``, a long poll). Each has a concurrency group of its own, so a long poll
+on one channel never holds up another, and within a group calls run one at a time, in order.
 The actor never imports TensorFlow. Its task dies with it: the task is started
 from a thread that lives as long as the actor with ``PR_SET_PDEATHSIG``, and the
 task's own watcher ends its process group on EOF of the control connection.
@@ -26,6 +20,8 @@ Example (what ``dtfkit.ray.launcher`` does)::
 from __future__ import annotations
 
 import collections
+import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -41,6 +37,7 @@ import ray
 
 from dtfkit.engine.launchers.local_process import spawn_task
 from dtfkit.engine.platform import lifeline
+from dtfkit.engine.platform.taskenv import PACKAGE_ROOT
 from dtfkit.engine.wire import control, protocol
 from dtfkit.engine.wire.lines import read_line
 from dtfkit.engine.wire.protocol import TaskConfig
@@ -48,8 +45,6 @@ from dtfkit.engine.wire.protocol import TaskConfig
 CONNECT_SECONDS = 120.0  # how long a send waits for the task to connect (it connects before importing TF)
 ACCEPT_POLL = 0.5
 MAX_BATCH = 512
-# The folder that holds the dtfkit package this actor imported (shipped by runtime_env on a real cluster).
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def node_name(node_id: str) -> str:
@@ -94,7 +89,7 @@ class TaskActor:
             with open(path, "wb") as f:
                 f.write(content)
             changes["script"] = path
-        config = _replace(config, **changes)
+        config = dataclasses.replace(config, **changes)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(self.socket_path)
         sock.listen(4)
@@ -106,8 +101,7 @@ class TaskActor:
         user_path = env.get("PYTHONPATH", "")
         full_env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, workdir, user_path) if p)
         full_env["DTFKIT_NODE"] = node_name(self.node_id)
-        full_env[lifeline.OWNER_ENV] = str(os.getpid())
-        full_env[lifeline.PDEATHSIG_ENV] = "1"
+        full_env = lifeline.with_lifeline(full_env, from_long_lived_thread=True)  # the spawner's thread
         popen: subprocess.Popen[bytes] = self.spawner.call(lambda: spawn_task(config, full_env, workdir))
         self.popen = popen
         authkey = bytes.fromhex(config.authkey)
@@ -141,14 +135,12 @@ class TaskActor:
                 break
         finally:
             sock.close()
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self.socket_path)
                 # Nothing else in it (no script, not the task's cwd): remove it now, so that an
                 # actor killed without shutdown() (its driver died) leaves no folder behind.
                 if self.workdir != self.folder:
                     os.rmdir(self.folder)
-            except OSError:
-                pass
         if self.conn is None:
             self._eof()
             return
@@ -225,10 +217,7 @@ class TaskActor:
     def kill(self) -> None:
         """SIGKILL the task's process group (as a crash would)."""
         if self.popen is not None and self.popen.poll() is None:
-            try:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            lifeline.signal_group(self.popen.pid, signal.SIGKILL)
 
     @ray.method(concurrency_group="admin")
     def wait(self, timeout: float) -> int | None:
@@ -246,12 +235,10 @@ class TaskActor:
         started = None
         pid = self.popen.pid if self.popen is not None else None
         if pid is not None:
-            try:
+            with contextlib.suppress(Exception):  # gone already, or psutil missing on the node
                 import psutil
 
                 started = psutil.Process(pid).create_time()
-            except Exception:  # noqa: BLE001 - gone already, or psutil missing on the node
-                started = None
         return {
             "pid": pid,
             "started": started,
@@ -267,19 +254,9 @@ class TaskActor:
         self.closed = True
         self.kill()  # type: ignore[operator]  # ray.method's stub types the handle's kill.remote(), not the method
         if self.popen is not None:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
         if self.conn is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.conn.close()
-            except OSError:
-                pass
         shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def _replace(config: TaskConfig, **changes) -> TaskConfig:
-    import dataclasses
-
-    return dataclasses.replace(config, **changes)

@@ -28,6 +28,7 @@ from dtfkit.engine.wire.layout import ClusterLayout
 from dtfkit.i18n import N_, _
 from dtfkit.log import note
 from dtfkit.ray.launcher import RayLauncher, RayStart, check_resources
+from dtfkit.ray.simulated import require_ray
 from dtfkit.running_cluster import RunningCluster, cluster_settings
 
 RAY_NETWORK_WARNING = N_(
@@ -117,7 +118,7 @@ class RayCluster(RunningCluster):
         )
         spec = LauncherSpec(RayLauncher, MappingProxyType(self._ray_options))
         launcher = spec.build()  # checks its arguments before anything prints; connects in its first start
-        if address is None and not _connected():
+        if address is None and not require_ray().is_initialized():
             note(_(SIMULATED_NOTE).format(nodes=nodes))
         frames.warn(_(RAY_NETWORK_WARNING))  # names the learner's cell as IPython does: Cell In[4]
         # Ray's own launcher: a task starts on its node, as a fresh interpreter.
@@ -151,9 +152,3 @@ class RayCluster(RunningCluster):
         return _("Ray cluster {address}, {nodes} node(s), placement {placement}").format(
             address=start.address, nodes=start.nodes, placement=start.placement
         )
-
-
-def _connected() -> bool:
-    import ray
-
-    return ray.is_initialized()

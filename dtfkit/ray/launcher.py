@@ -4,10 +4,7 @@ The runtime (``dtfkit.engine.owner.runtime``) is the same as for local processes
 sees ``TaskHandle`` s. A ``RayTaskHandle``'s ``connection`` is a relay that speaks to
 the task through its actor (the notebook never accepts a connection from a node),
 and its output lines come through the actor too. Where each task runs is decided
-here, before any actor starts, by a deterministic plan over the alive nodes ordered
-by node id: ``"spread"`` deals the tasks round-robin over the nodes that have CPUs,
-``"pack"`` fills one node before the next; ``resources`` (per job or per task)
-become each actor's resource request and keep tasks off nodes that lack them.
+here, before any actor starts (``plan_placement``).
 
 Example::
 
@@ -18,10 +15,12 @@ Example::
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
 import os
 import pickle
+import sys
 import threading
 import time
 import types
@@ -30,6 +29,7 @@ from typing import Any
 
 from dtfkit.engine.launchers.contract import Launcher, LauncherDescription, ReportedExit, TaskHandle
 from dtfkit.engine.platform import state
+from dtfkit.engine.platform.taskenv import PACKAGE_ROOT
 from dtfkit.engine.wire.protocol import TaskConfig
 from dtfkit.errors import ClusterStartError, DtfkitError
 from dtfkit.i18n import N_, _
@@ -125,8 +125,7 @@ def plan_placement(
         >>> plan_placement(["ps:0", "worker:0"], nodes, "pack", {})
         {'ps:0': 'a', 'worker:0': 'a'}
     """
-    if placement not in PLACEMENTS:
-        raise DtfkitError(_placement_error(placement))
+    _check_placement(placement)
     ordered = sorted(nodes, key=lambda n: n["id"])
     candidates = [n for n in ordered if n["free"].get("CPU", 0) > 0] or ordered
     if not candidates:
@@ -148,13 +147,8 @@ def plan_placement(
             )
         if placement == "spread":
             # The next node in turn that fits.
-            ids = [n["id"] for n in candidates]
-            chosen = next(
-                candidates[(turn + k) % len(candidates)]
-                for k in range(len(candidates))
-                if candidates[(turn + k) % len(candidates)] in fits
-            )
-            turn = ids.index(chosen["id"]) + 1
+            chosen = next(n for n in candidates[turn:] + candidates[:turn] if n in fits)
+            turn = candidates.index(chosen) + 1
         else:
             chosen = fits[0]
         for k, v in want.items():
@@ -168,10 +162,13 @@ def _short(amounts: dict[str, float]) -> str:
     return str(shown) if shown else _("nothing")
 
 
-def _placement_error(placement: object) -> str:
-    return _("placement must be one of {placements}, not {placement!r}").format(
-        placements=", ".join(PLACEMENTS), placement=placement
-    )
+def _check_placement(placement: object) -> None:
+    if placement not in PLACEMENTS:
+        raise DtfkitError(
+            _("placement must be one of {placements}, not {placement!r}").format(
+                placements=", ".join(PLACEMENTS), placement=placement
+            )
+        )
 
 
 def _actor_options(want: dict[str, float]) -> dict[str, Any]:
@@ -271,7 +268,6 @@ class RayTaskHandle(ReportedExit, TaskHandle):
         self._ended = threading.Event()
         self._lines: collections.deque[bytes] = collections.deque()
         self._read = _Pending(lambda: actor.read_lines.remote(POLL_SECONDS))
-        self._freed = False
         self.connection = RayRelay(self)
 
     def info(self) -> dict:
@@ -305,10 +301,8 @@ class RayTaskHandle(ReportedExit, TaskHandle):
         try:
             ray.get(self.actor.kill.remote(), timeout=KILL_SECONDS)
         except Exception:  # noqa: BLE001 - not up (yet), or gone: end the actor itself
-            try:
+            with contextlib.suppress(Exception):
                 ray.kill(self.actor)
-            except Exception:  # noqa: BLE001
-                pass
 
     def read_line(self) -> bytes:
         while not self._lines:
@@ -329,11 +323,11 @@ class RayTaskHandle(ReportedExit, TaskHandle):
                     task=self.task, reason=why
                 )
                 self._lines.append(f"[{line}]\n".encode())
-                self._finish(-9)
+                self.exited(-9)
                 continue
             self._lines.extend(batch)
             if code is not None:
-                self._finish(code)
+                self.exited(code)
         return self._lines.popleft()
 
     def _start_failed(self) -> bool:
@@ -346,9 +340,6 @@ class RayTaskHandle(ReportedExit, TaskHandle):
             return False
         except Exception:  # noqa: BLE001
             return True
-
-    def _finish(self, code: int) -> None:
-        self.exited(code)
 
     def close_output(self) -> None:
         """The task's output ended: free its actor (and the actor's folder) now, not at close."""
@@ -383,8 +374,7 @@ class RayLauncher(Launcher):
         tasks: list[str] | None = None,
     ):
         require_ray()
-        if placement not in PLACEMENTS:
-            raise DtfkitError(_placement_error(placement))
+        _check_placement(placement)
         if address is not None and (not isinstance(address, str) or not address):
             raise DtfkitError(
                 _(
@@ -414,7 +404,6 @@ class RayLauncher(Launcher):
         self._alive: dict[Any, RayTaskHandle] = {}  # actor -> handle, until freed
         self._lock = threading.Lock()
         self._script: tuple[str, bytes] | None = None
-        self._starts = 0
         self._runtime_env: dict | None = None
         self._start: RayStart | None = None
 
@@ -449,7 +438,7 @@ class RayLauncher(Launcher):
                         "Next step: check the address (ray status on the head prints it); the driver must "
                         "run the same Ray and Python minor versions as the cluster "
                         "(here: Ray {ray_version}, Python {python_version})."
-                    ).format(ray_version=ray.__version__, python_version=_python())
+                    ).format(ray_version=ray.__version__, python_version="{}.{}".format(*sys.version_info))
                 ) from None
             self.connected_here = True
         self.node_info = self._alive_nodes(ray)
@@ -489,12 +478,10 @@ class RayLauncher(Launcher):
     @staticmethod
     def _alive_nodes(ray) -> list[dict]:
         free = {}
-        try:
+        with contextlib.suppress(Exception):  # a private API: else the totals
             from ray._private.state import available_resources_per_node
 
             free = available_resources_per_node()
-        except Exception:  # noqa: BLE001 - private API: fall back to the totals
-            free = {}
         nodes = []
         for node in ray.nodes():
             if not node.get("Alive"):
@@ -514,8 +501,8 @@ class RayLauncher(Launcher):
         to the nodes with ``py_modules`` (Ray uploads a local folder only at the job level),
         unless the user's ``runtime_env`` names ``py_modules`` itself."""
         env = dict(self.user_runtime_env or {})
-        if "py_modules" not in env:  # the dtfkit folder (not `import dtfkit`: ray sits below the package)
-            env["py_modules"] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+        if "py_modules" not in env:  # the dtfkit folder
+            env["py_modules"] = [os.path.join(PACKAGE_ROOT, "dtfkit")]
         return env
 
     def _actor_runtime_env(self) -> dict | None:
@@ -525,9 +512,7 @@ class RayLauncher(Launcher):
             return None if self.connected_here else self.user_runtime_env
         env = dict(self.user_runtime_env or {})
         variables = dict(env.get("env_vars") or {})
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        package_root = os.path.dirname(root)
-        variables["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, variables.get("PYTHONPATH")) if p)
+        variables["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, variables.get("PYTHONPATH")) if p)
         env["env_vars"] = variables
         return env
 
@@ -566,7 +551,6 @@ class RayLauncher(Launcher):
                 with open(config.script, "rb") as f:
                     self._script = (os.path.basename(config.script), f.read())
             script = self._script
-        self._starts += 1
         options = _actor_options(resources_of(self.resources, task) if config.mode != "client" else {})
         # mypy keeps a class its decorator's type (no ActorClass here): ray.remote gave it .options.
         actor = TaskActor.options(  # type: ignore[attr-defined]
@@ -624,20 +608,14 @@ def _end_actors(actors: list) -> None:
     ray = require_ray()
     refs = []
     for actor in actors:
-        try:
+        with contextlib.suppress(Exception):
             refs.append(actor.shutdown.remote())
-        except Exception:  # noqa: BLE001
-            pass
     if refs:
-        try:
+        with contextlib.suppress(Exception):
             ray.wait(refs, num_returns=len(refs), timeout=CLOSE_SECONDS)
-        except Exception:  # noqa: BLE001
-            pass
     for actor in actors:
-        try:
+        with contextlib.suppress(Exception):
             ray.kill(actor, no_restart=True)
-        except Exception:  # noqa: BLE001
-            pass
 
 
 def _gone(actor, timeout: float = CLOSE_SECONDS) -> bool:
@@ -647,11 +625,9 @@ def _gone(actor, timeout: float = CLOSE_SECONDS) -> bool:
     while time.monotonic() < deadline:
         try:
             ray.get(actor.info.remote(), timeout=max(0.1, deadline - time.monotonic()))
-        except ray.exceptions.RayActorError as exc:
-            if not isinstance(exc, ray.exceptions.ActorUnavailableError):
+        except Exception as exc:  # noqa: BLE001 - else a timeout: ask again
+            if _is_dead(exc):
                 return True
-        except Exception:  # noqa: BLE001 - a timeout: ask again
-            pass
     return False
 
 
@@ -671,12 +647,6 @@ def _reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
     return f"{type(exc).__name__}: {first}"[:300]
-
-
-def _python() -> str:
-    import sys
-
-    return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def _client_connected() -> bool:

@@ -29,9 +29,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from typing import IO, Any
 
 from dtfkit.engine.platform import state
+from dtfkit.engine.platform.groups import kill_group
+from dtfkit.engine.platform.taskenv import PACKAGE_ROOT
 from dtfkit.errors import ClusterStartError, DtfkitError
 from dtfkit.i18n import _
 
@@ -125,7 +128,7 @@ class SimulatedRayCluster(contextlib.AbstractContextManager):
                 LOOPBACK_ENV: "0",
                 state.CLUSTER_ENV: self.id,
                 state.BASE_ENV: os.path.dirname(self.dir),
-                "PYTHONPATH": os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH")) if p),
+                "PYTHONPATH": os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p),
                 "DTFKIT_RAY_OWNER": str(os.getpid()),
             }
         )
@@ -164,9 +167,9 @@ class SimulatedRayCluster(contextlib.AbstractContextManager):
         out = self.popen.stdout
         assert out is not None  # stdout=PIPE
         seen: list[str] = []
-        deadline = _monotonic() + timeout
+        deadline = time.monotonic() + timeout
         while True:
-            left = deadline - _monotonic()
+            left = deadline - time.monotonic()
             ready, _writable, _errors = select.select([out], [], [], max(0.0, left))
             if not ready:
                 raise ClusterStartError(
@@ -205,22 +208,12 @@ class SimulatedRayCluster(contextlib.AbstractContextManager):
         self.closed = True
         stdin = self.popen.stdin
         assert stdin is not None  # stdin=PIPE
-        try:
+        with contextlib.suppress(OSError):
             stdin.close()  # EOF: the supervisor ends its group and exits
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=CLOSE_SECONDS)
-        except subprocess.TimeoutExpired:
-            pass
-        try:  # what the supervisor did not end (or all of it, if the supervisor hangs)
-            os.killpg(self.pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.popen.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        # What the supervisor did not end (or all of it, if the supervisor hangs).
+        kill_group(self.popen, leftovers=True)
         state.end_marked_processes(self.id)
         shutil.rmtree(self.ray_dir, ignore_errors=True)
         state.remove_state(self.dir)
@@ -235,22 +228,10 @@ class SimulatedRayCluster(contextlib.AbstractContextManager):
         )
 
 
-def _monotonic() -> float:
-    import time
-
-    return time.monotonic()
-
-
 def _drain(stream: IO[bytes]) -> None:
-    try:
+    with contextlib.suppress(OSError, ValueError):
         while stream.read(65536):
             pass
-    except (OSError, ValueError):
-        pass
-
-
-def _package_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # ------------------------------------------------------------------ the supervisor
@@ -269,9 +250,8 @@ def _end_own_group() -> None:
         except (psutil.Error, OSError):
             continue
     psutil.wait_procs(victims, timeout=10)
-    shutil.rmtree(os.environ.get("RAY_TMPDIR", ""), ignore_errors=True) if os.environ.get(
-        "RAY_TMPDIR"
-    ) else None
+    if os.environ.get("RAY_TMPDIR"):
+        shutil.rmtree(os.environ["RAY_TMPDIR"], ignore_errors=True)
     os._exit(0)
 
 
@@ -299,11 +279,9 @@ def _serve(nodes: int, cpus: int) -> None:
 
 
 def _wait_for_eof() -> None:
-    try:
+    with contextlib.suppress(OSError):
         while sys.stdin.buffer.read(4096):
             pass
-    except OSError:
-        pass
     _end_own_group()
 
 
