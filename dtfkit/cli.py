@@ -93,8 +93,6 @@ def _student_copies(ns: argparse.Namespace) -> int:
 
 
 def _translations(ns: argparse.Namespace) -> int:
-    import json
-
     try:
         from edition import translate
     except ModuleNotFoundError as missing:

@@ -1,8 +1,9 @@
 """``LocalCluster``: a multi-process TensorFlow cluster on this machine, driven from Python.
 
-The notebook's own process never imports TensorFlow: every task is a fresh
-interpreter running ``tf.distribute.Server``, and functions are shipped to the
-tasks with cloudpickle.
+The notebook's own process never imports TensorFlow: every task is its own OS process
+running ``tf.distribute.Server``, forked from a task zygote that imported TensorFlow once
+(a fresh interpreter where forking is not safe), and functions are shipped to the tasks
+with cloudpickle.
 
 Example::
 

@@ -13,7 +13,6 @@ Example::
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from dtfkit.engine.launchers.contract import ForkStart, LauncherDescription
@@ -119,31 +118,16 @@ def columns(described: LauncherDescription) -> tuple[str, ...]:
 def rows(facts: ClusterFacts) -> list[tuple[str, ...]]:
     """One row per task: name, role, address, (node,) pid, state (and link, with ``link=``)."""
     described, now = facts.described, facts.snapshot
-    link_of = None if described.links is None else (lambda task: link_words(described, task))
-    node_of = _node_of(described)
     found = []
     for task in now.layout.tasks:
         proc = now.tasks.get(task)
         address = now.addresses.get(task, "-") if task.serves else _("(no server)")
-        node = (node_of(task.name),) if node_of else ()
-        row = (
-            task.name,
-            task.job,
-            address,
-            *node,
-            str(proc.pid) if proc else "-",
-            shown_state(proc.status) if proc else "-",
-        )
-        found.append(row + (link_of(task.name),) if link_of else row)
+        # The node (its id's first 8 hex digits) when the tasks run on several machines (Ray).
+        node = () if described.nodes is None else ((described.nodes.get(task.name) or "")[:8] or "-",)
+        pid, state = (str(proc.pid), shown_state(proc.status)) if proc else ("-", "-")
+        link = () if described.links is None else (link_words(described, task.name),)
+        found.append((task.name, task.job, address, *node, pid, state, *link))
     return found
-
-
-def _node_of(described: LauncherDescription) -> Callable[[str], str] | None:
-    """The node of a task (first 8 hex digits) when the tasks run on several machines (Ray), else None."""
-    nodes = described.nodes
-    if nodes is None:
-        return None
-    return lambda task: nodes[task][:8] if nodes.get(task) else "-"
 
 
 def counts(snapshot: ClusterView) -> str:

@@ -18,11 +18,9 @@ Typical use in a data-parallel worker:
 ((32, 64), (32,))
 
 ``load_mnist`` and ``load_fashion_mnist`` download their files on first use (with pooch,
-checked against the sha256 in ``CHECKSUMS``) into a cache folder, then read them from
-there with no network at all (pooch is only imported to download or check a file): ``cache_dir=`` if given, else
-``$DTFKIT_DATA``, else ``~/.cache/dtfkit/datasets``; each data set has its own
-subfolder (``mnist/``, ``fashion_mnist/``). Offline, they raise ``DatasetUnavailable``
-saying which files to copy where; see ``datasets/README.md``.
+checked against the sha256 in ``CHECKSUMS``) into a cache folder (``dataset_dir``), then read
+them from there with no network at all (pooch is only imported to download or check a file).
+Offline, they raise ``DatasetUnavailable`` saying which files to copy where; see ``datasets/README.md``.
 """
 
 from __future__ import annotations
@@ -245,13 +243,9 @@ def _batch_iter(
         epoch += 1
 
 
-# --- downloaded data sets: MNIST and Fashion-MNIST ---------------------------
-#
-# Each data set is a few files that pooch (https://www.fatiando.org/pooch) downloads from
-# ``BASE_URLS[name] + file name`` into ``dataset_dir(name)``: to a temporary file in that
-# folder, renamed into place only once its sha256 matches ``CHECKSUMS``, so the cache never
-# holds a partial or unverified file. Loaded arrays are kept per process in ``_LOADED``:
-# each task of a cluster reads (and checks) the files once.
+# --- downloaded data sets: MNIST and Fashion-MNIST (pooch, https://www.fatiando.org/pooch) ----------
+# The cache never holds a partial or unverified file (see ``_download``). Loaded arrays are kept per
+# process in ``_LOADED``: each task of a cluster reads (and checks) the files once.
 
 _KERAS_MIRROR = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
 

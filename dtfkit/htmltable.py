@@ -3,11 +3,6 @@
 Every cell, header and caption is passed through ``html.escape``, so a value such as
 ``"<b>"`` shows as text. The table is plain HTML with inline styles: it renders the
 same in Jupyter, VS Code and a static HTML export.
-
-Example::
-
-    from dtfkit.htmltable import html_table
-    html_table(["task", "state"], [["ps:0", "running"], ["worker:0", "running"]], caption="tasks")
 """
 
 from __future__ import annotations

@@ -71,10 +71,8 @@ class _LiveBar:
         self.text = text
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle = self.box._repr_mimebundle_(include=include, exclude=exclude) or {}
-        bundle = dict(bundle)
-        bundle["text/plain"] = self.text
-        return bundle
+        widget = self.box._repr_mimebundle_(include=include, exclude=exclude) or {}
+        return {**widget, "text/plain": self.text}
 
     def close(self) -> None:
         self.box.close()

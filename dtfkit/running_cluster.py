@@ -2,10 +2,8 @@
 
 ``LocalCluster`` (tasks on this machine) and ``RayCluster`` (tasks on Ray nodes) only turn
 their arguments into a launcher and a runtime's settings (as dask's ``LocalCluster`` turns its
-arguments into a spec for ``SpecCluster``); this class holds the rest: ``run``, ``submit``,
-``kill``, ``restart``, ``ensure_running``, ``close``, ``logs``, the properties and the display,
-each a hand-off to the runtime (``dtfkit.engine.owner.runtime``) or to ``cluster_display``.
-Runs in the notebook kernel.
+arguments into a spec for ``SpecCluster``); this class holds the rest, each method a hand-off to
+the runtime (``dtfkit.engine.owner.runtime``) or to ``cluster_display``. Runs in the notebook kernel.
 
 Example::
 
@@ -27,7 +25,7 @@ from dtfkit.engine.owner.metrics import MetricLog
 from dtfkit.engine.owner.runtime import ClusterRuntime
 from dtfkit.engine.owner.settings import ClusterSettings
 from dtfkit.engine.platform.notebook import cell_key
-from dtfkit.engine.wire.layout import ClusterLayout, TaskId
+from dtfkit.engine.wire.layout import ClusterLayout
 from dtfkit.errors import DtfkitError
 from dtfkit.i18n import _, joined
 from dtfkit.log import note
@@ -339,9 +337,8 @@ class RunningCluster:
     ) -> LogText:
         """What a task printed (``logs("worker", 1)`` or ``logs("worker:1")``); all tasks
         when no task is given. ``everything=True`` includes TensorFlow's start-up noise."""
-        names = [TaskId.parse(task, index).name] if task is not None else self.tasks
-        if task is not None:
-            self._rt.task_view(task, index)  # an unknown task is a clear error
+        # An unknown task is a clear error.
+        names = [self._rt.task_view(task, index).name] if task is not None else self.tasks
         out = []
         for name in names:
             lines = self._rt.output.logbook.lines(name, everything=everything, tail=tail)

@@ -342,10 +342,9 @@ def _cluster_of(
                 problem = _("the job name {describe_job} is not a name").format(describe_job=describe(job))
                 break
             if isinstance(tasks, (list, tuple, dict)):
-                size += max(
-                    1, len(tasks)
-                )  # a job counts as a task at least: a million empty jobs are work too
-                budget[0] -= max(1, len(tasks))
+                count = max(1, len(tasks))  # a job counts as a task at least: empty jobs are work too
+                size += count
+                budget[0] -= count
                 inputs.check_count(f"tf_config ({label}'s cluster)", size, inputs.MAX_TASKS, "tasks")
                 if budget[0] < 0:
                     inputs.check_count(

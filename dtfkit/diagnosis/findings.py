@@ -1,11 +1,4 @@
-"""What ``dtfkit.diagnose`` returns: one ``Finding`` per mistake, gathered in a ``Diagnosis``.
-
-Example::
-
-    d = Diagnosis((Finding("task-index-out-of-range", "worker:1", "worker:1 ...", "Count from 0 ..."),))
-    bool(d), d.codes            # True, {'task-index-out-of-range'}
-    print(d)                    # worker:1 — worker:1 ... Fix: Count from 0 ...
-"""
+"""What ``dtfkit.diagnose`` returns: one ``Finding`` per mistake, gathered in a ``Diagnosis``."""
 
 from __future__ import annotations
 

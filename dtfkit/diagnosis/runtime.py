@@ -224,35 +224,22 @@ def state_findings(
     for task, state in status.items():
         tail = last_lines.get(task, "").strip()
         said = _(" Its last lines: {tail!r}.").format(tail=tail) if tail else _(" It printed nothing.")
-        if state == "killed":
-            found.append(
-                Finding(
-                    "task-died",
-                    task,
-                    _("{task} was killed (SIGKILL); tasks that talk to it fail or wait.{said}").format(
-                        task=task, said=said
-                    ),
-                    _(_RESTART_ALL).format(task=task)
-                    if collectives_aborted
-                    else _(
-                        "Restart it (cluster.restart('{task}')) and let the others resume from a checkpoint."
-                    ).format(task=task),
+        if state == "killed" or state.startswith("exited"):
+            if state == "killed":
+                what = _("{task} was killed (SIGKILL); tasks that talk to it fail or wait.{said}")
+                fix = _("Restart it (cluster.restart('{task}')) and let the others resume from a checkpoint.")
+            else:
+                what = _(
+                    "{task}'s process exited with code {code}; tasks that talk to it fail or wait.{said}"
                 )
-            )
-        elif state.startswith("exited"):
+                fix = _(
+                    "Read its log (cluster.logs('{task}')) for the cause, fix it, then cluster.restart('{task}')."
+                )
             code = state[state.find("(") + 1 : state.rfind(")")] if "(" in state else "?"
+            fix = _(_RESTART_ALL) if collectives_aborted else fix
             found.append(
                 Finding(
-                    "task-died",
-                    task,
-                    _(
-                        "{task}'s process exited with code {code}; tasks that talk to it fail or wait.{said}"
-                    ).format(task=task, code=code, said=said),
-                    _(_RESTART_ALL).format(task=task)
-                    if collectives_aborted
-                    else _(
-                        "Read its log (cluster.logs('{task}')) for the cause, fix it, then cluster.restart('{task}')."
-                    ).format(task=task),
+                    "task-died", task, what.format(task=task, code=code, said=said), fix.format(task=task)
                 )
             )
         elif state == "starting":

@@ -109,48 +109,39 @@ def _task_in_cluster(process: Process) -> list[Finding]:
     # _validate_cluster_spec: "The `task_id` %d exceeds the maximum id of %s." (task_id >= the job's
     # task count; a sparse job's count is how many indices it gives).
     tasks = cluster[job]
-    if index not in tasks or index >= len(tasks):
-        count = len(tasks)
-        dense = set(tasks) == set(range(count))
-        which = (
-            _("indices 0 to {count_1}").format(count_1=count - 1)
-            if dense
-            else (_("index {tasks}") if count == 1 else _("indices {tasks}")).format(
-                tasks=_some(sorted(tasks))
-            )
+    count = len(tasks)
+    if index in tasks and index < count:
+        return []
+    if set(tasks) == set(range(count)):  # a dense job: a list, or a dict of every index from 0
+        which = _("indices 0 to {count_1}").format(count_1=count - 1)
+        fix = _("Count task indices from 0: {indices}, or add {job} addresses to the cluster.")
+    else:
+        which = (_("index {tasks}") if count == 1 else _("indices {tasks}")).format(
+            tasks=_some(sorted(tasks))
         )
-        what = (
-            _(
-                "TensorFlow refuses task index {index}: a task's index must be below its job's task count, and "
-            ).format(index=index)
-            if index in tasks
-            else _("Task index {index} does not exist: ").format(index=index)
+        fix = (
+            _("Number the {job} job's tasks 0 to {last} (or write its addresses as a list).")
+            if count > 1
+            else _("Give the {job} job's only task the index 0 (or write its address as a list).")
         )
-        return [
-            Finding(
-                "task-index-out-of-range",
-                process.label,
-                (
-                    _("{what}job {job!r} has {count} tasks ({which}).")
-                    if count != 1
-                    else _("{what}job {job!r} has {count} task ({which}).")
-                ).format(what=what, job=job, count=count, which=which),
-                _("Count task indices from 0: {indices}, or add {job} addresses to the cluster.").format(
-                    indices=_indices(job, count), job=job
-                )
-                if dense
-                else (
-                    _("Number the {job} job's tasks 0 to {last} (or write its addresses as a list).").format(
-                        job=job, last=count - 1
-                    )
-                    if count > 1
-                    else _(
-                        "Give the {job} job's only task the index 0 (or write its address as a list)."
-                    ).format(job=job)
-                ),
-            )
-        ]
-    return []
+    what = (
+        _("TensorFlow refuses task index {index}: a task's index must be below its job's task count, and ")
+        if index in tasks
+        else _("Task index {index} does not exist: ")
+    ).format(index=index)
+    message = (
+        _("{what}job {job!r} has {count} tasks ({which}).")
+        if count != 1
+        else _("{what}job {job!r} has {count} task ({which}).")
+    )
+    return [
+        Finding(
+            "task-index-out-of-range",
+            process.label,
+            message.format(what=what, job=job, count=count, which=which),
+            fix.format(indices=_indices(job, count), job=job, last=count - 1),
+        )
+    ]
 
 
 def _some(indices: list[int]) -> str:
@@ -192,14 +183,12 @@ def _disagreeing_clusters(given: Given) -> list[Finding]:
     with_cluster = [p for p in given.processes if p.cluster is not None]
     if len(with_cluster) < 2:
         return []
-    clusters = {p.position: p.cluster for p in given.processes if p.cluster is not None}
     # Compare with the cluster most processes hold (the first of them on a tie): the odd ones out are named.
-    keys = {p.position: p.cluster_key for p in with_cluster}
-    common = Counter(keys.values()).most_common(1)[0][0]
-    first = next(p for p in with_cluster if keys[p.position] == common)
+    common = Counter(p.cluster_key for p in with_cluster).most_common(1)[0][0]
+    first = next(p for p in with_cluster if p.cluster_key == common)
     found = []
     for other in with_cluster:
-        if keys[other.position] == common:
+        if other.cluster_key == common:
             continue
         found.append(
             Finding(
@@ -210,9 +199,7 @@ def _disagreeing_clusters(given: Given) -> list[Finding]:
                 ).format(
                     label=other.label,
                     label_2=first.label,
-                    difference_first_cluster_oth=_difference(
-                        clusters[first.position], clusters[other.position]
-                    ),
+                    difference_first_cluster_oth=_difference(first.cluster or {}, other.cluster or {}),
                 ),
                 _("Write the cluster once and give every process the same 'cluster'; only 'task' differs."),
                 see="tensorflow/tensorflow#31154",
@@ -365,8 +352,7 @@ def _loopback_rules(good: dict[str, str], machines: int) -> list[Finding]:
     if not loopback:
         return []
     other_hosts = {addresses.host_of(a) for a in good.values() if not addresses.is_this_machine(a)}
-    spans = machines > 1 or bool(other_hosts)
-    if not spans:
+    if machines <= 1 and not other_hosts:  # one machine: loopback reaches every task
         return []
     shown = sorted(other_hosts)
     hosts = ", ".join(shown[:5]) + (

@@ -219,11 +219,9 @@ class Panel:
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         # The widget for Jupyter (its renderer outranks text/html); a description instead of
         # ipywidgets' repr ("VBox(children=(HTML(...") for frontends without widgets.
-        bundle = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
         text = self.summary()
-        bundle["text/plain"] = text
-        bundle["text/html"] = f"<p><i>{html.escape(text)}</i></p>"
-        return bundle
+        widget = self.widget._repr_mimebundle_(include=include, exclude=exclude) or {}
+        return {**widget, "text/plain": text, "text/html": f"<p><i>{html.escape(text)}</i></p>"}
 
     def __repr__(self) -> str:
         return self.summary()

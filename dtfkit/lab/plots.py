@@ -46,16 +46,8 @@ def _show_as_png_in_ipython(figure_class) -> None:
     if shell is None:
         return
     formatter = shell.display_formatter.formatters["image/png"]
-    if not _has_type(formatter, figure_class):
+    if figure_class not in formatter:  # IPython's BaseFormatter.__contains__: lookup_by_type finds it
         formatter.for_type(figure_class, lambda fig: png(fig, dpi=72))
-
-
-def _has_type(formatter, cls) -> bool:
-    try:
-        formatter.lookup_by_type(cls)
-        return True
-    except KeyError:
-        return False
 
 
 def _t0(record: RunRecord) -> float:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 MODES = ("sync", "async")
 LIVE_EVERY = 0.5  # seconds between live updates sent to listeners
+_APPLIED = ("applied", "aggregated")  # the fates of a step whose gradient changed the parameters
 
 
 @dataclass
@@ -174,12 +175,12 @@ class RunRecord:
     def staleness(self) -> list[int]:
         """Per applied update: how many other updates landed between reading the parameters
         and writing the update (sync: 0 for each aggregated gradient; stale ones are dropped)."""
-        out = []
-        for steps in self.pushes().values():
-            for _started, _ended, read, applied, fate in steps:
-                if applied is not None and fate in ("applied", "aggregated"):
-                    out.append(analysis.staleness(read, applied))
-        return out
+        return [
+            analysis.staleness(read, applied)
+            for steps in self.pushes().values()
+            for _started, _ended, read, applied, fate in steps
+            if applied is not None and fate in _APPLIED
+        ]
 
     def max_staleness(self) -> int:
         values = self.staleness()
@@ -194,9 +195,7 @@ class RunRecord:
         pushes = self.pushes()
         return analysis.shares(
             {
-                task: sum(
-                    1 for p in pushes.get(task, []) if p[3] is not None and p[4] in ("applied", "aggregated")
-                )
+                task: sum(1 for p in pushes.get(task, []) if p[3] is not None and p[4] in _APPLIED)
                 for task in self.workers
             }
         )
@@ -281,15 +280,13 @@ class RunRecord:
         fair comparison of sync (R or more gradients per global step) with async (one)."""
         t0 = self.steady_time()
         ends = [
-            (e, a is not None and fate in ("applied", "aggregated"))
+            (e, a is not None and fate in _APPLIED)
             for steps in self.pushes().values()
             for _, e, _, a, fate in steps
             if e is not None and e > t0
         ]
-        if len(ends) < 2:
-            return {"computed": float("nan"), "applied": float("nan")}
-        span = max(e for e, _ in ends) - t0
-        if span <= 0:
+        span = max((e for e, _ in ends), default=t0) - t0
+        if len(ends) < 2 or span <= 0:
             return {"computed": float("nan"), "applied": float("nan")}
         return {"computed": len(ends) / span, "applied": sum(1 for _, ok in ends if ok) / span}
 
@@ -606,10 +603,8 @@ class Lab:
             }
             fn: Callable[..., dict[str, Any]]
             if s.mode == "sync":
-                fn, kwargs = (
-                    sync.train_sync,
-                    {**common, "workers": s.worker_names, "replicas_to_aggregate": s.aggregate},
-                )
+                fn = sync.train_sync
+                kwargs = {**common, "workers": s.worker_names, "replicas_to_aggregate": s.aggregate}
             else:
                 fn, kwargs = tasks.train_recorded, common
             handle = cluster.submit(fn, kwargs=kwargs, on=s.worker_names, timeout=self.run_timeout, grace=3.0)
