@@ -36,8 +36,7 @@ from typing import Any
 
 from dtfkit.i18n import N_, _, joined
 from hubbench import users
-from hubbench.browser import browser_session, with_lesson
-from hubbench.browser import missing as missing_browser
+from hubbench.browser import browser_session, missing as missing_browser, with_lesson
 from hubbench.grading import Course, Grade
 from hubbench.hub import Hub, checkout, open_for_students, restore_modes
 from hubbench.limits import StudentGroup, available, group_folders

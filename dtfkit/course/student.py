@@ -35,8 +35,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from dtfkit.course.classroom import TAG as EXERCISE_TAG
-from dtfkit.course.classroom import in_the_exercises_section
+from dtfkit.course.classroom import TAG as EXERCISE_TAG, in_the_exercises_section
 from dtfkit.errors import DtfkitError
 
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"

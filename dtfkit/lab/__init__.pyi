@@ -2,6 +2,4 @@
 # name from its module on first use.
 
 from .panel import Panel as Panel
-from .runner import Lab as Lab
-from .runner import RunRecord as RunRecord
-from .runner import Settings as Settings
+from .runner import Lab as Lab, RunRecord as RunRecord, Settings as Settings

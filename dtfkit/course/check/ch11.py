@@ -18,8 +18,7 @@ from collections.abc import Callable
 
 from dtfkit.course.check._core import CheckResult, cluster, exercise, failed, is_number, passed
 from dtfkit.i18n import N_, _
-from dtfkit.recipes import alpha_beta as model
-from dtfkit.recipes import compression
+from dtfkit.recipes import alpha_beta as model, compression
 
 TRACED_HIDDEN_UNITS = range(1, 25)
 """The traced model's hidden units, drawn each run: an MLP of 85 to 1 810 floats, a size the chapter never

@@ -4,16 +4,8 @@
 from . import kernel_side as kernel_side
 from .kernel_side import (
     PHASES as PHASES,
-)
-from .kernel_side import (
     TRACE_FORM as TRACE_FORM,
-)
-from .kernel_side import (
     check_chrome_trace as check_chrome_trace,
-)
-from .kernel_side import (
     to_chrome_trace as to_chrome_trace,
-)
-from .kernel_side import (
     write_chrome_trace as write_chrome_trace,
 )

@@ -4,25 +4,11 @@
 from . import task_side as task_side
 from .task_side import (
     coordinator_resolver as coordinator_resolver,
-)
-from .task_side import (
     digits_dataset_fn as digits_dataset_fn,
-)
-from .task_side import (
     read_tf_config as read_tf_config,
-)
-from .task_side import (
     replica_step_fn as replica_step_fn,
-)
-from .task_side import (
     sidecar_evaluate as sidecar_evaluate,
-)
-from .task_side import (
     startup_check as startup_check,
-)
-from .task_side import (
     train_multi_worker_mirrored as train_multi_worker_mirrored,
-)
-from .task_side import (
     train_parameter_server as train_parameter_server,
 )

@@ -4,22 +4,10 @@
 from . import kernel_side as kernel_side
 from .kernel_side import (
     PATH as PATH,
-)
-from .kernel_side import (
     echo_script_lines as echo_script_lines,
-)
-from .kernel_side import (
     print_steps as print_steps,
-)
-from .kernel_side import (
     printed_line_pattern as printed_line_pattern,
-)
-from .kernel_side import (
     show as show,
-)
-from .kernel_side import (
     source_lines as source_lines,
-)
-from .kernel_side import (
     worker_reports as worker_reports,
 )
