@@ -48,6 +48,8 @@ def test_settings_are_validated_with_the_setting_named():
     lab = Lab()
     with pytest.raises(DtfkitError, match="unknown setting"):
         lab.run(wrokers=2)
+    with pytest.raises(DtfkitError, match="unknown setting"):  # warm() said TypeError from dataclasses
+        lab.warm(wrokers=2)
     assert lab.runs == [] and lab.cluster is None
 
 

@@ -23,11 +23,11 @@ from dtfkit import fonts
 from dtfkit.engine.platform import notebook
 from dtfkit.i18n import _, language
 from dtfkit.recipes import analysis
+from dtfkit.recipes.sync.kernel_side import FATE_COLORS
 
 if TYPE_CHECKING:
     from dtfkit.lab.runner import RunRecord
 
-FATE_COLORS = {"aggregated": "tab:green", "dropped": "tab:red", "pending": "tab:gray"}
 STALENESS_COLORS = ["tab:green", "gold", "tab:orange", "tab:red"]  # 0, 1, 2, 3+
 
 

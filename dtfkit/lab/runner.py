@@ -467,7 +467,7 @@ class Lab:
         with self._lock:
             if self.running:
                 raise DtfkitError("a run is in progress: lab.stop() or lab.wait() first")
-            self.settings = dataclasses.replace(self.settings, **overrides).validate()
+            self.settings = self._settings_with(overrides)
             return self._ensure_cluster(self.settings)
 
     def wait(self, timeout: float | None = None) -> RunRecord | None:
@@ -530,16 +530,17 @@ class Lab:
         raise DtfkitError(f"no run number {r}; runs: {[x.number for x in self.runs]}")
 
     # ------------------------------------------------------------- inside
+    def _settings_with(self, overrides: dict[str, Any]) -> Settings:
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(Settings)}
+        if unknown:
+            raise DtfkitError(f"unknown setting(s) {sorted(unknown)}; known: {list(self.settings.__dict__)}")
+        return dataclasses.replace(self.settings, **overrides).validate()
+
     def _prepare(self, overrides: dict[str, Any]) -> RunRecord:
         with self._lock:
             if self.running:
                 raise DtfkitError("a run is in progress: lab.stop() or lab.wait() first")
-            unknown = set(overrides) - {f.name for f in dataclasses.fields(Settings)}
-            if unknown:
-                raise DtfkitError(
-                    f"unknown setting(s) {sorted(unknown)}; known: {list(self.settings.__dict__)}"
-                )
-            settings = dataclasses.replace(self.settings, **overrides).validate()
+            settings = self._settings_with(overrides)
             self.settings = settings
             record = RunRecord(number=len(self.runs) + 1, settings=settings)
             record.run_name = f"lab{record.number}.{uuid.uuid4().hex[:6]}"

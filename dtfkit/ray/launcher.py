@@ -263,7 +263,6 @@ class RayTaskHandle(ReportedExit, TaskHandle):
         self.start_ref = start_ref
         self.task = task
         self.node_id = node_id
-        self.adopted = False
         self._info: dict | None = None
         self._ended = threading.Event()
         self._lines: collections.deque[bytes] = collections.deque()
@@ -574,11 +573,6 @@ class RayLauncher(Launcher):
             if self._alive.pop(id(handle.actor), None) is None:
                 return
         threading.Thread(target=_end_actors, args=([handle.actor],), daemon=True).start()
-
-    def actors(self) -> list:
-        """The actors of this launcher not freed yet."""
-        with self._lock:
-            return [h.actor for h in self._alive.values()]
 
     def close(self) -> None:
         """Kill every actor this launcher made (bounded), check they are gone, then

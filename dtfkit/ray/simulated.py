@@ -150,7 +150,6 @@ class SimulatedRayCluster(contextlib.AbstractContextManager):
             cwd=self.ray_dir,
             start_new_session=True,
         )
-        self.pgid = self.popen.pid
         state.write_state(
             self.dir,
             self.id,
