@@ -13,8 +13,10 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from dtfkit.errors import DtfkitError, exit_code
@@ -72,8 +74,27 @@ def _in_language(source: str, lang: str | None) -> str:
     return str(edition)
 
 
+@contextlib.contextmanager
+def _from_the_checkout(command: str, extra: str) -> Iterator[None]:
+    """Around an import of ``edition``, which lives in a checkout beside the package (it reads and writes the
+    chapters): a missing ``edition`` or library of its ``extra`` becomes an error that says what to do."""
+    try:
+        yield
+    except ModuleNotFoundError as missing:
+        if (missing.name or "").partition(".")[0] != "edition":
+            raise DtfkitError(
+                f"{command}: {missing.name} is missing; install the builder's libraries: "
+                f"python3 -m pip install -e '.[{extra}]'"
+            ) from None
+        raise DtfkitError(
+            f"{command}: the edition builder is not part of the installed package (it reads and writes the "
+            "chapters, README and docs of a checkout); run it from the root of a dtfkit checkout (git clone)"
+        ) from None
+
+
 def _student_copies(ns: argparse.Namespace) -> int:
-    from dtfkit.course.student import write_nbgrader_source, write_student_copies
+    with _from_the_checkout("student-copies", "hub"):
+        from edition.student import write_nbgrader_source, write_student_copies
 
     source = _in_language(ns.source, ns.lang)
     if ns.format == "nbgrader":
@@ -93,18 +114,8 @@ def _student_copies(ns: argparse.Namespace) -> int:
 
 
 def _translations(ns: argparse.Namespace) -> int:
-    try:
+    with _from_the_checkout("translations", "edition"):
         from edition import translate
-    except ModuleNotFoundError as missing:
-        if missing.name != "edition":
-            raise DtfkitError(
-                f"translations: {missing.name} is missing; install the builder's libraries: "
-                "python3 -m pip install -e '.[edition]'"
-            ) from None
-        raise DtfkitError(
-            "translations: the edition builder is not part of the installed package (it reads and writes the "
-            "chapters, README and docs of a checkout); run it from the root of a dtfkit checkout (git clone)"
-        ) from None
 
     if ns.action == "extract":
         for chapter, (units, untranslated, fuzzy) in translate.extract(ns.lang).items():

@@ -21,8 +21,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from dtfkit.course.student import BEGIN_SOLUTION, END_SOLUTION, nbgrader_notebook
 from dtfkit.i18n import LANGUAGE_CELL_ID
+from edition.student import BEGIN_SOLUTION, END_SOLUTION, nbgrader_notebook
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 CHAPTER = "01_clusterspec_basics"

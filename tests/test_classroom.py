@@ -21,8 +21,8 @@ from conftest import REPO, subprocess_env
 
 from dtfkit.course import check, classroom
 from dtfkit.course.check import _core
-from dtfkit.course.student import MarkerError, count_markers, student_notebook, write_student_copies
 from dtfkit.errors import DtfkitError
+from edition.student import MarkerError, count_markers, student_notebook, write_student_copies
 
 NOTEBOOKS = REPO / "notebooks"
 # chapter notebook -> the exercises it checks automatically (a new chapter: add its line here).
@@ -120,7 +120,7 @@ def test_checks_import_without_tensorflow():
     # The notebook side of chapters 1-4, 7-9 never imports TensorFlow, checks included (5/6 import it when run);
     # nor nbgrader, which only writing student copies needs (a student's environment may not have it).
     modules = ", ".join(
-        ["dtfkit.course.classroom", "dtfkit.course.student"]
+        ["dtfkit.course.classroom", "edition.student"]
         + [f"dtfkit.course.check.ch0{i}" for i in range(1, 10)]
     )
     code = f"import json, sys, {modules}\nprint(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'nbgrader'))))"
@@ -334,8 +334,8 @@ def test_a_chinese_chapters_exercises_section_keeps_the_cell_that_sets_its_langu
 
 
 def test_nbgrader_exercises_only_copies_of_a_chinese_chapter_set_the_language(tmp_path):
-    from dtfkit.course.student import write_nbgrader_source
     from dtfkit.i18n import LANGUAGE_CELL_ID
+    from edition.student import write_nbgrader_source
 
     write_nbgrader_source(
         REPO / "notebooks" / "zh_CN" / "03_sync_replicas_optimizer.ipynb", tmp_path, exercises_only=True

@@ -286,3 +286,19 @@ def test_translations_check_says_the_edition_is_in_step_and_refuses_stray_argume
     assert stray.returncode == 2 and "takes no name" in stray.stderr
     todo = run_cli(["translations", "todo", "09"], tmp_path, 60)
     assert todo.returncode == 0 and todo.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "argv", [["student-copies", "notebooks", "-o", "student"], ["translations", "check"]], ids=lambda a: a[0]
+)
+def test_the_edition_commands_outside_a_checkout_say_to_run_them_from_one(argv, monkeypatch, capsys):
+    """A student's ``pip install dtfkit`` has no edition/ (it lives in the checkout, beside the chapters)."""
+    from dtfkit.cli import main
+
+    for module in ("edition.student", "edition.translate"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    monkeypatch.setitem(sys.modules, "edition", None)  # None in sys.modules: the import fails
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{argv[0]}: the edition builder is not part of the installed package" in err
+    assert "root of a dtfkit checkout" in err

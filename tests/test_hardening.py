@@ -398,7 +398,7 @@ def _notebook(cells) -> str:
 )
 def test_student_copies_of_a_bad_file_fail_before_creating_anything(tmp_path, name, content, message):
     from dtfkit.cli import main
-    from dtfkit.course.student import write_student_copies
+    from edition.student import write_student_copies
 
     source = tmp_path / name
     source.write_text(content)
@@ -411,7 +411,7 @@ def test_student_copies_of_a_bad_file_fail_before_creating_anything(tmp_path, na
 
 
 def test_student_copies_of_a_folder_with_one_broken_notebook_write_nothing(tmp_path):
-    from dtfkit.course.student import write_student_copies
+    from edition.student import write_student_copies
 
     (tmp_path / "a.ipynb").write_text(_notebook([]))
     (tmp_path / "b.ipynb").write_text("{")

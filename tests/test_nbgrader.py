@@ -27,7 +27,7 @@ import pytest
 from conftest import REPO, subprocess_env
 from nbformat import reads
 
-from dtfkit.course.student import MarkerError, nbgrader_notebook, write_nbgrader_source
+from edition.student import MarkerError, nbgrader_notebook, write_nbgrader_source
 
 if not os.environ.get("CI"):
     pytest.importorskip("nbgrader", reason="nbgrader is a test dependency: pip install -e '.[test]'")

@@ -25,6 +25,8 @@ from dtfkit.i18n import LANGUAGE_CELL_ID
 
 ENV = "DTFKIT_CLASSROOM"
 FACTOR = 4
+STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
+"""What a student copy puts where a solution was (nbgrader's code stub); a check reports it as not attempted."""
 
 
 def enabled() -> bool:

@@ -32,7 +32,6 @@ from dtfkit.course.check._guard import (
     refusal,
     refused_names,
 )
-from dtfkit.course.student import STUB
 from dtfkit.errors import TaskExited, TaskFailed, TaskTimeout
 from dtfkit.i18n import N_, _
 
@@ -168,7 +167,7 @@ def is_stub(fn: Any) -> bool:
         lines = [line.strip() for line in inspect.getsource(fn).splitlines()]
     except (OSError, TypeError):
         return False
-    return any(a == STUB[0] and b == STUB[1] for a, b in zip(lines, lines[1:], strict=False))
+    return any((a, b) == classroom.STUB for a, b in zip(lines, lines[1:], strict=False))
 
 
 def _not_attempted(name: str) -> CheckResult:

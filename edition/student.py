@@ -1,4 +1,6 @@
-"""Student copies of the instructor notebooks, and nbgrader source notebooks.
+"""Student copies of the instructor notebooks, and nbgrader source notebooks (``python -m dtfkit student-copies``).
+
+They are made from a checkout's chapters by the instructor, so this lives beside the package students install.
 
 Student copies: solutions become stubs, hidden checks go away. The markers are nbgrader's:
 
@@ -13,7 +15,7 @@ the ``[hub]`` extra's, imported only when a copy is written), once every marker 
 
 Example::
 
-    from dtfkit.course.student import write_student_copies
+    from edition.student import write_student_copies
     write_student_copies("notebooks", "student")   # student/01_clusterspec_basics.ipynb, ...
 
 or ``python -m dtfkit student-copies notebooks/ -o student/``.
@@ -35,12 +37,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from dtfkit.course.classroom import TAG as EXERCISE_TAG, in_the_exercises_section
+from dtfkit.course.classroom import STUB, TAG as EXERCISE_TAG, in_the_exercises_section
 from dtfkit.errors import DtfkitError
 
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
-STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 
 
 class MarkerError(DtfkitError):
