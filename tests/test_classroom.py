@@ -120,8 +120,7 @@ def test_checks_import_without_tensorflow():
     # The notebook side of chapters 1-4, 7-9 never imports TensorFlow, checks included (5/6 import it when run);
     # nor nbgrader, which only writing student copies needs (a student's environment may not have it).
     modules = ", ".join(
-        ["dtfkit.course.classroom", "edition.student"]
-        + [f"dtfkit.course.check.ch0{i}" for i in range(1, 10)]
+        ["dtfkit.course.classroom", "edition.student"] + [f"dtfkit.course.check.ch0{i}" for i in range(1, 10)]
     )
     code = f"import json, sys, {modules}\nprint(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'nbgrader'))))"
     out = subprocess.run(
