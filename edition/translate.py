@@ -42,9 +42,9 @@ import polib
 from babel.messages.catalog import Catalog
 
 from dtfkit.course import listing
-from dtfkit.course.code_units import as_python, code_units, placeholders, translate_code
 from dtfkit.errors import DtfkitError
 from dtfkit.i18n import LANGUAGE_CELL_ID
+from edition.code_units import as_python, code_units, placeholders, translate_code
 
 LANGUAGES = {"zh_CN": "简体中文"}
 HEADER = """{language} translation of the dtfkit course, {chapter}.

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from dtfkit.course import code_units, listing
-from edition import translate
+from dtfkit.course import listing
+from edition import code_units, translate
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"

@@ -235,7 +235,7 @@ def test_student_copies_of_the_chinese_edition(tmp_path):
     """`--lang zh_CN`: the Chinese chapters, stubbed as the English ones are; nbgrader's format too."""
     import json
 
-    from dtfkit.course.code_units import skeleton
+    from edition.code_units import skeleton
 
     out = run_cli(
         ["student-copies", str(REPO / "notebooks"), "--lang", "zh_CN", "-o", "student"], tmp_path, 120

@@ -277,7 +277,7 @@ def test_a_chinese_class_works_in_the_chinese_chapter_and_its_feedback_is_read()
     assert chapter.parent.name == "zh_CN"
     chinese_lesson = workload.lesson_cells(chapter)
     assert 'dtfkit.set_language("zh_CN")' in chinese_lesson[0]  # the language first, then the same program
-    from dtfkit.course.code_units import skeleton
+    from edition.code_units import skeleton
 
     assert [skeleton(c) for c in chinese_lesson[1:]] == [skeleton(c) for c in workload.lesson_cells()]
     source = workload.assignment_source(chapter)

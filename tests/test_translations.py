@@ -20,8 +20,8 @@ import pytest
 from notebook_sections import CHECK_MARK, output_text, sanitize, sanitizer
 from prose_figures import Outputs
 
-from dtfkit.course.code_units import skeleton
 from edition import translate
+from edition.code_units import skeleton
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 GLOSSARY = NOTEBOOKS / "locale" / "zh_CN" / "glossary.md"
@@ -452,7 +452,7 @@ def test_a_code_cells_words_are_units_and_the_check_finds_a_broken_one(tmp_path)
 def test_a_code_unit_is_found_after_non_ascii_text_on_its_line():
     """ast counts columns in UTF-8 bytes, tokenize in characters: after a Chinese (or α–β) word on the same
     line, the literal printed is still the one cut out, and a dictionary key beside it is not."""
-    from dtfkit.course.code_units import code_units
+    from edition.code_units import code_units
 
     line = 'print("梯度：", x, "-> 总和", r["task"])'
     assert [u.text for u in code_units(line, every=True)] == ["梯度：", "-> 总和"]
@@ -465,7 +465,7 @@ def test_a_code_unit_is_found_after_non_ascii_text_on_its_line():
 def test_a_sentence_that_reaches_print_through_a_name_is_a_unit_but_a_key_is_not():
     """Printed through a loop variable or a name that nothing else reads: a unit. Read as data too (a key
     looked up, a value compared): left alone, so that both editions run the same program."""
-    from dtfkit.course.code_units import code_units
+    from edition.code_units import code_units
 
     shown = (
         'spans = {"both workers, until one was killed": (0, 1)}\n'

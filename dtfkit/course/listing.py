@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dtfkit.course.code_units import docstrings, has_words, line_offsets, string_body
 from dtfkit.i18n import _
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -115,3 +114,58 @@ def listed_messages() -> list[tuple[str, str]]:
             if any(first <= line <= (last or first) for first, last in spans):
                 found.append((text, f"{relative}:{line}"))
     return found
+
+
+# ------------------------------------------------------- reading source (edition/code_units.py uses these too)
+def line_offsets(source: str) -> list[int]:
+    """The offset of each line's first character (lines numbered from 1, as ``ast`` and ``tokenize`` do)."""
+    starts, total = [0, 0], 0
+    for line in source.splitlines(keepends=True):
+        total += len(line)
+        starts.append(total)
+    return starts
+
+
+def docstrings(tree: ast.AST) -> list[ast.Constant]:
+    """The docstrings of a parsed source: its module's, its classes' and its functions'.
+
+    Example::
+
+        >>> [d.value for d in docstrings(ast.parse("def f():\\n    'Add.'\\n    return 1"))]
+        ['Add.']
+    """
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                if isinstance(first.value.value, str):
+                    found.append(first.value)
+    return found
+
+
+def string_body(token_text: str) -> tuple[int, int] | None:
+    """Where the body of one string token lies in it (after its prefix and opening quotes), or None."""
+    match = re.match(r"(?i)([rbuf]{0,2})('''|\"\"\"|'|\")", token_text)
+    if not match or "b" in match.group(1).lower():
+        return None
+    quote = match.group(2)
+    start = match.end()
+    end = len(token_text) - len(quote)
+    return (start, end) if end >= start and token_text.endswith(quote) else None
+
+
+# A word a reader reads: two letters or more, not part of a name such as ``worker:0``, ``ps_strategy`` or
+# ``tf.Variable`` (a colon followed by a space ends a label, ``stuck:``; one followed by more is a name).
+_WORD = re.compile(r"(?<![\w:./\-'`])[A-Za-z]{2,}(?![\w./(\-'`])(?!:\S)")
+
+
+def has_words(text: str) -> bool:
+    """True when ``text`` (placeholders left out) has a word to translate, not only names and numbers.
+
+    Example::
+
+        >>> has_words("{task}: ps:0 ->"), has_words("steps/s: {rate}"), has_words("the loss went down")
+        (False, False, True)
+    """
+    return bool(_WORD.search(re.sub(r"\{[^{}]*\}", " ", text)))

@@ -35,6 +35,8 @@ import tokenize
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from dtfkit.course.listing import docstrings, has_words, line_offsets, string_body
+
 # Calls whose string arguments a reader sees: printed, or drawn on a figure.
 SHOWN_CALLS = {
     "print",
@@ -65,15 +67,6 @@ class CodeUnit:
     text: str
     start: int
     end: int
-
-
-def line_offsets(source: str) -> list[int]:
-    """The offset of each line's first character (lines numbered from 1, as ``ast`` and ``tokenize`` do)."""
-    starts, total = [0, 0], 0
-    for line in source.splitlines(keepends=True):
-        total += len(line)
-        starts.append(total)
-    return starts
 
 
 def _call_name(call: ast.Call) -> str | None:
@@ -223,24 +216,6 @@ def _shown_literals(tree: ast.AST) -> list[ast.Constant | ast.JoinedStr]:
     return found
 
 
-def docstrings(tree: ast.AST) -> list[ast.Constant]:
-    """The docstrings of a parsed source: its module's, its classes' and its functions'.
-
-    Example::
-
-        >>> [d.value for d in docstrings(ast.parse("def f():\\n    'Add.'\\n    return 1"))]
-        ['Add.']
-    """
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                if isinstance(first.value.value, str):
-                    found.append(first.value)
-    return found
-
-
 _SENTENCE = re.compile(r"[A-Za-z]{2,}[ ,;:]+[A-Za-z]{2,}|[\u3400-\u9fff]")  # (a translated sentence too)
 
 
@@ -251,17 +226,6 @@ def _literal_text(node: ast.AST) -> str:
             v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str)
         )
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ""
-
-
-def string_body(token_text: str) -> tuple[int, int] | None:
-    """Where the body of one string token lies in it (after its prefix and opening quotes), or None."""
-    match = re.match(r"(?i)([rbuf]{0,2})('''|\"\"\"|'|\")", token_text)
-    if not match or "b" in match.group(1).lower():
-        return None
-    quote = match.group(2)
-    start = match.end()
-    end = len(token_text) - len(quote)
-    return (start, end) if end >= start and token_text.endswith(quote) else None
 
 
 def as_python(source: str) -> str | None:
@@ -367,22 +331,6 @@ def translate_code(source: str, translations: Mapping[str, str]) -> str:
         if translated:
             out = out[: unit.start] + translated + out[unit.end :]
     return out
-
-
-# A word a reader reads: two letters or more, not part of a name such as ``worker:0``, ``ps_strategy`` or
-# ``tf.Variable`` (a colon followed by a space ends a label, ``stuck:``; one followed by more is a name).
-_WORD = re.compile(r"(?<![\w:./\-'`])[A-Za-z]{2,}(?![\w./(\-'`])(?!:\S)")
-
-
-def has_words(text: str) -> bool:
-    """True when ``text`` (placeholders left out) has a word to translate, not only names and numbers.
-
-    Example::
-
-        >>> has_words("{task}: ps:0 ->"), has_words("steps/s: {rate}"), has_words("the loss went down")
-        (False, False, True)
-    """
-    return bool(_WORD.search(re.sub(r"\{[^{}]*\}", " ", text)))
 
 
 def placeholders(text: str) -> list[str]:
