@@ -378,7 +378,8 @@ def ignores(fn: Any, names: tuple[str | None, ...], role: str) -> CheckResult | 
 
 
 def cluster(**layout: Any) -> Any:
-    """A small cluster for one check, always closed (``LocalCluster`` arguments).
+    """A small, quiet, unnamed ``LocalCluster`` for one check (``LocalCluster`` arguments); use it in a ``with``
+    block, which closes it.
 
     Example::
 
