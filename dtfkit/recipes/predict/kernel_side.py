@@ -177,10 +177,11 @@ def _play(
     graph: Sequence[Step], params: Sequence[float] | np.ndarray, link: Link, *, tensorflow: bool = True
 ) -> Priced:
     """Play ``graph`` out on ``link``-s, one per task, and return the time of the synchronisation:
-    each message and add costs what the module docstring says (the CPU, ``MACHINE``, then the links).
+    each message and add costs what ``dtfkit.recipes.predict``'s docstring lists (the CPU, ``MACHINE``,
+    then the links).
 
     With ``tensorflow`` (the default) the run is the one a TensorFlow session makes on the master of
-    worker:0 (the module docstring's last point): a receiver asks for each tensor when its piece
+    worker:0 (that docstring's last point): a receiver asks for each tensor when its piece
     starts, and the sender answers once the tensor is ready and the request has arrived; a task's
     piece ends when its last message has arrived. Less an empty step's ``2d``, that is the
     communication ``measure`` reports.
